@@ -1,0 +1,145 @@
+"""Small typed values passed between stages (dataclasses of numpy arrays).
+
+Conventions (DESIGN.md, "Contracts"):
+- time: ``t_*_ns`` are ``time.perf_counter_ns()`` of this process; ``media_time_s``
+  is the position in a file in seconds.
+- images are BGR uint8 (OpenCV order), shape (H, W, 3).
+- audio is mono float32 in [-1, 1].
+- blendshape weights are float32 (52,) in [0, 1], ARKit order (core.blendshapes).
+- head rotation is a 3x3 float32 matrix, right-handed, camera looking down -Z
+  (OpenGL camera space); translation float32 (3,) in metres.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES
+
+
+@dataclass
+class Frame:
+    """One video frame.
+
+    Attributes:
+        index: 0-based frame number within its source.
+        t_capture_ns: capture time on the process clock (live) or the time the
+            frame was decoded (offline).
+        image: (H, W, 3) uint8 BGR.
+        media_time_s: presentation time in the file, seconds; for live sources the
+            time since the source started.
+        stamps: per-stage ``(start_ns, end_ns)``, filled by ``stage_timer``.
+    """
+
+    index: int
+    t_capture_ns: int
+    image: np.ndarray
+    media_time_s: float = 0.0
+    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A block of mono audio.
+
+    Attributes:
+        samples: (N,) float32 in [-1, 1].
+        sample_rate: Hz.
+        t_start_ns: process-clock time of the first sample (live) .
+        media_time_s: media time of the first sample, seconds.
+    """
+
+    samples: np.ndarray
+    sample_rate: int
+    t_start_ns: int = 0
+    media_time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Landmarks:
+    """MediaPipe face-mesh landmarks of one face.
+
+    Attributes:
+        points: (478, 3) float32. x, y image-normalised in [0, 1] (x right, y down);
+            z is MediaPipe's relative depth in the same scale as x.
+        image_size: (width, height) in pixels of the image they were found in.
+        t_ns: timestamp of the frame.
+    """
+
+    points: np.ndarray
+    image_size: tuple[int, int]
+    t_ns: int = 0
+
+    def pixels(self) -> np.ndarray:
+        """(478, 3) float32 with x, y, z multiplied by the image width/height (pixels)."""
+        w, h = self.image_size
+        return self.points * np.array([w, h, w], dtype=np.float32)
+
+
+def neutral_weights() -> np.ndarray:
+    """(52,) float32 zeros: the neutral expression."""
+    return np.zeros(NUM_BLENDSHAPES, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class FaceParams:
+    """Output of a FaceReconstructor for one frame.
+
+    Attributes:
+        blendshapes: (52,) float32 in [0, 1], ARKit order.
+        rotation: (3, 3) float32 head rotation in camera space (right-handed, -Z forward).
+        translation: (3,) float32 head position in metres, camera space.
+        gaze: (2,) float32 (yaw, pitch) of the eyes relative to the head, radians;
+            positive yaw = toward the subject's left, positive pitch = up.
+        identity: (K,) float32 face-shape coefficients (K may be 0).
+    """
+
+    blendshapes: np.ndarray
+    rotation: np.ndarray = field(default_factory=lambda: np.eye(3, dtype=np.float32))
+    translation: np.ndarray = field(default_factory=lambda: np.array([0, 0, -0.6], np.float32))
+    gaze: np.ndarray = field(default_factory=lambda: np.zeros(2, np.float32))
+    identity: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+
+
+@dataclass(frozen=True)
+class AvatarState:
+    """Everything the renderer and the recorder need for one output frame.
+
+    Attributes:
+        t_capture_ns: capture time of the frame this state comes from.
+        media_time_s: media time of that frame, seconds.
+        weights: (52,) float32 final blendshape weights in [0, 1].
+        rotation: (3, 3) float32 head rotation (camera space).
+        translation: (3,) float32 metres.
+        gaze: (2,) float32 radians (yaw, pitch) relative to the head.
+        face_found: whether the tracker saw a face in this frame.
+        vision_weights: (52,) float32 vision-only weights (before fusion).
+        audio_weights: (52,) float32 audio-only weights.
+        stamps: per-stage ``(start_ns, end_ns)`` of the frame.
+        frame_index: index of the source frame.
+    """
+
+    t_capture_ns: int
+    media_time_s: float
+    weights: np.ndarray
+    rotation: np.ndarray
+    translation: np.ndarray
+    gaze: np.ndarray
+    face_found: bool = False
+    vision_weights: np.ndarray = field(default_factory=neutral_weights)
+    audio_weights: np.ndarray = field(default_factory=neutral_weights)
+    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    frame_index: int = 0
+
+    @staticmethod
+    def neutral(t_capture_ns: int = 0, media_time_s: float = 0.0) -> "AvatarState":
+        """A neutral state: zero weights, identity rotation, head 0.6 m in front."""
+        return AvatarState(
+            t_capture_ns=t_capture_ns,
+            media_time_s=media_time_s,
+            weights=neutral_weights(),
+            rotation=np.eye(3, dtype=np.float32),
+            translation=np.array([0.0, 0.0, -0.6], np.float32),
+            gaze=np.zeros(2, np.float32),
+        )
