@@ -1,0 +1,205 @@
+"""``avatar-app`` command line: the window, offline render, the demo clip, engines.
+
+    avatar-app                      open the window (camera 0)
+    avatar-app --source FILE        open the window playing a video file live
+    avatar-app render IN -o OUT.mp4 [--audio FILE] [--overlay] [--size WxH] [--fps N]
+    avatar-app demo -o demo.mp4     a short clip from data the package carries
+
+Errors the user can fix are printed as one line on stderr (no traceback) and
+the exit status is non-zero: 2 for bad input, 3 for no face, 4 for output errors.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from avatar_app.core.errors import AvatarError, InputError, NoFaceError, RecordingError
+
+log = logging.getLogger("avatar_app")
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must look like 1280x720, not {text!r}") from None
+    if not (16 <= w <= 7680 and 16 <= h <= 4320) or w % 2 or h % 2:
+        raise argparse.ArgumentTypeError(f"size {text} out of range (even numbers, 16..7680 x 16..4320)")
+    return w, h
+
+
+def _fps(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"fps must be a number, not {text!r}") from None
+    if not 1 <= v <= 240:
+        raise argparse.ArgumentTypeError(f"fps {v} out of range 1..240")
+    return v
+
+
+def _background(text: str):
+    if text == "transparent":
+        return "transparent"
+    t = text.lstrip("#")
+    if len(t) == 6:
+        try:
+            return tuple(int(t[i: i + 2], 16) for i in (0, 2, 4))
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"background must be 'transparent' or a colour like 00b140, not {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``avatar-app``."""
+    from avatar_app import __version__
+
+    p = argparse.ArgumentParser(prog="avatar-app", description="Turn a webcam and microphone into a live 3D avatar.")
+    p.add_argument("--version", action="version", version=f"avatar-app {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--source", type=Path, help="play this video file live instead of the camera")
+    p.add_argument("--camera", type=int, default=None, help="camera index (default 0)")
+    sub = p.add_subparsers(dest="command")
+
+    def common(sp):
+        sp.add_argument("-o", "--output", type=Path, required=True, help="output .mp4")
+        sp.add_argument("--overlay", action="store_true", help="draw the latency overlay into the clip")
+        sp.add_argument("--size", type=_size, default=(1280, 720), help="output size WxH (default 1280x720)")
+        sp.add_argument("--fps", type=_fps, default=None, help="output frame rate (default: the input's)")
+        sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0, help="multisampling (default 0)")
+        sp.add_argument("--background", type=_background, default=(0, 177, 64),
+                        help="'transparent' or a hex colour (default 00b140, chroma green)")
+        sp.add_argument("--avatar", type=Path, default=None, help="a .glb/.gltf/.vrm avatar")
+        sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    r = sub.add_parser("render", help="render an avatar clip from a video file (every frame, offline)")
+    r.add_argument("input", type=Path, help="video file with a face")
+    r.add_argument("--audio", type=Path, default=None, help="use this audio instead of the video's own")
+    r.add_argument("--no-audio", action="store_true", help="ignore audio (silent clip, mouth from video only)")
+    common(r)
+    d = sub.add_parser("demo", help="render a short demo clip from data the package carries")
+    common(d)
+    try:
+        from avatar_app.inference.cli import add_engines_parser
+    except ImportError:  # engine layer not installed in this build
+        pass
+    else:
+        add_engines_parser(sub)
+    return p
+
+
+class _Progress:
+    """A one-line progress bar on stderr (only on a terminal unless forced)."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label = label
+        self.enabled = enabled
+        self._last = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        pct = int(100 * done / max(total, 1))
+        if pct != self._last:
+            self._last = pct
+            bar = "#" * (pct // 4)
+            sys.stderr.write(f"\r{self.label} [{bar:<25s}] {pct:3d}%  {done}/{total} frames")
+            sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.enabled and self._last >= 0:
+            sys.stderr.write("\n")
+
+
+def _render_options(args):
+    from avatar_app.pipeline import RenderOptions
+
+    return RenderOptions(
+        size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=args.background,
+        audio_path=getattr(args, "audio", None), use_audio=not getattr(args, "no_audio", False),
+        avatar_path=args.avatar,
+    )
+
+
+def _print_report(rep) -> None:
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    stages = ", ".join(f"{k} {v[0]:.1f} ms" for k, v in rep.stage_ms.items())
+    print(
+        f"wrote {rep.output_path} ({rep.frames_out} frames, {rep.duration_s:.2f} s video, "
+        f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path.name}; "
+        f"face in {rep.faces_found}/{rep.frames_in} frames; {rep.fps:.1f} fps ({stages})"
+    )
+
+
+def _cmd_render(args) -> int:
+    from avatar_app.pipeline import render_file
+
+    if args.audio is not None and args.no_audio:
+        raise InputError("--audio and --no-audio cannot be used together")
+    prog = _Progress("rendering", not args.quiet and sys.stderr.isatty())
+    try:
+        rep = render_file(args.input, args.output, _render_options(args), progress=prog)
+    finally:
+        prog.end()
+    _print_report(rep)
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from avatar_app.pipeline import render_demo
+
+    prog = _Progress("demo", not args.quiet and sys.stderr.isatty())
+    try:
+        rep = render_demo(args.output, _render_options(args), progress=prog)
+    finally:
+        prog.end()
+    _print_report(rep)
+    return 0
+
+
+def _cmd_window(args) -> int:
+    from avatar_app.ui.app import run_window
+
+    return run_window(source=args.source, camera=args.camera)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``avatar-app`` console script. Returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    os.environ.setdefault("GLOG_minloglevel", "2")  # quiet MediaPipe's C++ logging
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        if args.command == "render":
+            return _cmd_render(args)
+        if args.command == "demo":
+            return _cmd_demo(args)
+        if args.command == "engines":
+            from avatar_app.inference.cli import run_engines
+
+            return run_engines(args)
+        return _cmd_window(args)
+    except NoFaceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    except RecordingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 4
+    except AvatarError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

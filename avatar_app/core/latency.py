@@ -1,0 +1,103 @@
+"""Rolling per-stage latency statistics for the overlay, the plots and benchmarks.
+
+Each processed frame carries ``stamps`` (stage -> (start_ns, end_ns)) on the
+process clock plus its ``t_capture_ns``. :class:`LatencyStats` keeps the last
+``window_s`` seconds of per-stage durations and of camera-to-screen
+(motion-to-photon) latency, and answers percentiles.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from avatar_app.core.clock import now_ns
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """Percentiles over the window. All times in milliseconds.
+
+    Attributes:
+        stages: stage name -> (p50_ms, p95_ms), in first-seen order.
+        camera_to_screen: (p50_ms, p95_ms) from t_capture_ns to presentation, or None.
+        fps: presented frames per second over the window.
+        dropped: frames dropped in total (as reported by the source/pipeline).
+        count: frames in the window.
+    """
+
+    stages: dict[str, tuple[float, float]]
+    camera_to_screen: tuple[float, float] | None
+    fps: float
+    dropped: int
+    count: int
+
+    def lines(self) -> list[str]:
+        """Human-readable overlay lines, e.g. ``"track 6.1 / 8.0 ms"`` (p50 / p95)."""
+        out = [f"{self.fps:5.1f} fps   dropped {self.dropped}"]
+        if self.camera_to_screen is not None:
+            p50, p95 = self.camera_to_screen
+            out.append(f"camera-to-screen {p50:5.1f} / {p95:5.1f} ms")
+        for name, (p50, p95) in self.stages.items():
+            out.append(f"{name:<12s} {p50:5.1f} / {p95:5.1f} ms")
+        return out
+
+
+class LatencyStats:
+    """Thread-safe rolling window of per-frame stage durations.
+
+    Args:
+        window_s: how many seconds of frames to keep (overlay default 5 s;
+            plots use 30 s).
+
+    Thread: ``add_frame`` from the processing or GUI thread, ``summary`` from any.
+    """
+
+    def __init__(self, window_s: float = 5.0):
+        self.window_ns = int(window_s * 1e9)
+        self._lock = threading.Lock()
+        self._frames: deque[tuple[int, dict[str, float], float | None]] = deque()
+        self.dropped = 0
+
+    def add_frame(
+        self,
+        stamps: dict[str, tuple[int, int]],
+        t_capture_ns: int | None = None,
+        t_present_ns: int | None = None,
+    ) -> None:
+        """Add one presented frame.
+
+        Args:
+            stamps: stage -> (start_ns, end_ns).
+            t_capture_ns: capture time; with ``t_present_ns`` gives camera-to-screen.
+            t_present_ns: presentation time (defaults to now).
+        """
+        t_present = now_ns() if t_present_ns is None else t_present_ns
+        durations = {k: (e - s) / 1e6 for k, (s, e) in stamps.items()}
+        c2s = None if t_capture_ns is None else (t_present - t_capture_ns) / 1e6
+        with self._lock:
+            self._frames.append((t_present, durations, c2s))
+            cutoff = t_present - self.window_ns
+            while self._frames and self._frames[0][0] < cutoff:
+                self._frames.popleft()
+
+    def summary(self) -> LatencySummary:
+        """Percentiles (p50, p95) of every stage and of camera-to-screen over the window."""
+        with self._lock:
+            frames = list(self._frames)
+        stages: dict[str, list[float]] = {}
+        c2s: list[float] = []
+        for _, d, c in frames:
+            for k, v in d.items():
+                stages.setdefault(k, []).append(v)
+            if c is not None:
+                c2s.append(c)
+        pct = {k: (float(np.percentile(v, 50)), float(np.percentile(v, 95))) for k, v in stages.items()}
+        fps = 0.0
+        if len(frames) >= 2:
+            span = (frames[-1][0] - frames[0][0]) / 1e9
+            fps = (len(frames) - 1) / span if span > 0 else 0.0
+        c2s_pct = (float(np.percentile(c2s, 50)), float(np.percentile(c2s, 95))) if c2s else None
+        return LatencySummary(pct, c2s_pct, fps, self.dropped, len(frames))

@@ -1,0 +1,700 @@
+"""Wiring of the stages, offline (every frame, media time) and live (newest frame wins).
+
+Offline (``render_file``, ``render_demo``): decode -> track -> reconstruct ->
+speech -> fuse runs on the calling thread in media time; rendering runs on a
+render thread (it owns the EGL context) and encoding on the recorder's thread,
+so the three overlap on a multi-core machine while the order of frames and the
+results stay deterministic.
+
+Live (``LivePipeline``): a source thread delivers frames into a newest-wins slot
+(``capture``), one processing thread runs the stages on the newest frame and
+publishes an immutable AvatarState; the GUI renders the newest state.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
+from avatar_app.core.clock import now_ns, stage_timer
+from avatar_app.core.errors import AvatarError, InputError, NoFaceError
+from avatar_app.core.latency import LatencyStats
+from avatar_app.core.types import AvatarState, FaceParams, Frame
+from avatar_app.fusion import Fusion, FusionSettings
+
+log = logging.getLogger(__name__)
+
+SPEECH_RATE = 16000
+
+
+@dataclass
+class RenderOptions:
+    """Options of an offline render.
+
+    Attributes:
+        size: output (width, height) in pixels.
+        fps: output frame rate (Hz); None = the input's.
+        overlay: draw the latency overlay into the video.
+        msaa: MSAA samples (0 = off; software OpenGL pays dearly for it).
+        background: RGB 0..255 tuple or "transparent".
+        audio_path: audio to use instead of the video's own track.
+        use_audio: False renders without sound and without speech drive.
+        avatar_path: a glTF/VRM avatar instead of the default head.
+        fusion: fusion settings.
+    """
+
+    size: tuple[int, int] = (1280, 720)
+    fps: float | None = None
+    overlay: bool = False
+    msaa: int = 0
+    background: tuple[int, int, int] | str = (0, 177, 64)
+    audio_path: Path | None = None
+    use_audio: bool = True
+    avatar_path: Path | None = None
+    fusion: FusionSettings = field(default_factory=FusionSettings)
+
+
+@dataclass
+class RenderReport:
+    """What an offline render produced.
+
+    Attributes:
+        output_path: the MP4 written.
+        sidecar_path: the JSON Lines blendshape track.
+        frames_in: input video frames processed (= sidecar lines).
+        frames_out: output video frames written.
+        faces_found: input frames in which a face was tracked.
+        duration_s: output video duration, seconds.
+        audio_duration_s: audio written, seconds (0 when none).
+        wall_s: wall-clock time of the render.
+        stage_ms: stage -> (p50, p95) in ms.
+        warnings: messages for the user (e.g. silent stretches).
+    """
+
+    output_path: Path
+    sidecar_path: Path
+    frames_in: int = 0
+    frames_out: int = 0
+    faces_found: int = 0
+    duration_s: float = 0.0
+    audio_duration_s: float = 0.0
+    wall_s: float = 0.0
+    stage_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def fps(self) -> float:
+        """Input frames processed per wall-clock second."""
+        return self.frames_in / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def sidecar_path_for(output_path: Path) -> Path:
+    """``clip.mp4`` -> ``clip.blendshapes.jsonl``."""
+    return output_path.with_suffix(".blendshapes.jsonl")
+
+
+class FrameProcessor:
+    """Runs the per-frame stages synchronously: track, reconstruct, speech, fuse.
+
+    Args:
+        tracker: a FaceTracker (tracking.face_mesh) or None (vision supplied by the caller).
+        reconstructor: a FaceReconstructor (reconstruction.base).
+        speech: a SpeechAnimator (speech.base) or None.
+        live: True calls the tracker's live method (process_live, ns stamps),
+            False its video method (process_video_frame, media ms).
+        fusion: Fusion instance (holds the smoothing state).
+
+    Thread: one processing thread at a time.
+    """
+
+    def __init__(self, tracker, reconstructor, speech=None, live: bool = False, fusion: Fusion | None = None):
+        from avatar_app.reconstruction.hold import NoFaceHold
+
+        self.tracker = tracker
+        self.reconstructor = reconstructor
+        self.speech = speech
+        self.live = live
+        self.fusion = fusion or Fusion()
+        self.hold = NoFaceHold()
+        self.last_landmarks = None
+
+    def process(self, frame: Frame, audio_window: np.ndarray | None, vision: FaceParams | None = None) -> AvatarState:
+        """Process one frame.
+
+        Args:
+            frame: the frame; its ``stamps`` receive the stage timings.
+            audio_window: (N,) float32 16 kHz audio ending at the frame's time, or None.
+            vision: precomputed FaceParams (demo mode) instead of tracking.
+
+        Returns:
+            The AvatarState for this frame.
+        """
+        t_s = frame.media_time_s
+        face_found = False
+        landmarks = None
+        if vision is None and self.tracker is not None:
+            with stage_timer(frame.stamps, "track"):
+                if self.live:
+                    landmarks = self.tracker.process_live(frame.image, frame.t_capture_ns)
+                else:
+                    landmarks = self.tracker.process_video_frame(frame.image, frame.media_time_s * 1000.0)
+            self.last_landmarks = landmarks
+            with stage_timer(frame.stamps, "reconstruct"):
+                params = self.reconstructor.reconstruct(landmarks, t_s) if landmarks is not None else None
+                face_found = params is not None
+                vision = self.hold.update(params, t_s)
+        elif vision is not None:
+            face_found = True
+        else:
+            vision = self.hold.update(None, t_s)
+        audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
+        if self.speech is not None and audio_window is not None:
+            with stage_timer(frame.stamps, "speech"):
+                audio_w = np.asarray(self.speech.process(audio_window, t_s), np.float32)
+        with stage_timer(frame.stamps, "fuse"):
+            weights, rot, trans = self.fusion.fuse(vision, audio_w, face_found, t_s)
+        return AvatarState(
+            t_capture_ns=frame.t_capture_ns,
+            media_time_s=t_s,
+            weights=weights,
+            rotation=rot,
+            translation=trans,
+            gaze=np.asarray(vision.gaze, np.float32),
+            face_found=face_found,
+            vision_weights=np.asarray(vision.blendshapes, np.float32),
+            audio_weights=audio_w,
+            stamps=dict(frame.stamps),
+            frame_index=frame.index,
+        )
+
+
+def audio_window(samples: np.ndarray, rate: int, t_s: float, context_s: float) -> np.ndarray:
+    """The ``context_s`` seconds of ``samples`` ending at ``t_s`` (zero-padded before 0).
+
+    Args:
+        samples: (N,) float32 mono audio starting at media time 0.
+        rate: its sample rate, Hz.
+        t_s: end time, seconds.
+        context_s: window length, seconds.
+
+    Returns:
+        (round(context_s * rate),) float32.
+    """
+    n = int(round(context_s * rate))
+    end = int(round(t_s * rate))
+    start = end - n
+    out = np.zeros(n, np.float32)
+    lo, hi = max(start, 0), min(end, len(samples))
+    if hi > lo:
+        out[lo - start: hi - start] = samples[lo:hi]
+    return out
+
+
+def draw_overlay(rgb: np.ndarray, lines: list[str]) -> np.ndarray:
+    """Draw latency text lines onto a copy of an (H, W, 3|4) uint8 image (top left)."""
+    import cv2
+
+    img = np.ascontiguousarray(rgb.copy())
+    scale = max(img.shape[0] / 720.0, 0.5) * 0.6
+    y = int(28 * scale / 0.6)
+    for line in lines:
+        colour = (255, 255, 255, 255)[: img.shape[2]]
+        cv2.putText(img, line, (12, y), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0, 255)[: img.shape[2]], 3, cv2.LINE_AA)
+        cv2.putText(img, line, (12, y), cv2.FONT_HERSHEY_SIMPLEX, scale, colour, 1, cv2.LINE_AA)
+        y += int(26 * scale / 0.6)
+    return img
+
+
+class _RenderWorker:
+    """Render thread: owns the headless GL context, renders states in order.
+
+    Rendered frames go to ``sink(rgb, state)`` on the same thread.
+    """
+
+    _STOP = object()
+
+    def __init__(self, options: RenderOptions, sink: Callable[[np.ndarray, AvatarState], None], stats: LatencyStats):
+        self.options = options
+        self.sink = sink
+        self.stats = stats
+        self.q: queue.Queue = queue.Queue(maxsize=8)
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="render", daemon=True)
+        self.thread.start()
+        self._ready.wait()
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        from avatar_app.render.headless import HeadlessRenderer
+
+        try:
+            w, h = self.options.size
+            renderer = HeadlessRenderer(w, h, msaa=self.options.msaa, background=self.options.background)
+            if self.options.avatar_path is not None:
+                from avatar_app.avatar.loader import load_avatar
+
+                renderer.set_avatar(load_avatar(self.options.avatar_path))
+        except BaseException as exc:  # reported to the caller
+            self.error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while True:
+                item = self.q.get()
+                if item is self._STOP:
+                    break
+                state = item
+                stamps = dict(state.stamps)
+                with stage_timer(stamps, "render"):
+                    rgb = renderer.render(state)
+                self.stats.add_frame(stamps)
+                if self.options.overlay:
+                    rgb = draw_overlay(rgb, self.stats.summary().lines())
+                self.sink(rgb, replace(state, stamps=stamps))
+        except BaseException as exc:
+            self.error = exc
+            log.exception("render thread failed")
+            # drain so the producer never blocks
+            while True:
+                try:
+                    if self.q.get(timeout=0.5) is self._STOP:
+                        break
+                except queue.Empty:
+                    break
+        finally:
+            renderer.close()
+
+    def put(self, state: AvatarState) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put(state)
+
+    def finish(self) -> None:
+        self.q.put(self._STOP)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _silent(samples: np.ndarray, threshold: float = 10 ** (-70 / 20)) -> bool:
+    """True when the peak level is below -70 dBFS (digital silence or near it)."""
+    return samples.size == 0 or float(np.max(np.abs(samples))) < threshold
+
+
+def _default_reconstructor():
+    from avatar_app.reconstruction.geometric import GeometricSolver
+
+    return GeometricSolver()
+
+
+def _default_speech():
+    from avatar_app.speech.loudness import LoudnessSpeechAnimator
+
+    return LoudnessSpeechAnimator()
+
+
+class _Writer:
+    """Sink of the render thread: encodes frames by time and writes the sidecar."""
+
+    def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
+        from avatar_app.record.recorder import ClipRecorder
+        from avatar_app.record.sidecar import SidecarWriter
+
+        w, h = options.size
+        self.recorder = ClipRecorder(output_path, w, h, fps, audio_sample_rate=audio_rate)
+        self.sidecar = SidecarWriter(sidecar_path_for(output_path))
+        self.frames_out = 0
+        self.last_time = 0.0
+
+    def __call__(self, rgb: np.ndarray, state: AvatarState) -> None:
+        self.recorder.write_video(rgb, state.media_time_s)
+        self.frames_out += 1
+        self.last_time = state.media_time_s
+
+    def close(self) -> None:
+        try:
+            self.recorder.close()
+        finally:
+            self.sidecar.close()
+
+
+def render_file(
+    input_path: str | Path,
+    output_path: str | Path,
+    options: RenderOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    reconstructor=None,
+    speech=None,
+) -> RenderReport:
+    """Render an avatar clip from a recording: every frame, in media time, deterministic.
+
+    Args:
+        input_path: a video file with a face (mp4, mpg, mov, mkv, webm ...).
+        output_path: the MP4 to write; a ``.blendshapes.jsonl`` sidecar goes beside it.
+        options: RenderOptions (size, fps, overlay, audio, avatar ...).
+        progress: called as ``progress(frames_done, frames_total_estimate)``.
+        reconstructor: FaceReconstructor to use (default: the geometric solver).
+        speech: SpeechAnimator to use (default: the loudness solver).
+
+    Returns:
+        RenderReport with counts, durations and stage timings.
+
+    Raises:
+        InputError: the input or audio file is missing, unreadable or silent.
+        NoFaceError: no face in any frame (the partial output is removed).
+        RecordingError: the output cannot be written.
+    """
+    from avatar_app.capture.audio_file import load_audio
+    from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+
+    options = options or RenderOptions()
+    input_path, output_path = Path(input_path), Path(output_path)
+    if output_path.resolve() == input_path.resolve():
+        raise InputError(f"Output {output_path} would overwrite the input", output_path)
+    if output_path.parent and not output_path.parent.exists():
+        raise InputError(f"Output folder {output_path.parent} does not exist", output_path)
+    t0 = now_ns()
+    report = RenderReport(output_path=output_path, sidecar_path=sidecar_path_for(output_path))
+    with VideoFileSource(input_path) as src:
+        info = src.info
+        # --- audio: for the speech engine (16 kHz) and for the recording (native rate)
+        rec_audio = speech_audio = None
+        if options.use_audio:
+            if options.audio_path is not None:
+                rec_audio = load_audio(options.audio_path, sample_rate=48000)
+                speech_audio = load_audio(options.audio_path, sample_rate=SPEECH_RATE)
+                what = f"audio file {options.audio_path}"
+            elif info.has_audio:
+                rec_audio = src.read_audio()
+                speech_audio = src.read_audio(SPEECH_RATE)
+                what = f"audio track of {input_path}"
+            if rec_audio is not None and _silent(rec_audio.samples):
+                raise InputError(
+                    f"The {what} is silent: nothing can drive the mouth. "
+                    "Use --no-audio to render from the video alone.",
+                    options.audio_path or input_path,
+                )
+            if rec_audio is None:
+                report.warnings.append(f"{input_path} has no audio track: the clip will be silent")
+        fps_out = float(options.fps or info.fps or 30.0)
+        speech = speech if speech is not None else (_default_speech() if speech_audio is not None else None)
+        reconstructor = reconstructor if reconstructor is not None else _default_reconstructor()
+        stats = LatencyStats(window_s=5.0)
+        writer = _Writer(output_path, options, fps_out, rec_audio.sample_rate if rec_audio is not None else None)
+        ok = False
+        try:
+            if rec_audio is not None:
+                writer.recorder.write_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
+            worker = _RenderWorker(options, writer, stats)
+            tracker = FaceTracker(RunningMode.VIDEO)
+            proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
+            speech_samples = speech_audio.samples if speech_audio is not None else None
+            speech_offset = float(speech_audio.media_time_s) if speech_audio is not None else 0.0
+            context_s = getattr(speech, "context_s", 0.1) if speech is not None else 0.0
+            prev: AvatarState | None = None
+            k_out = 0
+            total = max(int(info.frame_count), 1)
+            try:
+                for frame in src.frames():
+                    window = None
+                    if speech_samples is not None:
+                        window = audio_window(speech_samples, SPEECH_RATE, frame.media_time_s - speech_offset, context_s)
+                    state = proc.process(frame, window)
+                    writer.sidecar.write(state)
+                    report.frames_in += 1
+                    report.faces_found += int(state.face_found)
+                    if options.fps is None:
+                        worker.put(state)
+                    else:
+                        if prev is not None:
+                            k_out = _emit_resampled(worker, prev, state.media_time_s, fps_out, k_out)
+                        prev = state
+                    if progress is not None:
+                        progress(report.frames_in, max(total, report.frames_in))
+                if prev is not None:
+                    end_t = prev.media_time_s + 1.0 / (info.fps or fps_out)
+                    k_out = _emit_resampled(worker, prev, end_t, fps_out, k_out)
+            finally:
+                tracker.close()
+                worker.finish()
+            ok = True
+        finally:
+            try:
+                writer.close()
+            except AvatarError:
+                if ok:
+                    raise
+        report.frames_out = writer.frames_out
+        report.duration_s = (writer.frames_out / fps_out) if options.fps else (writer.last_time + 1.0 / fps_out)
+        if rec_audio is not None:
+            report.audio_duration_s = len(rec_audio.samples) / rec_audio.sample_rate
+    if report.frames_in == 0:
+        _remove_outputs(report)
+        raise InputError(f"No video frame could be decoded from {input_path}", input_path)
+    if report.faces_found == 0:
+        _remove_outputs(report)
+        raise NoFaceError(
+            f"No face was found in any of the {report.frames_in} frames of {input_path}: "
+            "nothing to animate (the face must be visible and well lit)."
+        )
+    report.wall_s = (now_ns() - t0) / 1e9
+    report.stage_ms = stats.summary().stages
+    return report
+
+
+def _emit_resampled(worker: _RenderWorker, state: AvatarState, t_next: float, fps_out: float, k_out: int) -> int:
+    """Emit output frames k/fps_out in [state.t, t_next) showing ``state``; returns next k."""
+    while k_out / fps_out < t_next - 1e-9:
+        worker.put(replace(state, media_time_s=k_out / fps_out))
+        k_out += 1
+    return k_out
+
+
+def _remove_outputs(report: RenderReport) -> None:
+    for p in (report.output_path, report.sidecar_path):
+        try:
+            Path(p).unlink()
+        except FileNotFoundError:
+            pass
+
+
+# --------------------------------------------------------------------------- demo
+def scripted_face(t_s: float) -> FaceParams:
+    """A scripted, lively face for the demo clip (no camera needed).
+
+    Blinks every ~2.7 s (120 ms closing, 180 ms opening), slow head motion
+    (yaw +-0.25 rad, pitch +-0.08 rad, roll +-0.05 rad), saccadic gaze and an
+    occasional smile and brow raise.
+
+    Args:
+        t_s: time in seconds.
+
+    Returns:
+        FaceParams with (52,) float32 weights.
+    """
+    w = np.zeros(NUM_BLENDSHAPES, np.float32)
+    period, phase = 2.7, (t_s + 0.9) % 2.7
+    blink = 0.0
+    if phase < 0.12:
+        blink = phase / 0.12
+    elif phase < 0.30:
+        blink = 1.0 - (phase - 0.12) / 0.18
+    w[Blendshape.eyeBlinkLeft] = w[Blendshape.eyeBlinkRight] = blink
+    smile = 0.35 * max(0.0, math.sin(2 * math.pi * t_s / 6.0))
+    w[Blendshape.mouthSmileLeft] = w[Blendshape.mouthSmileRight] = smile
+    w[Blendshape.browInnerUp] = 0.4 * max(0.0, math.sin(2 * math.pi * (t_s - 1.5) / 5.0)) ** 3
+    yaw = 0.25 * math.sin(2 * math.pi * t_s / 7.0)
+    pitch = 0.08 * math.sin(2 * math.pi * t_s / 4.3)
+    roll = 0.05 * math.sin(2 * math.pi * t_s / 5.1)
+    gaze_yaw = 0.25 * math.copysign(1.0, math.sin(2 * math.pi * t_s / 3.3)) * (abs(math.sin(2 * math.pi * t_s / 3.3)) > 0.6)
+    gaze = np.array([gaze_yaw, 0.05], np.float32)
+    return FaceParams(blendshapes=w, rotation=_euler_to_matrix(yaw, pitch, roll), gaze=gaze)
+
+
+def _euler_to_matrix(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """Rotation R = Ry(yaw) @ Rx(pitch) @ Rz(roll), radians, (3, 3) float32."""
+    cy, sy, cp, sp, cr, sr = math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch), math.cos(roll), math.sin(roll)
+    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
+    return (ry @ rx @ rz).astype(np.float32)
+
+
+def demo_audio_path() -> Path:
+    """The shipped demo speech (assets/demo/speech.*)."""
+    from avatar_app.resources import resource_path
+
+    for name in ("speech.ogg", "speech.m4a", "speech.wav"):
+        p = resource_path(f"assets/demo/{name}")
+        if p.exists():
+            return p
+    raise InputError("The demo speech asset is missing from this installation (assets/demo/)")
+
+
+def render_demo(output_path: str | Path, options: RenderOptions | None = None, progress=None) -> RenderReport:
+    """Render the demo clip from data the package carries: shipped speech + scripted face.
+
+    Args:
+        output_path: MP4 to write (sidecar beside it).
+        options: RenderOptions; ``fps`` defaults to 30.
+        progress: ``progress(done, total)`` callback.
+
+    Returns:
+        RenderReport.
+
+    Raises:
+        InputError: the demo asset is missing. RecordingError: the output cannot be written.
+    """
+    from avatar_app.capture.audio_file import load_audio
+
+    options = options or RenderOptions()
+    output_path = Path(output_path)
+    fps = float(options.fps or 30.0)
+    t0 = now_ns()
+    audio_p = options.audio_path or demo_audio_path()
+    rec_audio = load_audio(audio_p, sample_rate=48000)
+    speech_audio = load_audio(audio_p, sample_rate=SPEECH_RATE)
+    duration = len(speech_audio.samples) / SPEECH_RATE + 0.5
+    n = int(math.ceil(duration * fps))
+    speech = _default_speech()
+    stats = LatencyStats()
+    report = RenderReport(output_path=output_path, sidecar_path=sidecar_path_for(output_path))
+    writer = _Writer(output_path, options, fps, rec_audio.sample_rate)
+    try:
+        writer.recorder.write_audio(rec_audio.samples, 0.0)
+        worker = _RenderWorker(options, writer, stats)
+        proc = FrameProcessor(None, None, speech, fusion=Fusion(options.fusion))
+        try:
+            for i in range(n):
+                t = i / fps
+                frame = Frame(index=i, t_capture_ns=now_ns(), image=np.zeros((1, 1, 3), np.uint8), media_time_s=t)
+                window = audio_window(speech_audio.samples, SPEECH_RATE, t, speech.context_s)
+                state = proc.process(frame, window, vision=scripted_face(t))
+                writer.sidecar.write(state)
+                worker.put(state)
+                report.frames_in += 1
+                report.faces_found += 1
+                if progress:
+                    progress(i + 1, n)
+        finally:
+            worker.finish()
+    finally:
+        writer.close()
+    report.frames_out = writer.frames_out
+    report.duration_s = n / fps
+    report.audio_duration_s = len(rec_audio.samples) / rec_audio.sample_rate
+    report.wall_s = (now_ns() - t0) / 1e9
+    report.stage_ms = stats.summary().stages
+    return report
+
+
+# --------------------------------------------------------------------------- live
+class LivePipeline:
+    """Live processing: newest frame from a source, stages on one thread, newest state out.
+
+    Args:
+        source: a started-or-not capture source with ``start()``, ``stop()``,
+            ``get_latest(timeout_s)``, ``dropped`` and optionally ``ring``
+            (an AudioRing) and ``error``/``finished``.
+        ring: an AudioRing for speech (microphone); defaults to ``source.ring``.
+        reconstructor: FaceReconstructor (default geometric solver).
+        speech: SpeechAnimator (default loudness solver); None disables speech.
+        fusion_settings: shared, mutable FusionSettings.
+
+    Attributes:
+        stats: LatencyStats the overlay reads (camera-to-screen is added by the
+            presenter through :meth:`presented`).
+        error: the last error of the source or a stage, as a user message, or None.
+
+    Thread: ``start``/``stop``/``latest_state`` from the GUI thread; stages on
+    the "pipeline" thread; nothing here touches widgets.
+    """
+
+    def __init__(self, source, ring=None, reconstructor=None, speech="default", fusion_settings: FusionSettings | None = None):
+        from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+
+        self.source = source
+        self.ring = ring if ring is not None else getattr(source, "ring", None)
+        self.fusion = Fusion(fusion_settings)
+        if speech == "default":
+            speech = _default_speech() if self.ring is not None else None
+        self.processor = FrameProcessor(
+            FaceTracker(RunningMode.LIVE), reconstructor or _default_reconstructor(), speech, live=True, fusion=self.fusion
+        )
+        self.stats = LatencyStats(window_s=5.0)
+        self.error: str | None = None
+        self.frames_processed = 0
+        self._state: AvatarState | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.on_state: Callable[[AvatarState], None] | None = None
+        self.last_frame: Frame | None = None
+
+    def start(self) -> None:
+        """Start the source and the processing thread.
+
+        Raises:
+            CaptureError / InputError: the source cannot be opened.
+        """
+        self.source.start()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="pipeline", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop processing and the source; safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        try:
+            self.source.stop()
+        finally:
+            tracker = self.processor.tracker
+            if tracker is not None:
+                tracker.close()
+
+    @property
+    def running(self) -> bool:
+        """True while the processing thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def latest_state(self) -> AvatarState | None:
+        """The newest AvatarState (immutable), or None before the first frame."""
+        with self._lock:
+            return self._state
+
+    def presented(self, state: AvatarState, t_present_ns: int | None = None) -> None:
+        """Tell the stats that ``state`` reached the screen (camera-to-screen latency).
+
+        Args:
+            state: the state drawn.
+            t_present_ns: when it was presented (default now).
+        """
+        self.stats.dropped = int(getattr(self.source, "dropped", 0))
+        self.stats.add_frame(state.stamps, state.t_capture_ns, t_present_ns)
+
+    def _run(self) -> None:
+        last_index = -1
+        while not self._stop.is_set():
+            src_error = getattr(self.source, "error", None)
+            if src_error is not None:
+                self.error = str(src_error)
+                log.warning("source stopped: %s", src_error)
+                break
+            frame = self.source.get_latest(0.05)
+            if frame is None or frame.index == last_index:
+                if getattr(self.source, "finished", False):
+                    break
+                continue
+            last_index = frame.index
+            frame.stamps["capture"] = (frame.t_capture_ns, now_ns())
+            window = None
+            speech = self.processor.speech
+            if speech is not None and self.ring is not None:
+                window = self.ring.read_window(frame.t_capture_ns, speech.context_s)
+            try:
+                state = self.processor.process(frame, window)
+            except AvatarError as exc:
+                self.error = str(exc)
+                log.warning("frame %d failed: %s", frame.index, exc)
+                continue
+            self.last_frame = frame
+            with self._lock:
+                self._state = state
+            self.frames_processed += 1
+            cb = self.on_state
+            if cb is not None:
+                cb(state)

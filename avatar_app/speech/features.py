@@ -1,0 +1,79 @@
+"""Short-time spectral features of 16 kHz speech audio on a fixed 10 ms hop grid.
+
+Frames are 25 ms (400 samples) with a 10 ms hop, the framing DESIGN.md fixes
+for the speech2face log-mel input, analysed with a Hann window and a 512-point
+FFT (31.25 Hz bins). All features of a batch of frames come from one FFT call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from avatar_app.speech.base import SPEECH_SAMPLE_RATE
+
+#: Analysis frame length, samples (25 ms at 16 kHz).
+FRAME_LEN = 400
+#: Hop between frames, samples (10 ms at 16 kHz).
+HOP_LEN = 160
+#: Hop in seconds.
+HOP_S = HOP_LEN / SPEECH_SAMPLE_RATE
+#: FFT size (next power of two above FRAME_LEN).
+N_FFT = 512
+#: Lowest level reported, dBFS (digital silence would otherwise be -inf).
+MIN_LEVEL_DB = -100.0
+
+_WINDOW = np.hanning(FRAME_LEN).astype(np.float32)
+_FREQS = np.fft.rfftfreq(N_FFT, 1.0 / SPEECH_SAMPLE_RATE)
+# Band 80-8000 Hz: everything but DC and hum-range rumble.
+_BAND = (_FREQS >= 80.0) & (_FREQS <= 8000.0)
+# Flatness band 80-4000 Hz, where voiced speech shows its harmonics.
+_FLAT_BAND = (_FREQS >= 80.0) & (_FREQS <= 4000.0)
+# Vowel cue bands: "low" 200-1000 Hz holds F1 (and F2 of back rounded vowels),
+# "mid" 1000-3000 Hz holds F2 of front spread vowels (Peterson & Barney, 1952).
+_LOW = (_FREQS >= 200.0) & (_FREQS < 1000.0)
+_MID = (_FREQS >= 1000.0) & (_FREQS <= 3000.0)
+# Mean square of the band-limited frame from the one-sided power spectrum (Parseval):
+# sum_k 2|X_k|^2 / (N_FFT * sum(w^2)).
+_POWER_SCALE = 2.0 / (N_FFT * float(np.sum(_WINDOW.astype(np.float64) ** 2)))
+_EPS = 1e-20
+
+
+@dataclass(frozen=True)
+class FrameFeatures:
+    """Features of K analysis frames (all arrays (K,) float64).
+
+    Attributes:
+        level_db: band-limited (80-8000 Hz) mean-square level, dBFS (a full-scale
+            square wave is 0 dBFS), clamped below at :data:`MIN_LEVEL_DB`.
+        flatness: spectral flatness (geometric / arithmetic mean of the power
+            spectrum, Gray & Markel 1974) over 80-4000 Hz, in [0, 1]. About 0.56
+            for white noise, 0.3-0.45 for pink noise and clicks, below ~0.1 for
+            voiced speech (its harmonics make the spectrum peaky).
+        tilt_db: energy in 1000-3000 Hz over 200-1000 Hz, dB. Higher for
+            front spread vowels (i, e: high F2), lower for back rounded vowels
+            (u, o: low F1 and F2).
+    """
+
+    level_db: np.ndarray
+    flatness: np.ndarray
+    tilt_db: np.ndarray
+
+
+def analyse_frames(frames: np.ndarray) -> FrameFeatures:
+    """Compute :class:`FrameFeatures` for a batch of frames.
+
+    Args:
+        frames: (K, 400) float32 mono audio at 16 kHz in [-1, 1].
+
+    Returns:
+        FrameFeatures with (K,) arrays.
+    """
+    spec = np.fft.rfft(frames * _WINDOW, N_FFT, axis=-1)
+    power = spec.real**2 + spec.imag**2 + _EPS
+    band_power = power[:, _BAND].sum(axis=1)
+    level_db = np.maximum(10.0 * np.log10(band_power * _POWER_SCALE + _EPS), MIN_LEVEL_DB)
+    flat = power[:, _FLAT_BAND]
+    flatness = np.exp(np.log(flat).mean(axis=1)) / flat.mean(axis=1)
+    tilt_db = 10.0 * np.log10(power[:, _MID].sum(axis=1) / power[:, _LOW].sum(axis=1))
+    return FrameFeatures(level_db=level_db, flatness=flatness, tilt_db=tilt_db)
