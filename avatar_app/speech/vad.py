@@ -55,6 +55,9 @@ class GateConfig:
         floor_rise_s: time constant of the floor rising while closed, s.
         floor_rise_open_s: time constant of the floor rising while open, s
             (slow, so sustained speech does not become "noise").
+        silence_db: levels at or below this, dBFS, are digital silence (a muted
+            or starting device): they never open the gate and leave the floor
+            unchanged (16-bit dither alone is about -101 dBFS).
     """
 
     open_db: float = 12.0
@@ -67,6 +70,7 @@ class GateConfig:
     floor_fall_s: float = 0.04
     floor_rise_s: float = 1.5
     floor_rise_open_s: float = 15.0
+    silence_db: float = -90.0
 
     def __post_init__(self) -> None:
         if self.close_db > self.open_db:
@@ -123,8 +127,10 @@ class VoiceActivityGate:
         c = self.config
         self.level_db = level_db
         self.speech_like = flatness < c.max_flatness
-        if self.floor_db is None:  # first hop: assume it is background
-            self.floor_db = level_db
+        if self.floor_db is None:
+            if level_db <= c.silence_db:  # digital silence tells nothing about the room
+                return False
+            self.floor_db = level_db  # first real hop: assume it is background
         above = level_db - self.floor_db
         if self.is_open:
             if above > c.close_db and flatness < c.max_flatness_open:
@@ -143,7 +149,9 @@ class VoiceActivityGate:
             else:
                 self._onset = 0
         # floor update (after the decision, so the onset does not lift its own floor much)
-        if level_db < self.floor_db:
+        if level_db <= c.silence_db:
+            pass  # digital silence (muted mic, stream start) leaves the floor alone
+        elif level_db < self.floor_db:
             self.floor_db += (level_db - self.floor_db) * self._a_fall
         else:
             a = self._a_rise_open if self.is_open else self._a_rise

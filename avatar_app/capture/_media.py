@@ -1,0 +1,232 @@
+"""PyAV helpers shared by the file sources: opening, probing, tolerant decoding.
+
+Private to :mod:`avatar_app.capture`.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import av.error
+import numpy as np
+
+from avatar_app.core.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+#: Seconds before the declared end from which the tail of a stream is demuxed
+#: to find its exact end (packet pts + duration).
+_TAIL_PROBE_S = 3.0
+
+
+def check_file(path: str | Path, what: str) -> Path:
+    """Return ``path`` as a Path if it is an existing regular file.
+
+    Raises:
+        InputError: the file does not exist or is not a regular file.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{what} file not found: '{p}'", path=p)
+    if not p.is_file():
+        raise InputError(f"{what} path '{p}' is not a file", path=p)
+    return p
+
+
+def open_container(path: Path, what: str) -> av.container.InputContainer:
+    """Open a media file for reading.
+
+    Raises:
+        InputError: the file cannot be parsed as media (corrupt, truncated or not media).
+    """
+    try:
+        return av.open(str(path), mode="r")
+    except av.error.FFmpegError as e:
+        raise InputError(
+            f"'{path}' is not a readable {what} (corrupt, truncated or not a media file): {e}",
+            path=path,
+        ) from e
+    except (OSError, ValueError) as e:
+        raise InputError(f"'{path}' cannot be read: {e}", path=path) from e
+
+
+def to_seconds(value: int | None, time_base: Fraction | None) -> float | None:
+    """``value * time_base`` in seconds, or None if either is missing."""
+    if value is None or time_base is None:
+        return None
+    return float(value * time_base)
+
+
+def padded_end(declared_end: float | None, last_start: float, decoded_end: float) -> float:
+    """End time of an audio stream, without the encoder's end padding.
+
+    Encoders fill the last codec frame with padding; MP4 declares the true
+    length (edit list / track duration). Padding is by definition shorter than
+    one codec frame, so the declared end is used only when it falls inside the
+    last frame ``(last_start, decoded_end]``; otherwise it is an estimate (MPEG-PS
+    durations come from the last packet's PTS) and the decoded end is kept.
+
+    Args:
+        declared_end: container's start + duration of the stream, seconds, or None.
+        last_start: start of the last frame/packet, seconds.
+        decoded_end: end of the last frame/packet, seconds.
+    """
+    if declared_end is not None and last_start < declared_end <= decoded_end:
+        return declared_end
+    return decoded_end
+
+
+def stream_start_s(stream: av.stream.Stream) -> float:
+    """Start time of a stream in seconds (0.0 when the container gives none)."""
+    s = to_seconds(stream.start_time, stream.time_base)
+    return s if s is not None else 0.0
+
+
+def declared_end_s(stream: av.stream.Stream, container: av.container.InputContainer) -> float | None:
+    """Start + duration of a stream as the container declares it, seconds, or None."""
+    dur = to_seconds(stream.duration, stream.time_base)
+    if dur is not None and dur > 0:
+        return stream_start_s(stream) + dur
+    if container.duration:
+        return float(container.duration) / av.time_base
+    return None
+
+
+def probe_tail(container: av.container.InputContainer, stream: av.stream.Stream,
+               default_frame_s: float) -> tuple[float, float] | None:
+    """(start of the last packet, end of the last packet) of a stream, seconds.
+
+    Seeks to a few seconds before the declared end and demuxes to the end of the
+    file (no decoding). Returns None if nothing could be read.
+
+    Args:
+        default_frame_s: packet duration to assume when a packet has none.
+    """
+    end = declared_end_s(stream, container)
+    tb = stream.time_base
+    if tb is None:
+        return None
+    try:
+        target = max(0.0, end - _TAIL_PROBE_S) if end is not None else 0.0
+        container.seek(int(target / tb), stream=stream, backward=True)
+        last_start = last_end = None
+        for pkt in container.demux(stream):
+            if pkt.pts is None:
+                continue
+            start = float(pkt.pts * tb)
+            dur = float(pkt.duration * tb) if pkt.duration else default_frame_s
+            if last_end is None or start + dur > last_end:
+                last_start, last_end = start, start + dur
+    except (av.error.FFmpegError, OSError) as e:
+        logger.debug("tail probe of stream %d failed: %s", stream.index, e)
+        return None
+    if last_end is None:
+        return None
+    return last_start, last_end
+
+
+@dataclass
+class DecodeReport:
+    """What happened while decoding one stream (filled during iteration)."""
+
+    frames: int = 0
+    errors: int = 0
+    first_error: str = ""
+
+    def note_error(self, err: Exception) -> None:
+        self.errors += 1
+        if not self.first_error:
+            self.first_error = str(err)
+
+
+def decode_tolerant(container: av.container.InputContainer, stream: av.stream.Stream,
+                    report: DecodeReport) -> Iterator[av.frame.Frame]:
+    """Decode every frame of ``stream``, skipping packets that fail to decode.
+
+    A demux error (file cut short) ends the iteration after flushing the decoder.
+    Errors are counted in ``report``; the caller decides whether to warn or raise.
+    """
+    demux = container.demux(stream)
+    while True:
+        try:
+            pkt = next(demux)
+        except StopIteration:
+            break
+        except av.error.FFmpegError as e:
+            report.note_error(e)
+            pkt = None
+        try:
+            frames = stream.codec_context.decode(pkt)
+        except av.error.FFmpegError as e:
+            report.note_error(e)
+            frames = []
+        for fr in frames:
+            report.frames += 1
+            yield fr
+        if pkt is None:  # flushed after a demux error
+            break
+
+
+def mono_float(frame: av.AudioFrame) -> np.ndarray:
+    """(N,) float32 mono from a planar float frame: the mean of its channels.
+
+    The mean keeps full-scale input within [-1, 1] (FFmpeg's own stereo->mono
+    matrix adds channels at -3 dB, which can exceed 1); the result is clipped
+    to [-1, 1].
+    """
+    a = frame.to_ndarray()
+    if a.ndim == 2 and a.shape[0] > 1:
+        x = a.mean(axis=0, dtype=np.float32)
+    else:
+        x = np.array(a.reshape(-1), dtype=np.float32)
+    # Lossy decoders (AAC, MP3) and resampling overshoot full scale slightly.
+    return np.clip(x, -1.0, 1.0, out=x)
+
+
+def iter_audio(container: av.container.InputContainer, stream: av.stream.Stream,
+               sample_rate: int | None, report: DecodeReport,
+               tail: dict | None = None) -> Iterator[tuple[np.ndarray, float]]:
+    """Decode an audio stream to mono float32 blocks at ``sample_rate``.
+
+    Resampling uses ``av.AudioResampler`` (FFmpeg libswresample), which keeps the
+    output aligned with its input (no added delay); channels are averaged.
+
+    Args:
+        sample_rate: output rate in Hz, or None for the stream's own rate.
+        report: counts decoded frames and errors.
+        tail: if given, receives ``last_start`` and ``decoded_end`` (seconds,
+            stream time) of the last decoded frame, for :func:`padded_end`.
+
+    Yields:
+        ((N,) float32 samples, start time of the first sample in seconds of
+        stream time), contiguous blocks.
+    """
+    resampler = av.AudioResampler(format="fltp", rate=sample_rate)
+    out_rate = sample_rate
+    t0: float | None = None
+    out_count = 0
+    for fr in decode_tolerant(container, stream, report):
+        if t0 is None:
+            t0 = fr.time if fr.time is not None else stream_start_s(stream)
+            out_rate = sample_rate or fr.sample_rate
+            last_start = t0
+        else:
+            last_start = fr.time if fr.time is not None else last_start
+        if tail is not None:
+            tail["last_start"] = last_start
+            tail["decoded_end"] = last_start + fr.samples / fr.sample_rate
+        fr.pts = None  # timing is tracked here; let the resampler ignore gaps
+        for o in resampler.resample(fr):
+            x = mono_float(o)
+            yield x, t0 + out_count / out_rate
+            out_count += x.shape[0]
+    if t0 is None:
+        return
+    for o in resampler.resample(None):
+        x = mono_float(o)
+        yield x, t0 + out_count / out_rate
+        out_count += x.shape[0]

@@ -1,0 +1,259 @@
+"""Video files (MP4, MPEG, MKV, ... anything FFmpeg reads) as a frame and audio source.
+
+Offline use: every frame in order, no drops (DESIGN.md, offline mode). For a file
+played in real time as if it were a camera, see :mod:`avatar_app.capture.live_file`.
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import numpy as np
+
+from avatar_app.capture import _media
+from avatar_app.core.clock import now_ns
+from avatar_app.core.errors import InputError
+from avatar_app.core.types import AudioChunk, Frame
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What a video file contains (from its headers plus a demux of its last seconds).
+
+    Attributes:
+        width: frame width in pixels.
+        height: frame height in pixels.
+        fps: frames per second (the stream's average rate; 0.0 if unknown).
+        frame_count: number of frames: the container's count where it has one,
+            else round(duration_s * fps) (an estimate; :meth:`VideoFileSource.frames`
+            yields the true count).
+        duration_s: seconds from the first frame's start to the last frame's end.
+        has_audio: whether the file has an audio stream.
+        audio_sample_rate: Hz of that stream (0 without audio).
+        audio_duration_s: seconds of audio without the encoder's end padding
+            (0.0 without audio).
+        audio_start_s: start of the audio relative to the first video frame,
+            seconds (negative when the audio starts earlier).
+    """
+
+    width: int
+    height: int
+    fps: float
+    frame_count: int
+    duration_s: float
+    has_audio: bool
+    audio_sample_rate: int
+    audio_duration_s: float
+    audio_start_s: float
+
+
+class VideoFileSource:
+    """Decode a video file's frames and audio with PyAV (FFmpeg).
+
+    Each call of :meth:`frames` or :meth:`read_audio` opens the file anew, so the
+    two can be used independently and :meth:`frames` can be iterated again.
+
+    Thread: use one instance from one thread.
+
+    Args:
+        path: the video file.
+
+    Raises:
+        InputError: the file is missing, not a readable video (corrupt,
+            truncated, not media), or has no video stream.
+
+    Example:
+        >>> with VideoFileSource("talk.mp4") as src:
+        ...     for frame in src.frames():
+        ...         process(frame.image)
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = _media.check_file(path, "Video")
+        #: Set when decoding hit errors (a corrupt or truncated file).
+        self.truncated = False
+        self._generators: weakref.WeakSet = weakref.WeakSet()
+        self._closed = False
+        with _media.open_container(self.path, "video") as c:
+            if not c.streams.video:
+                kinds = ", ".join(sorted({s.type for s in c.streams})) or "none"
+                raise InputError(
+                    f"'{self.path}' has no video stream (streams found: {kinds})", path=self.path)
+            self.info = self._probe(c)
+        logger.debug("opened %s: %s", self.path, self.info)
+
+    # -- probing ----------------------------------------------------------------------
+    def _probe(self, c: av.container.InputContainer) -> VideoInfo:
+        v = c.streams.video[0]
+        rate = v.average_rate or v.guessed_rate or v.base_rate
+        fps = float(rate) if rate else 0.0
+        self._video_start_s = _media.stream_start_s(v)
+        tail = _media.probe_tail(c, v, 1.0 / fps if fps else 0.0)
+        if tail is not None:
+            duration = tail[1] - self._video_start_s
+        else:
+            end = _media.declared_end_s(v, c)
+            duration = (end - self._video_start_s) if end is not None else 0.0
+        frame_count = v.frames if v.frames > 0 else int(round(duration * fps))
+
+        has_audio = bool(c.streams.audio)
+        a_rate, a_dur, a_start = 0, 0.0, 0.0
+        if has_audio:
+            a = c.streams.audio[0]
+            a_rate = int(a.rate or a.codec_context.sample_rate or 0)
+            a_start_stream = _media.stream_start_s(a)
+            a_start = a_start_stream - self._video_start_s
+            frame_s = (a.codec_context.frame_size or 1024) / a_rate if a_rate else 0.0
+            tail = _media.probe_tail(c, a, frame_s)
+            declared = _media.declared_end_s(a, c)
+            if tail is not None:
+                a_end = _media.padded_end(declared, tail[0], tail[1])
+            else:
+                a_end = declared if declared is not None else a_start_stream
+            a_dur = max(0.0, a_end - a_start_stream)
+        return VideoInfo(
+            width=int(v.codec_context.width), height=int(v.codec_context.height), fps=fps,
+            frame_count=int(frame_count), duration_s=float(max(duration, 0.0)),
+            has_audio=has_audio, audio_sample_rate=a_rate, audio_duration_s=float(a_dur),
+            audio_start_s=float(a_start),
+        )
+
+    # -- frames -----------------------------------------------------------------------
+    def frames(self) -> Iterator[Frame]:
+        """Decode every video frame in presentation order.
+
+        Yields:
+            :class:`~avatar_app.core.types.Frame` with ``index`` from 0,
+            ``media_time_s`` = pts relative to the video stream's start (seconds),
+            ``t_capture_ns`` = ``now_ns()`` when the frame was decoded and
+            ``image`` (H, W, 3) uint8 BGR.
+
+        If the file is corrupt or truncated, the frames that decode are yielded,
+        a warning is logged and :attr:`truncated` is set.
+
+        Raises:
+            InputError: no frame at all could be decoded (corrupt/truncated file),
+                or the source was closed.
+        """
+        if self._closed:
+            raise InputError(f"VideoFileSource for '{self.path}' is closed", path=self.path)
+        gen = self._frames()
+        self._generators.add(gen)
+        return gen
+
+    def _frames(self) -> Iterator[Frame]:
+        report = _media.DecodeReport()
+        fps = self.info.fps
+        with _media.open_container(self.path, "video") as c:
+            stream = c.streams.video[0]
+            stream.thread_type = "AUTO"
+            index = 0
+            last_t = None
+            for fr in _media.decode_tolerant(c, stream, report):
+                if fr.time is not None:
+                    t = fr.time - self._video_start_s
+                elif last_t is not None:
+                    t = last_t + (1.0 / fps if fps else 0.0)
+                else:
+                    t = 0.0
+                last_t = t
+                image = np.ascontiguousarray(fr.to_ndarray(format="bgr24"))
+                yield Frame(index=index, t_capture_ns=now_ns(), image=image, media_time_s=t)
+                index += 1
+        self._check_report(report, "video frame")
+
+    def _check_report(self, report: _media.DecodeReport, unit: str) -> None:
+        if report.errors == 0:
+            if report.frames == 0:
+                raise InputError(f"'{self.path}' contains no decodable {unit}s", path=self.path)
+            return
+        self.truncated = True
+        if report.frames == 0:
+            raise InputError(
+                f"'{self.path}' is corrupt or truncated: no {unit} could be decoded "
+                f"({report.first_error})", path=self.path)
+        logger.warning("'%s' is corrupt or truncated: %d %ss decoded, %d decode errors (%s)",
+                       self.path, report.frames, unit, report.errors, report.first_error)
+
+    # -- audio ------------------------------------------------------------------------
+    def read_audio(self, sample_rate: int | None = None) -> AudioChunk | None:
+        """The whole audio track as one mono float32 chunk.
+
+        Args:
+            sample_rate: output rate in Hz (resampled with ``av.AudioResampler``),
+                or None for the file's own rate.
+
+        Returns:
+            :class:`~avatar_app.core.types.AudioChunk` with ``samples`` (N,) float32
+            in [-1, 1] (channels averaged), the encoder's end padding removed,
+            ``media_time_s`` = start of the audio relative to the video start
+            (seconds) and ``t_start_ns`` = 0; None if the file has no audio.
+
+        Raises:
+            InputError: the audio stream cannot be decoded at all, or the source
+                was closed.
+            ValueError: ``sample_rate`` is not positive.
+        """
+        if self._closed:
+            raise InputError(f"VideoFileSource for '{self.path}' is closed", path=self.path)
+        if not self.info.has_audio:
+            return None
+        if sample_rate is not None and sample_rate <= 0:
+            raise ValueError(f"sample_rate must be > 0, got {sample_rate}")
+        samples, rate, t0 = load_stream_audio(self.path, sample_rate, self._check_report)
+        return AudioChunk(samples=samples, sample_rate=rate, t_start_ns=0,
+                          media_time_s=t0 - self._video_start_s)
+
+    # -- lifetime ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop open :meth:`frames` iterators and release the file. Idempotent."""
+        self._closed = True
+        for gen in list(self._generators):
+            try:
+                gen.close()
+            except ValueError:  # running in another thread: it closes its file when done
+                logger.debug("frames() iterator of %s is running; not closed", self.path)
+        self._generators = weakref.WeakSet()
+
+    def __enter__(self) -> "VideoFileSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"VideoFileSource('{self.path}')"
+
+
+def load_stream_audio(path: Path, sample_rate: int | None, check_report) -> tuple[np.ndarray, int, float]:
+    """Decode the first audio stream of ``path`` (helper of read_audio/load_audio).
+
+    Returns:
+        ((N,) float32 mono samples, sample rate Hz, start time of the first
+        sample in seconds of stream time).
+    """
+    report = _media.DecodeReport()
+    blocks: list[np.ndarray] = []
+    tail: dict = {}
+    t0 = 0.0
+    with _media.open_container(path, "media file") as c:
+        stream = c.streams.audio[0]
+        rate = int(sample_rate or stream.rate or stream.codec_context.sample_rate)
+        for i, (x, t) in enumerate(_media.iter_audio(c, stream, sample_rate, report, tail)):
+            if i == 0:
+                t0 = t
+            blocks.append(x)
+        declared = _media.declared_end_s(stream, c)
+    check_report(report, "audio frame")
+    samples = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
+    if tail:
+        end = _media.padded_end(declared, tail["last_start"], tail["decoded_end"])
+        n = int(round((end - t0) * rate))
+        samples = samples[:max(n, 0)]
+    return np.ascontiguousarray(samples, dtype=np.float32), rate, t0

@@ -1,0 +1,327 @@
+"""Face landmarks from MediaPipe's face mesh, with running modes and face selection.
+
+Wraps the legacy ``mediapipe.solutions.face_mesh.FaceMesh`` with
+``refine_landmarks=True`` (478 landmarks: the 468-point mesh plus 5 points per
+iris). mediapipe 0.10.21 bundles the detector and landmark models in its
+wheel, so nothing is downloaded.
+
+The legacy API has no timestamps; this wrapper owns the contract of the
+MediaPipe Tasks API instead: one running mode per tracker, one method per
+mode, and timestamps that strictly increase.
+
+Face selection: when several faces are visible the tracker follows one. On the
+first frame (and after the followed face has been lost for longer than
+``reacquire_after_s``) it takes the largest face; afterwards it takes the face
+whose box overlaps the previous choice most (intersection over union), or if
+none overlaps the nearest one within ``gate`` box sizes; a face elsewhere is
+another person and is ignored (the frame returns None) until the re-acquire
+time has passed.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+
+import cv2
+import numpy as np
+
+from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.types import Landmarks
+from avatar_app.tracking.landmark_groups import NUM_LANDMARKS
+
+logger = logging.getLogger(__name__)
+
+
+class RunningMode(enum.Enum):
+    """How frames arrive, as in MediaPipe Tasks' ``VisionTaskRunningMode``.
+
+    IMAGE: unrelated still images (detection on every image).
+    VIDEO: decoded video frames in media time (tracking between frames).
+    LIVE: camera frames on the process clock (tracking between frames).
+    """
+
+    IMAGE = "image"
+    VIDEO = "video"
+    LIVE = "live"
+
+
+def _box(points: np.ndarray, w: int, h: int) -> np.ndarray:
+    """(4,) float64 box ``x0, y0, x1, y1`` in pixels of (478, 3) normalised points."""
+    x = points[:, 0] * w
+    y = points[:, 1] * h
+    return np.array([x.min(), y.min(), x.max(), y.max()], dtype=np.float64)
+
+
+def _area(b: np.ndarray) -> float:
+    return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    inter = _area(np.array([max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])]))
+    union = _area(a) + _area(b) - inter
+    return inter / union if union > 0 else 0.0
+
+
+class FaceTracker:
+    """MediaPipe face mesh (478 landmarks) for one followed face.
+
+    Example::
+
+        with FaceTracker(RunningMode.VIDEO) as tracker:
+            for i, bgr in enumerate(frames):
+                lm = tracker.process_video_frame(bgr, timestamp_ms=i * 40.0)
+
+    Thread: not thread-safe; use one tracker per thread (MediaPipe graphs are
+    stateful).
+
+    Args:
+        mode: the running mode; only that mode's ``process_*`` method may be called.
+        max_faces: how many faces MediaPipe looks for (1..10). With 1 the
+            detector runs only when the face is lost; with more it runs on
+            every frame where fewer faces than that are tracked (costlier,
+            but lets the selection keep the same person among several).
+        min_detection_confidence: face detector threshold in [0, 1].
+        min_tracking_confidence: landmark presence threshold in [0, 1] below
+            which the face counts as lost and the detector runs again.
+        reacquire_after_s: seconds without the followed face after which the
+            largest visible face is taken instead (VIDEO and LIVE).
+        gate: how far (in sizes of the previous box) a non-overlapping face may
+            be from the previous choice to still count as the same face.
+
+    Raises:
+        InputError: a parameter out of range.
+    """
+
+    def __init__(
+        self,
+        mode: RunningMode = RunningMode.VIDEO,
+        *,
+        max_faces: int = 1,
+        min_detection_confidence: float = 0.5,
+        min_tracking_confidence: float = 0.5,
+        reacquire_after_s: float = 0.5,
+        gate: float = 0.5,
+    ) -> None:
+        if not isinstance(mode, RunningMode):
+            raise InputError(f"mode must be a RunningMode, got {mode!r}")
+        if not 1 <= int(max_faces) <= 10:
+            raise InputError(f"max_faces must be between 1 and 10, got {max_faces}")
+        for name, v in (
+            ("min_detection_confidence", min_detection_confidence),
+            ("min_tracking_confidence", min_tracking_confidence),
+        ):
+            if not 0.0 <= float(v) <= 1.0:
+                raise InputError(f"{name} must be in [0, 1], got {v}")
+        if reacquire_after_s < 0 or gate < 0:
+            raise InputError("reacquire_after_s and gate must be non-negative")
+        self._mode = mode
+        self._max_faces = int(max_faces)
+        self._min_detection_confidence = float(min_detection_confidence)
+        self._min_tracking_confidence = float(min_tracking_confidence)
+        self._reacquire_after_s = float(reacquire_after_s)
+        self._gate = float(gate)
+        self._mesh = self._make_mesh()
+        self._last_ts: int | float | None = None
+        self._prev_box: np.ndarray | None = None
+        self._lost_since_s: float | None = None
+        self._faces_found = 0
+
+    # -- public API ---------------------------------------------------------
+
+    @property
+    def mode(self) -> RunningMode:
+        """The running mode given at construction."""
+        return self._mode
+
+    @property
+    def max_faces(self) -> int:
+        """How many faces MediaPipe looks for."""
+        return self._max_faces
+
+    @property
+    def faces_found(self) -> int:
+        """Number of faces MediaPipe returned for the last processed frame."""
+        return self._faces_found
+
+    def process_image(self, bgr: np.ndarray) -> Landmarks | None:
+        """Landmarks of the largest face in a still image.
+
+        Args:
+            bgr: (H, W, 3) uint8 BGR image.
+
+        Returns:
+            The face's Landmarks (``t_ns = 0``), or None when no face is found.
+
+        Raises:
+            TrackingError: the tracker is not in IMAGE mode, or it is closed.
+            InputError: the image is not (H, W, 3) uint8.
+        """
+        self._check_mode(RunningMode.IMAGE, "process_image")
+        return self._process(bgr, t_s=None, t_ns=0)
+
+    def process_video_frame(self, bgr: np.ndarray, timestamp_ms: float) -> Landmarks | None:
+        """Landmarks of the followed face in one video frame.
+
+        Args:
+            bgr: (H, W, 3) uint8 BGR frame.
+            timestamp_ms: media time of the frame, milliseconds; must be larger
+                than the previous call's.
+
+        Returns:
+            Landmarks (``t_ns`` = the timestamp in ns), or None when the
+            followed face is not visible.
+
+        Raises:
+            TrackingError: wrong mode, closed, or the timestamp does not increase.
+            InputError: the image is not (H, W, 3) uint8 or the timestamp is not finite.
+        """
+        self._check_mode(RunningMode.VIDEO, "process_video_frame")
+        ts = float(timestamp_ms)
+        if not np.isfinite(ts):
+            raise InputError(f"timestamp_ms must be finite, got {timestamp_ms}")
+        self._check_increasing(ts, "ms")
+        image = self._check_image(bgr)
+        self._last_ts = ts
+        return self._process(image, t_s=ts / 1e3, t_ns=int(round(ts * 1e6)), checked=True)
+
+    def process_live(self, bgr: np.ndarray, timestamp_ns: int) -> Landmarks | None:
+        """Landmarks of the followed face in one camera frame.
+
+        Args:
+            bgr: (H, W, 3) uint8 BGR frame.
+            timestamp_ns: capture time on the process clock (``now_ns()``),
+                integer nanoseconds; must be larger than the previous call's.
+
+        Returns:
+            Landmarks (``t_ns = timestamp_ns``), or None when the followed face
+            is not visible.
+
+        Raises:
+            TrackingError: wrong mode, closed, or the timestamp does not increase.
+            InputError: the image is not (H, W, 3) uint8 or the timestamp is not an integer.
+        """
+        self._check_mode(RunningMode.LIVE, "process_live")
+        if isinstance(timestamp_ns, bool) or not isinstance(timestamp_ns, (int, np.integer)):
+            raise InputError(f"timestamp_ns must be an integer (ns), got {timestamp_ns!r}")
+        ts = int(timestamp_ns)
+        self._check_increasing(ts, "ns")
+        image = self._check_image(bgr)
+        self._last_ts = ts
+        return self._process(image, t_s=ts / 1e9, t_ns=ts, checked=True)
+
+    def reset(self) -> None:
+        """Forget the followed face and the last timestamp (e.g. a new video)."""
+        self._check_open()
+        self._last_ts = None
+        self._prev_box = None
+        self._lost_since_s = None
+        # A fresh graph also forgets MediaPipe's own tracked face regions.
+        self._mesh.close()
+        self._mesh = self._make_mesh()
+
+    def close(self) -> None:
+        """Release the MediaPipe graph. Idempotent."""
+        if self._mesh is not None:
+            self._mesh.close()
+            self._mesh = None
+
+    def __enter__(self) -> "FaceTracker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------
+
+    def _make_mesh(self):  # noqa: ANN202 - mediapipe's FaceMesh
+        import mediapipe as mp  # heavy import, only when a tracker is made
+
+        return mp.solutions.face_mesh.FaceMesh(
+            static_image_mode=self._mode is RunningMode.IMAGE,
+            max_num_faces=self._max_faces,
+            refine_landmarks=True,
+            min_detection_confidence=self._min_detection_confidence,
+            min_tracking_confidence=self._min_tracking_confidence,
+        )
+
+    def _check_open(self) -> None:
+        if self._mesh is None:
+            raise TrackingError("the face tracker is closed")
+
+    def _check_mode(self, wanted: RunningMode, method: str) -> None:
+        self._check_open()
+        if self._mode is not wanted:
+            raise TrackingError(
+                f"{method}() needs a tracker in {wanted.name} mode, but this tracker runs in "
+                f"{self._mode.name} mode; create a FaceTracker(RunningMode.{wanted.name})"
+            )
+
+    def _check_increasing(self, ts: int | float, unit: str) -> None:
+        if self._last_ts is not None and not ts > self._last_ts:
+            raise TrackingError(
+                f"timestamps must strictly increase: got {ts} {unit} after {self._last_ts} {unit}"
+            )
+
+    @staticmethod
+    def _check_image(bgr: np.ndarray) -> np.ndarray:
+        if bgr is None:
+            raise InputError("no image given to the face tracker (None)")
+        if not isinstance(bgr, np.ndarray):
+            raise InputError(f"image must be a numpy array, got {type(bgr).__name__}")
+        if bgr.dtype != np.uint8:
+            raise InputError(f"image must be uint8 BGR, got dtype {bgr.dtype}")
+        if bgr.ndim != 3 or bgr.shape[2] != 3 or bgr.shape[0] < 1 or bgr.shape[1] < 1:
+            raise InputError(f"image must have shape (H, W, 3) BGR, got {bgr.shape}")
+        return bgr
+
+    def _process(
+        self, bgr: np.ndarray, t_s: float | None, t_ns: int, checked: bool = False
+    ) -> Landmarks | None:
+        image = bgr if checked else self._check_image(bgr)
+        h, w = image.shape[:2]
+        rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+        result = self._mesh.process(rgb)
+        faces = result.multi_face_landmarks or []
+        self._faces_found = len(faces)
+        if not faces:
+            return self._lost(t_s)
+        pts = [
+            np.array([(p.x, p.y, p.z) for p in f.landmark], dtype=np.float32) for f in faces
+        ]
+        pts = [p for p in pts if p.shape == (NUM_LANDMARKS, 3)]
+        if not pts:
+            return self._lost(t_s)
+        boxes = [_box(p, w, h) for p in pts]
+        choice = self._select(boxes, t_s)
+        if choice is None:
+            return self._lost(t_s)
+        self._prev_box = boxes[choice]
+        self._lost_since_s = None
+        return Landmarks(points=pts[choice], image_size=(w, h), t_ns=t_ns)
+
+    def _lost(self, t_s: float | None) -> None:
+        if t_s is not None and self._lost_since_s is None:
+            self._lost_since_s = t_s
+        return None
+
+    def _select(self, boxes: list[np.ndarray], t_s: float | None) -> int | None:
+        """Index of the face to follow, or None when only other people are visible."""
+        largest = int(np.argmax([_area(b) for b in boxes]))
+        prev = self._prev_box
+        if t_s is None or prev is None:
+            return largest
+        ious = [_iou(prev, b) for b in boxes]
+        best = int(np.argmax(ious))
+        if ious[best] > 0.0:
+            return best
+        size = max(prev[2] - prev[0], prev[3] - prev[1])
+        pc = 0.5 * (prev[:2] + prev[2:])
+        dists = [float(np.linalg.norm(0.5 * (b[:2] + b[2:]) - pc)) for b in boxes]
+        nearest = int(np.argmin(dists))
+        if dists[nearest] <= self._gate * size:
+            return nearest
+        lost_for = 0.0 if self._lost_since_s is None else t_s - self._lost_since_s
+        if lost_for >= self._reacquire_after_s:
+            logger.debug("followed face lost for %.2f s; taking the largest face", lost_for)
+            return largest
+        return None

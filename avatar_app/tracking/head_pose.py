@@ -1,0 +1,360 @@
+"""Head pose from MediaPipe landmarks by a rigid fit to the user's neutral face.
+
+Coordinate frames
+-----------------
+*Camera space* (the project's contract, DESIGN.md): right-handed, metres,
+x to the image's right, y up, the camera looks down -Z, so a face in front of
+the camera has negative z.
+
+*Pixel space* (internal): MediaPipe's x, y are image-normalised with y down and
+z is a relative depth "in roughly the same scale as x" (negative = nearer the
+camera). :func:`landmarks_to_pixel_space` flips y and z so that pixel space is
+right-handed like camera space: x right, y up, z toward the camera, in pixels,
+origin at the image centre.
+
+*Head frame*: the user's neutral face in metres, origin at the centroid of the
+stable landmarks (:data:`~avatar_app.tracking.landmark_groups.STABLE`). The
+neutral face is treated as facing the camera, so its axes are the camera's:
++x toward the subject's left, +y up, +z out of the face toward the camera.
+
+Angles
+------
+``rotation`` maps head-frame directions into camera space. :func:`euler_from_rotation`
+splits it as ``R = Ry(yaw) @ Rx(-pitch) @ Rz(roll)``:
+
+- yaw: right-handed rotation about +Y; positive = the subject turns to their
+  own left (the nose moves toward camera +x).
+- pitch: positive = the subject looks up (nose up), matching the sign of
+  ``FaceParams.gaze`` pitch.
+- roll: right-handed rotation about +Z; positive = the head tilts toward the
+  subject's right shoulder (their left side goes up).
+
+Scale
+-----
+Metric size comes from one anthropometric figure: the mean adult
+interpupillary distance, 63 mm (N. A. Dodgson, "Variation and extrema of
+human interpupillary distance", Proc. SPIE 5291, 2004: mean 63 mm, s.d.
+~3.5 mm), measured between the iris centres of the neutral face. Distance
+from the camera follows from a pinhole camera with an assumed horizontal field
+of view of 60 degrees (a typical webcam); both are parameters.
+
+Rigid fit: W. Kabsch, "A solution for the best rotation to relate two sets of
+vectors", Acta Cryst. A32:922-923, 1976; with scale and the reflection fix of
+S. Umeyama, "Least-squares estimation of transformation parameters between
+two point patterns", IEEE TPAMI 13(4):376-380, 1991.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from avatar_app.core.errors import InputError
+from avatar_app.core.types import Landmarks
+from avatar_app.tracking import landmark_groups as lg
+
+MEAN_IPD_M = 0.063
+"""Mean adult interpupillary distance in metres (Dodgson 2004)."""
+
+DEFAULT_HFOV_DEG = 60.0
+"""Assumed horizontal field of view of a webcam, degrees."""
+
+_STABLE = np.array(lg.STABLE, dtype=np.intp)
+# Eye corners and nose bridge are the most rigid; cheekbones move a little with smiles.
+_STABLE_WEIGHTS = np.array(
+    [1.0] * len(lg.STABLE_FOREHEAD)
+    + [1.0] * len(lg.STABLE_NOSE)
+    + [1.0] * len(lg.STABLE_EYE_CORNERS)
+    + [0.5] * len(lg.STABLE_CHEEKBONES)
+    + [0.5] * len(lg.STABLE_NOSE_WINGS),
+    dtype=np.float64,
+)
+
+
+@dataclass(frozen=True)
+class NeutralFace:
+    """The user's neutral face: the reference shape of the head frame.
+
+    Attributes:
+        points_m: (478, 3) float32, the neutral landmarks in the head frame,
+            metres (origin at the stable-landmark centroid, +y up, +z toward
+            the camera).
+        ipd_m: the interpupillary distance assumed for the scale, metres.
+    """
+
+    points_m: np.ndarray
+    ipd_m: float = MEAN_IPD_M
+
+
+@dataclass(frozen=True)
+class HeadPose:
+    """Result of :func:`estimate_head_pose`.
+
+    Attributes:
+        rotation: (3, 3) float32, head frame -> camera space, right-handed.
+        translation: (3,) float32, camera-space position of the head-frame
+            origin in metres (z < 0 in front of the camera).
+        points_m: (478, 3) float32, this frame's landmarks expressed in the
+            head frame (pose removed), metres; compare with ``NeutralFace.points_m``.
+        px_per_m: image scale of the face, pixels per metre.
+        rms_px: root-mean-square residual of the fit over the stable landmarks, pixels.
+    """
+
+    rotation: np.ndarray
+    translation: np.ndarray
+    points_m: np.ndarray
+    px_per_m: float
+    rms_px: float
+
+
+def check_landmarks(landmarks: Landmarks) -> np.ndarray:
+    """Validate a Landmarks value and return its points.
+
+    Args:
+        landmarks: one face's landmarks.
+
+    Returns:
+        (478, 3) float32 points, as stored.
+
+    Raises:
+        InputError: not a Landmarks, wrong shape, non-finite values or a bad image size.
+    """
+    if not isinstance(landmarks, Landmarks):
+        raise InputError(f"expected Landmarks, got {type(landmarks).__name__}")
+    pts = np.asarray(landmarks.points)
+    if pts.shape != (lg.NUM_LANDMARKS, 3):
+        raise InputError(
+            f"face landmarks must have shape ({lg.NUM_LANDMARKS}, 3) (MediaPipe face mesh with "
+            f"irises), got {pts.shape}"
+        )
+    if not np.all(np.isfinite(pts)):
+        raise InputError("face landmarks contain NaN or infinite values")
+    w, h = landmarks.image_size
+    if w <= 0 or h <= 0:
+        raise InputError(f"landmarks carry an invalid image size {landmarks.image_size}")
+    return pts
+
+
+def focal_length_px(image_width_px: float, hfov_deg: float = DEFAULT_HFOV_DEG) -> float:
+    """Pinhole focal length in pixels for a horizontal field of view.
+
+    Args:
+        image_width_px: image width, pixels.
+        hfov_deg: horizontal field of view, degrees (0 < hfov < 180).
+
+    Returns:
+        ``f = (W / 2) / tan(hfov / 2)`` in pixels.
+
+    Raises:
+        InputError: hfov outside (0, 180) degrees.
+    """
+    if not 0.0 < hfov_deg < 180.0:
+        raise InputError(f"horizontal field of view must be in (0, 180) degrees, got {hfov_deg}")
+    return 0.5 * image_width_px / math.tan(math.radians(hfov_deg) / 2.0)
+
+
+def landmarks_to_pixel_space(landmarks: Landmarks) -> np.ndarray:
+    """Convert MediaPipe landmarks to a right-handed pixel space.
+
+    Args:
+        landmarks: one face; points (478, 3) image-normalised (y down, z relative
+            depth in x's scale, negative = nearer).
+
+    Returns:
+        (478, 3) float64 in pixels, origin at the image centre: x right, y up,
+        z toward the camera.
+
+    Raises:
+        InputError: invalid landmarks.
+    """
+    pts = check_landmarks(landmarks).astype(np.float64)
+    w, h = landmarks.image_size
+    out = np.empty_like(pts)
+    out[:, 0] = (pts[:, 0] - 0.5) * w
+    out[:, 1] = (0.5 - pts[:, 1]) * h
+    out[:, 2] = -pts[:, 2] * w
+    return out
+
+
+def rigid_fit(
+    src: np.ndarray,
+    dst: np.ndarray,
+    weights: np.ndarray | None = None,
+    with_scale: bool = False,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Least-squares similarity transform ``dst ~ s * R @ src + t`` (Kabsch/Umeyama).
+
+    Args:
+        src: (N, 3) float, source points.
+        dst: (N, 3) float, destination points, same order.
+        weights: (N,) non-negative weights, or None for equal weights.
+        with_scale: estimate the scale ``s`` (Umeyama 1991); otherwise ``s = 1`` (Kabsch 1976).
+
+    Returns:
+        ``(R, t, s)``: (3, 3) float64 proper rotation (det +1), (3,) float64, float.
+
+    Raises:
+        InputError: mismatched shapes, fewer than 3 points or degenerate point sets.
+    """
+    src = np.asarray(src, dtype=np.float64)
+    dst = np.asarray(dst, dtype=np.float64)
+    if src.shape != dst.shape or src.ndim != 2 or src.shape[1] != 3 or src.shape[0] < 3:
+        raise InputError(f"rigid_fit needs two (N>=3, 3) point sets, got {src.shape} and {dst.shape}")
+    w = np.ones(len(src)) if weights is None else np.asarray(weights, dtype=np.float64)
+    wsum = w.sum()
+    if wsum <= 0:
+        raise InputError("rigid_fit weights must have a positive sum")
+    w = w / wsum
+    mu_s = w @ src
+    mu_d = w @ dst
+    xs = src - mu_s
+    xd = dst - mu_d
+    cov = (xd * w[:, None]).T @ xs  # (3, 3) = sum w_i d_i s_i^T
+    u, sig, vt = np.linalg.svd(cov)
+    d = np.ones(3)
+    if np.linalg.det(u) * np.linalg.det(vt) < 0:
+        d[2] = -1.0
+    rot = (u * d) @ vt
+    if with_scale:
+        var_s = float(w @ np.einsum("ij,ij->i", xs, xs))
+        if var_s <= 0:
+            raise InputError("rigid_fit source points are all identical")
+        scale = float((sig * d).sum() / var_s)
+    else:
+        scale = 1.0
+    t = mu_d - scale * rot @ mu_s
+    return rot, t, scale
+
+
+def _minimal_rotation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(3, 3) rotation turning unit vector ``a`` onto unit vector ``b`` about ``a x b`` (Rodrigues)."""
+    v = np.cross(a, b)
+    c = float(np.dot(a, b))
+    s = float(np.linalg.norm(v))
+    if s < 1e-12:
+        return np.eye(3)  # parallel (a face turned by 180 degrees is not a face)
+    k = v / s
+    kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    return np.eye(3) + s * kx + (1 - c) * kx @ kx
+
+
+def make_neutral_face(
+    landmarks: Landmarks, ipd_m: float = MEAN_IPD_M, level_yaw_roll: bool = False
+) -> NeutralFace:
+    """Build the head-frame reference shape from a neutral face.
+
+    The neutral face is treated as facing the camera. With ``level_yaw_roll``
+    (used for automatic calibration, when the user never said "this is my
+    neutral") the face is first turned so that its left-right axis, from the
+    symmetric stable landmarks, is parallel to camera x: this removes yaw and
+    roll but keeps the camera's pitch.
+
+    Args:
+        landmarks: the neutral face (478 points).
+        ipd_m: interpupillary distance used for the metric scale, metres
+            (default: the adult mean, Dodgson 2004).
+        level_yaw_roll: remove the face's own yaw and roll.
+
+    Returns:
+        The NeutralFace.
+
+    Raises:
+        InputError: invalid landmarks, non-positive ipd, or eyes that coincide.
+    """
+    if not ipd_m > 0:
+        raise InputError(f"interpupillary distance must be positive, got {ipd_m}")
+    p = landmarks_to_pixel_space(landmarks)
+    ipd_px = float(
+        np.linalg.norm(p[lg.FacePoint.LEFT_IRIS_CENTER] - p[lg.FacePoint.RIGHT_IRIS_CENTER])
+    )
+    if ipd_px <= 1e-6:
+        raise InputError("neutral face landmarks are degenerate (the two iris centres coincide)")
+    pts = p * (ipd_m / ipd_px)
+    centroid = _STABLE_WEIGHTS @ pts[_STABLE] / _STABLE_WEIGHTS.sum()
+    pts = pts - centroid
+    if level_yaw_roll:
+        left = np.array([a for a, _ in lg.STABLE_SYMMETRIC_PAIRS])
+        right = np.array([b for _, b in lg.STABLE_SYMMETRIC_PAIRS])
+        axis = (pts[left] - pts[right]).sum(axis=0)
+        axis /= np.linalg.norm(axis)
+        pts = pts @ _minimal_rotation(axis, np.array([1.0, 0.0, 0.0])).T
+    return NeutralFace(points_m=pts.astype(np.float32), ipd_m=float(ipd_m))
+
+
+def estimate_head_pose(
+    landmarks: Landmarks, neutral: NeutralFace, hfov_deg: float = DEFAULT_HFOV_DEG
+) -> HeadPose:
+    """Head rotation and translation by a weighted similarity fit of the stable landmarks.
+
+    Fits ``pixel_space ~ c * R @ neutral + t`` over the stable landmarks
+    (Umeyama 1991); ``c`` is the face's image scale (pixels per metre), so
+    the distance is ``f / c`` (pinhole camera, weak perspective) with
+    ``f`` from :func:`focal_length_px`.
+
+    Args:
+        landmarks: one face (478 points) of the current frame.
+        neutral: the user's neutral face.
+        hfov_deg: assumed horizontal field of view of the camera, degrees.
+
+    Returns:
+        The HeadPose (rotation head->camera, translation in metres, the frame's
+        landmarks in the head frame).
+
+    Raises:
+        InputError: invalid landmarks or field of view.
+    """
+    p = landmarks_to_pixel_space(landmarks)
+    ref = neutral.points_m.astype(np.float64)
+    rot, t, c = rigid_fit(ref[_STABLE], p[_STABLE], _STABLE_WEIGHTS, with_scale=True)
+    if not c > 0:
+        raise InputError("face landmarks are degenerate (zero size)")
+    f = focal_length_px(landmarks.image_size[0], hfov_deg)
+    depth_m = f / c
+    translation = np.array([t[0] / c, t[1] / c, -depth_m])
+    points_m = ((p - t) @ rot) / c  # R^T (p - t) / c, row-wise
+    resid = p[_STABLE] - (c * ref[_STABLE] @ rot.T + t)
+    rms = float(np.sqrt(np.mean(np.einsum("ij,ij->i", resid, resid))))
+    return HeadPose(
+        rotation=rot.astype(np.float32),
+        translation=translation.astype(np.float32),
+        points_m=points_m.astype(np.float32),
+        px_per_m=float(c),
+        rms_px=rms,
+    )
+
+
+def rotation_from_euler(yaw_rad: float, pitch_rad: float, roll_rad: float) -> np.ndarray:
+    """Rotation ``Ry(yaw) @ Rx(-pitch) @ Rz(roll)`` (conventions in the module docstring).
+
+    Args:
+        yaw_rad: positive = the subject turns to their own left (about +Y), radians.
+        pitch_rad: positive = the subject looks up, radians.
+        roll_rad: about +Z, radians.
+
+    Returns:
+        (3, 3) float64 rotation matrix.
+    """
+    cy, sy = math.cos(yaw_rad), math.sin(yaw_rad)
+    cp, sp = math.cos(-pitch_rad), math.sin(-pitch_rad)
+    cr, sr = math.cos(roll_rad), math.sin(roll_rad)
+    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
+    return ry @ rx @ rz
+
+
+def euler_from_rotation(rotation: np.ndarray) -> tuple[float, float, float]:
+    """Split a rotation into (yaw, pitch, roll), the inverse of :func:`rotation_from_euler`.
+
+    Args:
+        rotation: (3, 3) rotation matrix, head -> camera.
+
+    Returns:
+        ``(yaw_rad, pitch_rad, roll_rad)``; pitch in [-pi/2, pi/2].
+    """
+    r = np.asarray(rotation, dtype=np.float64)
+    pitch = math.asin(max(-1.0, min(1.0, float(r[1, 2]))))  # R[1,2] = -sin(-pitch)
+    yaw = math.atan2(float(r[0, 2]), float(r[2, 2]))
+    roll = math.atan2(float(r[1, 0]), float(r[1, 1]))
+    return yaw, pitch, roll

@@ -1,0 +1,74 @@
+"""Bad input through the CLI: one clear line on stderr, non-zero exit, no traceback."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+
+
+def _check(proc: subprocess.CompletedProcess, pattern: str, code: int | None = None) -> None:
+    import re
+
+    assert proc.returncode != 0, proc.stdout
+    if code is not None:
+        assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(pattern, proc.stderr, re.I), proc.stderr
+
+
+def test_missing_file(tmp_path):
+    _check(run_cli("render", str(tmp_path / "nope.mp4"), "-o", str(tmp_path / "o.mp4")), r"nope\.mp4.*(not found|no such|does not exist)", 2)
+
+
+def test_text_file_renamed_mp4(tmp_path):
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("this is not a video\n" * 50)
+    _check(run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4")), r"notes\.mp4.*not a readable video", 2)
+    assert not (tmp_path / "o.mp4").exists()
+
+
+def test_truncated_mp4(testdata, tmp_path):
+    data = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
+    bad = tmp_path / "cut.mp4"
+    bad.write_bytes(data[: int(len(data) * 0.4)])
+    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"))
+    _check(proc, r"cut\.mp4.*(truncated|corrupt)", 2)
+
+
+@pytest.mark.gl
+def test_video_with_no_face(tmp_path):
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25:duration=1",
+         "-f", "lavfi", "-i", "sine=frequency=300:duration=1", "-shortest", "-c:v", "libx264", "-c:a", "aac",
+         str(tmp_path / "noface.mp4")], check=True)
+    out = tmp_path / "o.mp4"
+    _check(run_cli("render", str(tmp_path / "noface.mp4"), "-o", str(out), "--size", "320x240"), r"no face", 3)
+    assert not out.exists()
+
+
+@pytest.mark.gl
+def test_silent_audio_track(testdata, tmp_path):
+    silent = tmp_path / "silent.mp4"
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-f", "lavfi",
+         "-i", "anullsrc=r=44100:cl=mono", "-map", "0:v", "-map", "1:a", "-shortest", "-c:v", "copy", "-c:a", "aac",
+         str(silent)], check=True)
+    _check(run_cli("render", str(silent), "-o", str(tmp_path / "o.mp4")), r"silent.*--no-audio", 2)
+
+
+def test_missing_audio_file(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(tmp_path / "v.wav"), "-o", str(tmp_path / "o.mp4"))
+    _check(proc, r"v\.wav", 2)
+
+
+def test_output_folder_missing(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "no" / "o.mp4"))
+    _check(proc, r"folder .* does not exist", 2)
+
+
+def test_bad_size_argument(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"), "--size", "huge")
+    _check(proc, r"size must look like 1280x720")
