@@ -18,6 +18,9 @@ from avatar_app.core.errors import InputError
 
 logger = logging.getLogger(__name__)
 
+#: A stream that ends this many seconds before its declared duration is truncated.
+SHORTFALL_S = 0.5
+
 #: Seconds before the declared end from which the tail of a stream is demuxed
 #: to find its exact end (packet pts + duration).
 _TAIL_PROBE_S = 3.0
@@ -86,7 +89,8 @@ def stream_start_s(stream: av.stream.Stream) -> float:
     return s if s is not None else 0.0
 
 
-def declared_end_s(stream: av.stream.Stream, container: av.container.InputContainer) -> float | None:
+def declared_end_s(stream: av.stream.Stream,
+                   container: av.container.InputContainer) -> float | None:
     """Start + duration of a stream as the container declares it, seconds, or None."""
     dur = to_seconds(stream.duration, stream.time_base)
     if dur is not None and dur > 0:
@@ -208,17 +212,18 @@ def iter_audio(container: av.container.InputContainer, stream: av.stream.Stream,
     resampler = av.AudioResampler(format="fltp", rate=sample_rate)
     out_rate = sample_rate
     t0: float | None = None
+    next_start = 0.0
     out_count = 0
     for fr in decode_tolerant(container, stream, report):
         if t0 is None:
             t0 = fr.time if fr.time is not None else stream_start_s(stream)
             out_rate = sample_rate or fr.sample_rate
-            last_start = t0
-        else:
-            last_start = fr.time if fr.time is not None else last_start
+            next_start = t0
+        start = fr.time if fr.time is not None else next_start
+        next_start = start + fr.samples / fr.sample_rate
         if tail is not None:
-            tail["last_start"] = last_start
-            tail["decoded_end"] = last_start + fr.samples / fr.sample_rate
+            tail["last_start"] = start
+            tail["decoded_end"] = next_start
         fr.pts = None  # timing is tracked here; let the resampler ignore gaps
         for o in resampler.resample(fr):
             x = mono_float(o)
@@ -230,3 +235,75 @@ def iter_audio(container: av.container.InputContainer, stream: av.stream.Stream,
         x = mono_float(o)
         yield x, t0 + out_count / out_rate
         out_count += x.shape[0]
+
+
+def check_report(report: DecodeReport, unit: str, path: Path) -> bool:
+    """Judge a finished decode: raise if nothing decoded, warn if some errors.
+
+    Args:
+        unit: what was decoded, for messages ("video frame", "audio frame").
+        path: the file, named in messages.
+
+    Returns:
+        True if the stream is corrupt or truncated (a warning was logged).
+
+    Raises:
+        InputError: no frame could be decoded.
+    """
+    if report.frames == 0:
+        detail = f" ({report.first_error})" if report.first_error else ""
+        raise InputError(
+            f"'{path}' is corrupt or truncated: no {unit} could be decoded{detail}", path=path)
+    if report.errors == 0:
+        return False
+    logger.warning("'%s' is corrupt or truncated: %d %ss decoded, %d problem(s) (%s)",
+                   path, report.frames, unit, report.errors, report.first_error)
+    return True
+
+
+def load_stream_audio(path: Path, sample_rate: int | None) -> tuple[np.ndarray, int, float, bool]:
+    """Decode the first audio stream of ``path`` to one mono float32 array.
+
+    The encoder's end padding is removed (:func:`padded_end`).
+
+    Args:
+        sample_rate: output rate in Hz, or None for the stream's own rate.
+
+    Returns:
+        ((N,) float32 mono samples in [-1, 1], sample rate Hz, start time of the
+        first sample in seconds of stream time, whether the stream was found
+        corrupt or truncated (a warning was logged)).
+
+    Raises:
+        InputError: the file cannot be opened, has no audio stream, or no
+            audio frame decodes.
+    """
+    report = DecodeReport()
+    blocks: list[np.ndarray] = []
+    tail: dict = {}
+    t0 = 0.0
+    with open_container(path, "media file") as c:
+        if not c.streams.audio:
+            kinds = ", ".join(sorted({s.type for s in c.streams})) or "none"
+            raise InputError(f"'{path}' has no audio stream (streams found: {kinds})", path=path)
+        stream = c.streams.audio[0]
+        rate = int(sample_rate or stream.rate or stream.codec_context.sample_rate)
+        for i, (x, t) in enumerate(iter_audio(c, stream, sample_rate, report, tail)):
+            if i == 0:
+                t0 = t
+            blocks.append(x)
+        declared = declared_end_s(stream, c)
+        declared_stream = to_seconds(stream.duration, stream.time_base)
+        if declared_stream is not None:
+            declared_stream += stream_start_s(stream)
+    if tail and declared_stream is not None:
+        if declared_stream - tail["decoded_end"] > SHORTFALL_S:
+            report.note_error(RuntimeError(
+                f"audio ends at {tail['decoded_end']:.2f} s of {declared_stream:.2f} s"))
+    bad = check_report(report, "audio frame", path)
+    samples = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
+    if tail:
+        end = padded_end(declared, tail["last_start"], tail["decoded_end"])
+        n = int(round((end - t0) * rate))
+        samples = samples[:max(n, 0)]
+    return np.ascontiguousarray(samples, dtype=np.float32), rate, t0, bad

@@ -48,7 +48,8 @@ class AudioRing:
     def __init__(self, capacity_s: float = 10.0, sample_rate: int = 16000,
                  gap_fill_s: float = 0.02):
         if capacity_s <= 0 or sample_rate <= 0:
-            raise ValueError(f"capacity_s and sample_rate must be > 0, got {capacity_s}, {sample_rate}")
+            raise ValueError(
+                f"capacity_s and sample_rate must be > 0, got {capacity_s}, {sample_rate}")
         self.sample_rate = int(sample_rate)
         self.capacity = max(1, int(round(capacity_s * sample_rate)))
         self.gap_fill_s = float(gap_fill_s)
@@ -176,7 +177,8 @@ class AudioRing:
             if not self._has_data or n_out == 0:
                 return out
             rate = self.sample_rate
-            end_idx = self._anchor_idx + int(round((int(t_end_ns) - self._anchor_t) * rate / _NS_PER_S))
+            dt_ns = int(t_end_ns) - self._anchor_t
+            end_idx = self._anchor_idx + int(round(dt_ns * rate / _NS_PER_S))
             start_idx = end_idx - n_out
             lo = max(start_idx, self._n - self.capacity, 0)
             hi = min(end_idx, self._n)

@@ -37,7 +37,8 @@ class VideoInfo:
         has_audio: whether the file has an audio stream.
         audio_sample_rate: Hz of that stream (0 without audio).
         audio_duration_s: seconds of audio without the encoder's end padding
-            (0.0 without audio).
+            (0.0 without audio); from the packets at the end of the stream, so it
+            agrees with :meth:`VideoFileSource.read_audio` to a few samples.
         audio_start_s: start of the audio relative to the first video frame,
             seconds (negative when the audio starts earlier).
     """
@@ -153,6 +154,8 @@ class VideoFileSource:
         with _media.open_container(self.path, "video") as c:
             stream = c.streams.video[0]
             stream.thread_type = "AUTO"
+            declared_frames = stream.frames
+            declared_end = _media.to_seconds(stream.duration, stream.time_base)
             index = 0
             last_t = None
             for fr in _media.decode_tolerant(c, stream, report):
@@ -166,20 +169,18 @@ class VideoFileSource:
                 image = np.ascontiguousarray(fr.to_ndarray(format="bgr24"))
                 yield Frame(index=index, t_capture_ns=now_ns(), image=image, media_time_s=t)
                 index += 1
+        if declared_frames > index > 0:
+            report.note_error(RuntimeError(f"{index} of {declared_frames} frames in the file"))
+        elif declared_end is not None and last_t is not None:
+            got_end = last_t + (1.0 / fps if fps else 0.0)
+            if declared_end - got_end > _media.SHORTFALL_S:
+                report.note_error(RuntimeError(
+                    f"frames end at {got_end:.2f} s of {declared_end:.2f} s"))
         self._check_report(report, "video frame")
 
     def _check_report(self, report: _media.DecodeReport, unit: str) -> None:
-        if report.errors == 0:
-            if report.frames == 0:
-                raise InputError(f"'{self.path}' contains no decodable {unit}s", path=self.path)
-            return
-        self.truncated = True
-        if report.frames == 0:
-            raise InputError(
-                f"'{self.path}' is corrupt or truncated: no {unit} could be decoded "
-                f"({report.first_error})", path=self.path)
-        logger.warning("'%s' is corrupt or truncated: %d %ss decoded, %d decode errors (%s)",
-                       self.path, report.frames, unit, report.errors, report.first_error)
+        if _media.check_report(report, unit, self.path):
+            self.truncated = True
 
     # -- audio ------------------------------------------------------------------------
     def read_audio(self, sample_rate: int | None = None) -> AudioChunk | None:
@@ -206,7 +207,8 @@ class VideoFileSource:
             return None
         if sample_rate is not None and sample_rate <= 0:
             raise ValueError(f"sample_rate must be > 0, got {sample_rate}")
-        samples, rate, t0 = load_stream_audio(self.path, sample_rate, self._check_report)
+        samples, rate, t0, bad = _media.load_stream_audio(self.path, sample_rate)
+        self.truncated = self.truncated or bad
         return AudioChunk(samples=samples, sample_rate=rate, t_start_ns=0,
                           media_time_s=t0 - self._video_start_s)
 
@@ -229,31 +231,3 @@ class VideoFileSource:
 
     def __repr__(self) -> str:
         return f"VideoFileSource('{self.path}')"
-
-
-def load_stream_audio(path: Path, sample_rate: int | None, check_report) -> tuple[np.ndarray, int, float]:
-    """Decode the first audio stream of ``path`` (helper of read_audio/load_audio).
-
-    Returns:
-        ((N,) float32 mono samples, sample rate Hz, start time of the first
-        sample in seconds of stream time).
-    """
-    report = _media.DecodeReport()
-    blocks: list[np.ndarray] = []
-    tail: dict = {}
-    t0 = 0.0
-    with _media.open_container(path, "media file") as c:
-        stream = c.streams.audio[0]
-        rate = int(sample_rate or stream.rate or stream.codec_context.sample_rate)
-        for i, (x, t) in enumerate(_media.iter_audio(c, stream, sample_rate, report, tail)):
-            if i == 0:
-                t0 = t
-            blocks.append(x)
-        declared = _media.declared_end_s(stream, c)
-    check_report(report, "audio frame")
-    samples = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
-    if tail:
-        end = _media.padded_end(declared, tail["last_start"], tail["decoded_end"])
-        n = int(round((end - t0) * rate))
-        samples = samples[:max(n, 0)]
-    return np.ascontiguousarray(samples, dtype=np.float32), rate, t0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import signal
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -37,8 +39,17 @@ class ChildCrashError(EngineBuildError):
         self.label = label
 
 
-def _child_main(conn, fn: Callable, args: tuple, kwargs: dict, log_level: int) -> None:
+def _child_main(conn, fn: Callable, args: tuple, kwargs: dict, log_level: int,
+                with_progress: bool) -> None:
     logging.basicConfig(level=log_level, format="[child] %(levelname)s %(name)s: %(message)s")
+    if with_progress:
+        send_lock = threading.Lock()  # native builders report from their own threads
+
+        def progress(stage: str, fraction: float) -> None:
+            with send_lock:
+                conn.send(("progress", stage, fraction))
+
+        kwargs = dict(kwargs, progress=progress)
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
@@ -54,7 +65,8 @@ def _child_main(conn, fn: Callable, args: tuple, kwargs: dict, log_level: int) -
 
 
 def run_isolated(fn: Callable[..., Any], *args, label: str = "engine job", isolate: bool = True,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs) -> Any:
+                 timeout_s: float = DEFAULT_TIMEOUT_S,
+                 progress: Callable[[str, float], None] | None = None, **kwargs) -> Any:
     """Call ``fn(*args, **kwargs)`` in a spawned child process and return its result.
 
     Args:
@@ -62,6 +74,8 @@ def run_isolated(fn: Callable[..., Any], *args, label: str = "engine job", isola
         label: what the job does, for messages (``"build fp16 of face_recon.onnx"``).
         isolate: False runs ``fn`` inline (tests, or when the caller is itself a child).
         timeout_s: wall-clock limit; the child is terminated after it.
+        progress: if given, ``fn`` is called with ``progress=`` a callable whose
+            ``(stage, fraction)`` calls reach this callback in the parent.
 
     Returns:
         ``fn``'s return value.
@@ -71,22 +85,32 @@ def run_isolated(fn: Callable[..., Any], *args, label: str = "engine job", isola
         AvatarError: the one ``fn`` raised, re-raised in the parent.
         EngineBuildError: any other exception ``fn`` raised, with its message.
     """
+    if progress is not None:
+        kwargs["progress"] = progress
     if not isolate:
         return fn(*args, **kwargs)
+    kwargs.pop("progress", None)
     ctx = mp.get_context("spawn")
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main, name=f"avatar-app {label}",
-                       args=(child_conn, fn, args, kwargs, logging.getLogger().getEffectiveLevel()),
+                       args=(child_conn, fn, args, kwargs, logging.getLogger().getEffectiveLevel(),
+                             progress is not None),
                        daemon=True)
     proc.start()
     child_conn.close()
     message = None
+    deadline = time.monotonic() + timeout_s
     try:
-        if parent_conn.poll(timeout_s):
+        while parent_conn.poll(max(deadline - time.monotonic(), 0.0)):
             try:
-                message = parent_conn.recv()
+                msg = parent_conn.recv()
             except EOFError:
-                message = None
+                break
+            if msg[0] == "progress":
+                progress(msg[1], msg[2])
+                continue
+            message = msg
+            break
     finally:
         if message is None and proc.is_alive():
             proc.join(1.0)

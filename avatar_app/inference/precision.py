@@ -13,8 +13,9 @@ ONNX Runtime runs all three files directly.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
-import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -117,7 +118,7 @@ def quantize_int8(src: Path, dst: Path, reader: FeedSetReader, method: str = "pe
     """Write a QDQ INT8 ONNX made by static quantisation of an FP32 model.
 
     Symmetric activations and weights (zero points 0, as TensorRT requires),
-    per-channel weights, QDQ format; activations calibrated on ``reader``.
+    per-channel weights, float biases, QDQ format; activations calibrated on ``reader``.
 
     Args:
         src: FP32 .onnx file.
@@ -148,7 +149,9 @@ def quantize_int8(src: Path, dst: Path, reader: FeedSetReader, method: str = "pe
         raise EngineBuildError(f"INT8 calibration of {src.name} needs calibration samples; none found")
     cal = {"entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile,
            "minmax": CalibrationMethod.MinMax}[method]
-    extra = {"ActivationSymmetric": True, "WeightSymmetric": True}
+    # QuantizeBias False: biases stay float. An int32 bias behind DequantizeLinear is
+    # valid ONNX but TensorRT's parser rejects it (DQ input must be 8-bit or smaller).
+    extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
     if method == "percentile":
         extra["CalibPercentile"] = percentile
     with tempfile.TemporaryDirectory(prefix="avatar_quant_") as tmp:
@@ -159,16 +162,15 @@ def quantize_int8(src: Path, dst: Path, reader: FeedSetReader, method: str = "pe
             logger.warning("quantisation pre-processing of %s skipped: %s", src.name, exc)
             pre = src
         reader.rewind()
-        cwd = os.getcwd()
         try:
-            os.chdir(tmp)  # the calibrator writes augmented_model.onnx into the cwd
-            quantize_static(str(pre), str(dst), reader, quant_format=QuantFormat.QDQ,
-                            per_channel=True, activation_type=QuantType.QInt8,
-                            weight_type=QuantType.QInt8, calibrate_method=cal, extra_options=extra)
-        except Exception as exc:  # onnxruntime raises many types from here
+            chatter = io.StringIO()  # the calibrator prints progress to stdout
+            with contextlib.redirect_stdout(chatter):
+                quantize_static(str(pre), str(dst), reader, quant_format=QuantFormat.QDQ,
+                                per_channel=True, activation_type=QuantType.QInt8,
+                                weight_type=QuantType.QInt8, calibrate_method=cal, extra_options=extra)
+            logger.debug("calibration of %s: %s", src.name, chatter.getvalue().strip())
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises many types from here
             raise EngineBuildError(f"INT8 quantisation of {src.name} failed: {exc}") from exc
-        finally:
-            os.chdir(cwd)
     model = onnx.load(str(dst), load_external_data=False)
     nq = sum(n.op_type == "QuantizeLinear" for n in model.graph.node)
     if nq == 0:

@@ -151,6 +151,79 @@ def verify(candidate: BaseRunner, data: Mapping[str, np.ndarray], tolerance: flo
     return result
 
 
+#: Largest finite float16 value (IEEE 754 binary16).
+FP16_MAX = 65504.0
+
+
+def fp16_range_violations(model_path, data: Mapping[str, np.ndarray], limit: float = FP16_MAX,
+                          max_samples: int = 64) -> list[tuple[str, float]]:
+    """Intermediate tensors of the FP32 model whose magnitude leaves the float16 range.
+
+    ONNX Runtime's CPU provider has no float16 kernels for most arithmetic: it
+    casts an FP16 graph back to float32 around them, so running the FP16 file
+    on the CPU cannot show an overflow that a GPU (TensorRT, CUDA) would hit.
+    This check runs the FP32 model with every float tensor exposed, on the
+    validation set, and lists those whose max |value| exceeds ``limit``.
+
+    Args:
+        model_path: the FP32 ONNX file.
+        data: validation set (samples on axis 0).
+        limit: the float16 maximum.
+        max_samples: samples used (the first ones).
+
+    Returns:
+        (tensor name, max |value|) for each tensor over the limit (non-finite
+        values count as inf), largest first; weights over the limit are listed too.
+    """
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    model = onnx.load(str(model_path))
+    out: dict[str, float] = {}
+    for init in model.graph.initializer:
+        if init.data_type == onnx.TensorProto.FLOAT:
+            arr = numpy_helper.to_array(init)
+            if arr.size and float(np.abs(arr).max()) > limit:
+                out[init.name] = float(np.abs(arr).max())
+    inferred = onnx.shape_inference.infer_shapes(model)
+    float_names = {vi.name for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+                   if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    existing = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        for name in node.output:
+            if name and name in float_names and name not in existing:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    n = min(next(iter(data.values())).shape[0], max_samples)
+    feeds = {k: np.ascontiguousarray(v[:n]) for k, v in data.items()}
+    for feed in iter_batches(feeds, 8):
+        for name, arr in zip(names, sess.run(names, feed)):
+            if not isinstance(arr, np.ndarray) or arr.dtype.kind != "f" or arr.size == 0:
+                continue
+            peak = float(np.abs(arr).max()) if np.isfinite(arr).all() else float("inf")
+            if peak > limit:
+                out[name] = max(out.get(name, 0.0), peak)
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
+def range_rejection(precision: str, violations: list[tuple[str, float]], tolerance: float,
+                    samples: int, data_source: str) -> VerificationResult:
+    """A failed :class:`VerificationResult` for float16 range violations."""
+    shown = ", ".join(f"{n!r} reaches {v:.3g}" for n, v in violations[:3])
+    more = f" and {len(violations) - 3} more" if len(violations) > 3 else ""
+    reason = (f"intermediate values exceed the float16 maximum {FP16_MAX:g}: {shown}{more}; "
+              "a float16 engine would overflow to inf/NaN")
+    per = {n: {"max_abs": float("inf"), "mean_abs": float("inf"), "non_finite": 0} for n, _ in violations[:10]}
+    return VerificationResult(False, precision, tolerance, float("inf"), float("inf"), per, 0,
+                              samples, data_source, reason)
+
+
 def tolerance_for(precision: Precision, tolerances: Mapping[Precision, float]) -> float:
     """The tolerance of ``precision`` from a model's tolerance table."""
     return float(tolerances[Precision.parse(precision)])

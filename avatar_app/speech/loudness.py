@@ -43,9 +43,11 @@ class LoudnessConfig:
     Attributes:
         jaw_max: jawOpen at the speech peak level (ARKit jawOpen ~0.5-0.6 is a
             wide-open speaking mouth; 1.0 is a yawn).
-        min_range_db: smallest level range (floor+close_db .. peak) mapped onto
-            0..jaw_max, dB; stops a quiet speaker's noise from using the full range.
-        max_range_db: largest such range, dB.
+        min_range_db: smallest level range mapped onto 0..jaw_max, dB; stops
+            a faint voice just above the floor from opening the jaw fully.
+        max_range_db: the range below the tracked speech peak mapped onto
+            0..jaw_max, dB (never reaching below floor + close_db): voiced frames
+            quieter than ``peak - max_range_db`` keep the jaw closed.
         peak_decay_db_per_s: how fast the tracked speech peak falls, dB/s.
         jaw_gamma: exponent of the level-to-jaw curve (< 1 opens quieter sounds more).
         attack_s: jaw smoothing time constant while opening, s.
@@ -61,7 +63,7 @@ class LoudnessConfig:
 
     jaw_max: float = 0.6
     min_range_db: float = 18.0
-    max_range_db: float = 45.0
+    max_range_db: float = 30.0
     peak_decay_db_per_s: float = 2.0
     jaw_gamma: float = 0.8
     attack_s: float = 0.02
@@ -174,8 +176,9 @@ class LoudnessSpeechAnimator:
             if self._peak_db is None:
                 self._peak_db = base + c.min_range_db
             self._peak_db = max(level_db, self._peak_db - c.peak_decay_db_per_s * HOP_S)
-            rng = min(max(self._peak_db - base, c.min_range_db), c.max_range_db)
-            rel = min(max((level_db - base) / rng, 0.0), 1.0)
+            bottom = max(base, self._peak_db - c.max_range_db)
+            rng = max(self._peak_db - bottom, c.min_range_db)
+            rel = min(max((level_db - bottom) / rng, 0.0), 1.0)
             jaw_t = c.jaw_max * rel**c.jaw_gamma
             if g.speech_like:  # vowel cue only on voiced (harmonic) frames
                 if self._tilt_mean is None:

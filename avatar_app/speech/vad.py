@@ -4,11 +4,14 @@ The gate runs on the 10 ms hop grid of :mod:`avatar_app.speech.features`.
 Per hop it takes the frame level (dBFS) and spectral flatness and decides
 "voice" or "no voice":
 
-- Noise floor: follows the level down quickly (time constant
-  :attr:`GateConfig.floor_fall_s`) and up slowly (:attr:`GateConfig.floor_rise_s`
-  while the gate is closed, :attr:`GateConfig.floor_rise_open_s` while open), a
-  simple minimum-tracking estimator in the spirit of Martin's minimum
-  statistics (Martin, IEEE Trans. Speech Audio Proc. 2001).
+- Noise floor: the minimum frame level over the last
+  :attr:`GateConfig.floor_window_s` (kept as minima of 0.25 s blocks), a
+  simplified form of Martin's minimum statistics (R. Martin, "Noise power
+  spectral density estimation based on optimal smoothing and minimum
+  statistics", IEEE Trans. Speech Audio Proc. 9(5), 2001) without the bias
+  correction: speech always has pauses or quiet consonants within ~2 s, so the
+  window minimum is background, and the floor follows a change of background
+  (or a wrong start, e.g. a fade-in) within one window.
 - Hysteresis: the gate opens when the level is ``open_db`` above the floor
   (and above an absolute minimum) on ``onset_s`` of consecutive hops that are
   all speech-like, and closes after the level stayed below ``close_db`` above
@@ -22,6 +25,7 @@ Per hop it takes the frame level (dBFS) and spectral flatness and decides
 """
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass
 
@@ -51,10 +55,9 @@ class GateConfig:
             opening (voiced speech < 0.1; noise and clicks > 0.25).
         max_flatness_open: flatness below which an open gate's hold is
             refreshed (more lenient so fricatives like /s/ keep it open).
-        floor_fall_s: time constant of the floor following the level down, s.
-        floor_rise_s: time constant of the floor rising while closed, s.
-        floor_rise_open_s: time constant of the floor rising while open, s
-            (slow, so sustained speech does not become "noise").
+        floor_window_s: length of the minimum-statistics window, s.
+        floor_block_s: block length of the running minimum, s (the floor rises
+            in steps of one block).
         silence_db: levels at or below this, dBFS, are digital silence (a muted
             or starting device): they never open the gate and leave the floor
             unchanged (16-bit dither alone is about -101 dBFS).
@@ -67,9 +70,8 @@ class GateConfig:
     hold_s: float = 0.2
     max_flatness: float = 0.2
     max_flatness_open: float = 0.4
-    floor_fall_s: float = 0.04
-    floor_rise_s: float = 1.5
-    floor_rise_open_s: float = 15.0
+    floor_window_s: float = 2.0
+    floor_block_s: float = 0.25
     silence_db: float = -90.0
 
     def __post_init__(self) -> None:
@@ -77,14 +79,14 @@ class GateConfig:
             raise InputError(
                 f"voice gate close_db ({self.close_db}) must not exceed open_db ({self.open_db})"
             )
-        for name in ("onset_s", "hold_s", "floor_fall_s", "floor_rise_s", "floor_rise_open_s"):
+        for name in ("onset_s", "hold_s"):
             if getattr(self, name) < 0:
-                raise InputError(f"voice gate {name} must be >= 0 s")
-
-
-def _alpha(tau_s: float) -> float:
-    """One-pole smoothing coefficient for one hop with time constant ``tau_s``."""
-    return 1.0 if tau_s <= 0 else 1.0 - math.exp(-HOP_S / tau_s)
+                raise InputError(f"voice gate {name} must be >= 0 s; got {getattr(self, name)}")
+        if not 0 < self.floor_block_s <= self.floor_window_s:
+            raise InputError(
+                "voice gate needs 0 < floor_block_s <= floor_window_s; got "
+                f"{self.floor_block_s} and {self.floor_window_s}"
+            )
 
 
 class VoiceActivityGate:
@@ -99,9 +101,8 @@ class VoiceActivityGate:
     def __init__(self, config: GateConfig | None = None):
         self.config = config or GateConfig()
         c = self.config
-        self._a_fall = _alpha(c.floor_fall_s)
-        self._a_rise = _alpha(c.floor_rise_s)
-        self._a_rise_open = _alpha(c.floor_rise_open_s)
+        self._block_hops = max(1, int(round(c.floor_block_s / HOP_S)))
+        self._n_blocks = max(1, int(round(c.floor_window_s / c.floor_block_s)) - 1)
         self._onset_hops = max(1, int(round(c.onset_s / HOP_S)))
         self.reset()
 
@@ -113,6 +114,9 @@ class VoiceActivityGate:
         self.speech_like = False
         self._onset = 0
         self._hold_left_s = 0.0
+        self._blocks: collections.deque[float] = collections.deque(maxlen=self._n_blocks)
+        self._block_min = math.inf
+        self._block_count = 0
 
     def update(self, level_db: float, flatness: float) -> bool:
         """Advance by one 10 ms hop.
@@ -127,10 +131,10 @@ class VoiceActivityGate:
         c = self.config
         self.level_db = level_db
         self.speech_like = flatness < c.max_flatness
+        if level_db > c.silence_db:  # digital silence (muted, starting) tells nothing
+            self._track_floor(level_db)
         if self.floor_db is None:
-            if level_db <= c.silence_db:  # digital silence tells nothing about the room
-                return False
-            self.floor_db = level_db  # first real hop: assume it is background
+            return False
         above = level_db - self.floor_db
         if self.is_open:
             if above > c.close_db and flatness < c.max_flatness_open:
@@ -148,15 +152,18 @@ class VoiceActivityGate:
                     self._hold_left_s = c.hold_s
             else:
                 self._onset = 0
-        # floor update (after the decision, so the onset does not lift its own floor much)
-        if level_db <= c.silence_db:
-            pass  # digital silence (muted mic, stream start) leaves the floor alone
-        elif level_db < self.floor_db:
-            self.floor_db += (level_db - self.floor_db) * self._a_fall
-        else:
-            a = self._a_rise_open if self.is_open else self._a_rise
-            self.floor_db += (level_db - self.floor_db) * a
         return self.is_open
+
+    def _track_floor(self, level_db: float) -> None:
+        """Running minimum over the window: closed blocks in a deque plus the open block."""
+        self._block_min = min(self._block_min, level_db)
+        self._block_count += 1
+        if self._block_count >= self._block_hops:
+            self._blocks.append(self._block_min)
+            self._block_min, self._block_count = math.inf, 0
+        older = min(self._blocks) if self._blocks else math.inf
+        floor = min(older, self._block_min)
+        self.floor_db = None if math.isinf(floor) else floor
 
     def update_frame(self, frame: np.ndarray) -> bool:
         """Convenience: analyse one 25 ms frame and advance by one hop.

@@ -9,13 +9,21 @@ The legacy API has no timestamps; this wrapper owns the contract of the
 MediaPipe Tasks API instead: one running mode per tracker, one method per
 mode, and timestamps that strictly increase.
 
+Small faces: the face mesh's own detector is the short-range model (faces
+larger than about a fifth of the image). When it finds no face, the tracker
+runs MediaPipe's full-range face detector (``FaceDetection(model_selection=1)``),
+crops a square around the chosen face, upscales it to 256 px and runs the
+mesh on the crop; while that face stays small the next frames are cropped
+around its previous landmarks ("track from the last box", as OpenSeeFace
+does) without running the detector again.
+
 Face selection: when several faces are visible the tracker follows one. On the
 first frame (and after the followed face has been lost for longer than
 ``reacquire_after_s``) it takes the largest face; afterwards it takes the face
 whose box overlaps the previous choice most (intersection over union), or if
 none overlaps the nearest one within ``gate`` box sizes; a face elsewhere is
 another person and is ignored (the frame returns None) until the re-acquire
-time has passed.
+time has passed. IMAGE mode has no history: always the largest face.
 """
 from __future__ import annotations
 
@@ -31,6 +39,13 @@ from avatar_app.tracking.landmark_groups import NUM_LANDMARKS
 
 logger = logging.getLogger(__name__)
 
+_CROP_PX = 256
+"""Side of the square crop the mesh sees in the small-face path, pixels."""
+_CROP_SCALE_FROM_DETECTION = 2.2
+"""Crop side / detector box side (the detector's box spans brows to mouth)."""
+_CROP_SCALE_FROM_LANDMARKS = 1.6
+"""Crop side / landmark box side (MediaPipe's own ROI uses about 1.5)."""
+
 
 class RunningMode(enum.Enum):
     """How frames arrive, as in MediaPipe Tasks' ``VisionTaskRunningMode``.
@@ -45,7 +60,7 @@ class RunningMode(enum.Enum):
     LIVE = "live"
 
 
-def _box(points: np.ndarray, w: int, h: int) -> np.ndarray:
+def _landmark_box(points: np.ndarray, w: int, h: int) -> np.ndarray:
     """(4,) float64 box ``x0, y0, x1, y1`` in pixels of (478, 3) normalised points."""
     x = points[:, 0] * w
     y = points[:, 1] * h
@@ -62,6 +77,13 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return inter / union if union > 0 else 0.0
 
 
+def _mesh_points(result: object) -> list[np.ndarray]:
+    """(478, 3) float32 arrays of every face in a legacy FaceMesh result."""
+    faces = getattr(result, "multi_face_landmarks", None) or []
+    pts = [np.array([(p.x, p.y, p.z) for p in f.landmark], dtype=np.float32) for f in faces]
+    return [p for p in pts if p.shape == (NUM_LANDMARKS, 3)]
+
+
 class FaceTracker:
     """MediaPipe face mesh (478 landmarks) for one followed face.
 
@@ -76,13 +98,15 @@ class FaceTracker:
 
     Args:
         mode: the running mode; only that mode's ``process_*`` method may be called.
-        max_faces: how many faces MediaPipe looks for (1..10). With 1 the
-            detector runs only when the face is lost; with more it runs on
-            every frame where fewer faces than that are tracked (costlier,
-            but lets the selection keep the same person among several).
+        max_faces: how many faces the full-frame mesh looks for (1..10). With 1
+            (the default) its detector runs only when the face is lost; with
+            more it runs on every frame with fewer faces than that, about
+            +0.8 ms per 640x480 frame here, to choose among several large faces.
         min_detection_confidence: face detector threshold in [0, 1].
         min_tracking_confidence: landmark presence threshold in [0, 1] below
             which the face counts as lost and the detector runs again.
+        small_faces: use the full-range detector and an upscaled crop when the
+            mesh finds no face (faces down to ~30 px).
         reacquire_after_s: seconds without the followed face after which the
             largest visible face is taken instead (VIDEO and LIVE).
         gate: how far (in sizes of the previous box) a non-overlapping face may
@@ -99,6 +123,7 @@ class FaceTracker:
         max_faces: int = 1,
         min_detection_confidence: float = 0.5,
         min_tracking_confidence: float = 0.5,
+        small_faces: bool = True,
         reacquire_after_s: float = 0.5,
         gate: float = 0.5,
     ) -> None:
@@ -118,11 +143,17 @@ class FaceTracker:
         self._max_faces = int(max_faces)
         self._min_detection_confidence = float(min_detection_confidence)
         self._min_tracking_confidence = float(min_tracking_confidence)
+        self._small_faces = bool(small_faces)
         self._reacquire_after_s = float(reacquire_after_s)
         self._gate = float(gate)
-        self._mesh = self._make_mesh()
+        self._closed = False
+        self._mesh = None
+        self._crop_mesh = None
+        self._detector = None
+        self._open_graphs()
         self._last_ts: int | float | None = None
         self._prev_box: np.ndarray | None = None
+        self._prev_small = False
         self._lost_since_s: float | None = None
         self._faces_found = 0
 
@@ -135,12 +166,13 @@ class FaceTracker:
 
     @property
     def max_faces(self) -> int:
-        """How many faces MediaPipe looks for."""
+        """How many faces the full-frame mesh looks for."""
         return self._max_faces
 
     @property
     def faces_found(self) -> int:
-        """Number of faces MediaPipe returned for the last processed frame."""
+        """Faces seen in the last processed frame (by the mesh, or by the detector
+        when the small-face path ran; 1 while a small face is tracked from its box)."""
         return self._faces_found
 
     def process_image(self, bgr: np.ndarray) -> Landmarks | None:
@@ -157,7 +189,8 @@ class FaceTracker:
             InputError: the image is not (H, W, 3) uint8.
         """
         self._check_mode(RunningMode.IMAGE, "process_image")
-        return self._process(bgr, t_s=None, t_ns=0)
+        image = self._check_image(bgr)
+        return self._process(image, t_s=None, t_ns=0)
 
     def process_video_frame(self, bgr: np.ndarray, timestamp_ms: float) -> Landmarks | None:
         """Landmarks of the followed face in one video frame.
@@ -182,7 +215,7 @@ class FaceTracker:
         self._check_increasing(ts, "ms")
         image = self._check_image(bgr)
         self._last_ts = ts
-        return self._process(image, t_s=ts / 1e3, t_ns=int(round(ts * 1e6)), checked=True)
+        return self._process(image, t_s=ts / 1e3, t_ns=int(round(ts * 1e6)))
 
     def process_live(self, bgr: np.ndarray, timestamp_ns: int) -> Landmarks | None:
         """Landmarks of the followed face in one camera frame.
@@ -207,23 +240,28 @@ class FaceTracker:
         self._check_increasing(ts, "ns")
         image = self._check_image(bgr)
         self._last_ts = ts
-        return self._process(image, t_s=ts / 1e9, t_ns=ts, checked=True)
+        return self._process(image, t_s=ts / 1e9, t_ns=ts)
 
     def reset(self) -> None:
-        """Forget the followed face and the last timestamp (e.g. a new video)."""
+        """Forget the followed face and the last timestamp (e.g. before a new video).
+
+        Raises:
+            TrackingError: the tracker is closed.
+        """
         self._check_open()
+        self._close_graphs()
+        self._open_graphs()  # fresh graphs forget MediaPipe's own tracked regions too
         self._last_ts = None
         self._prev_box = None
+        self._prev_small = False
         self._lost_since_s = None
-        # A fresh graph also forgets MediaPipe's own tracked face regions.
-        self._mesh.close()
-        self._mesh = self._make_mesh()
+        self._faces_found = 0
 
     def close(self) -> None:
-        """Release the MediaPipe graph. Idempotent."""
-        if self._mesh is not None:
-            self._mesh.close()
-            self._mesh = None
+        """Release the MediaPipe graphs. Idempotent."""
+        if not self._closed:
+            self._close_graphs()
+            self._closed = True
 
     def __enter__(self) -> "FaceTracker":
         return self
@@ -233,19 +271,45 @@ class FaceTracker:
 
     # -- internals ----------------------------------------------------------
 
-    def _make_mesh(self):  # noqa: ANN202 - mediapipe's FaceMesh
+    def _open_graphs(self) -> None:
         import mediapipe as mp  # heavy import, only when a tracker is made
 
-        return mp.solutions.face_mesh.FaceMesh(
+        fm = mp.solutions.face_mesh
+        self._mesh = fm.FaceMesh(
             static_image_mode=self._mode is RunningMode.IMAGE,
             max_num_faces=self._max_faces,
             refine_landmarks=True,
             min_detection_confidence=self._min_detection_confidence,
             min_tracking_confidence=self._min_tracking_confidence,
         )
+        self._crop_mesh = None
+        self._detector = None
+
+    def _close_graphs(self) -> None:
+        for g in (self._mesh, self._crop_mesh, self._detector):
+            if g is not None:
+                g.close()
+        self._mesh = self._crop_mesh = self._detector = None
+
+    def _small_face_graphs(self) -> tuple[object, object]:
+        """The full-range detector and the crop mesh, created on first use."""
+        if self._detector is None:
+            import mediapipe as mp
+
+            self._detector = mp.solutions.face_detection.FaceDetection(
+                model_selection=1, min_detection_confidence=self._min_detection_confidence
+            )
+            # Static mode: the crop moves with the face, so no state may carry over.
+            self._crop_mesh = mp.solutions.face_mesh.FaceMesh(
+                static_image_mode=True,
+                max_num_faces=1,
+                refine_landmarks=True,
+                min_detection_confidence=self._min_detection_confidence,
+            )
+        return self._detector, self._crop_mesh
 
     def _check_open(self) -> None:
-        if self._mesh is None:
+        if self._closed:
             raise TrackingError("the face tracker is closed")
 
     def _check_mode(self, wanted: RunningMode, method: str) -> None:
@@ -274,35 +338,79 @@ class FaceTracker:
             raise InputError(f"image must have shape (H, W, 3) BGR, got {bgr.shape}")
         return bgr
 
-    def _process(
-        self, bgr: np.ndarray, t_s: float | None, t_ns: int, checked: bool = False
-    ) -> Landmarks | None:
-        image = bgr if checked else self._check_image(bgr)
+    def _process(self, image: np.ndarray, t_s: float | None, t_ns: int) -> Landmarks | None:
         h, w = image.shape[:2]
         rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-        result = self._mesh.process(rgb)
-        faces = result.multi_face_landmarks or []
-        self._faces_found = len(faces)
-        if not faces:
-            return self._lost(t_s)
-        pts = [
-            np.array([(p.x, p.y, p.z) for p in f.landmark], dtype=np.float32) for f in faces
-        ]
-        pts = [p for p in pts if p.shape == (NUM_LANDMARKS, 3)]
-        if not pts:
-            return self._lost(t_s)
-        boxes = [_box(p, w, h) for p in pts]
+        pts: np.ndarray | None = None
+        small = False
+        if self._small_faces and self._prev_small and self._prev_box is not None:
+            # Track a small face from its last box, without the detector.
+            pts = self._mesh_in_box(rgb, self._prev_box, _CROP_SCALE_FROM_LANDMARKS)
+            small = pts is not None
+            self._faces_found = int(small)
+        if pts is None:
+            faces = _mesh_points(self._mesh.process(rgb))
+            self._faces_found = len(faces)
+            if faces:
+                choice = self._select([_landmark_box(p, w, h) for p in faces], t_s)
+                pts = None if choice is None else faces[choice]
+        if pts is None and self._small_faces:
+            pts = self._detect_small(rgb, t_s)
+            small = pts is not None
+        if pts is None:
+            if t_s is not None and self._lost_since_s is None:
+                self._lost_since_s = t_s
+            self._prev_small = False
+            return None
+        box = _landmark_box(pts, w, h)
+        self._prev_box = box
+        # Stay on the crop path while the face is too small for the mesh's own detector.
+        self._prev_small = small and max(box[2] - box[0], box[3] - box[1]) < 0.25 * min(w, h)
+        self._lost_since_s = None
+        return Landmarks(points=pts, image_size=(w, h), t_ns=t_ns)
+
+    def _detect_small(self, rgb: np.ndarray, t_s: float | None) -> np.ndarray | None:
+        """Full-range detection, selection, then the mesh on a crop of the chosen face."""
+        detector, _ = self._small_face_graphs()
+        h, w = rgb.shape[:2]
+        dets = getattr(detector.process(rgb), "detections", None) or []
+        boxes = []
+        for d in dets:
+            b = d.location_data.relative_bounding_box
+            boxes.append(
+                np.array([b.xmin * w, b.ymin * h, (b.xmin + b.width) * w, (b.ymin + b.height) * h])
+            )
+        self._faces_found = max(self._faces_found, len(boxes))
+        if not boxes:
+            return None
         choice = self._select(boxes, t_s)
         if choice is None:
-            return self._lost(t_s)
-        self._prev_box = boxes[choice]
-        self._lost_since_s = None
-        return Landmarks(points=pts[choice], image_size=(w, h), t_ns=t_ns)
+            return None
+        return self._mesh_in_box(rgb, boxes[choice], _CROP_SCALE_FROM_DETECTION)
 
-    def _lost(self, t_s: float | None) -> None:
-        if t_s is not None and self._lost_since_s is None:
-            self._lost_since_s = t_s
-        return None
+    def _mesh_in_box(self, rgb: np.ndarray, box: np.ndarray, scale: float) -> np.ndarray | None:
+        """Run the crop mesh on a square of ``scale`` box sizes; points in full-image coords."""
+        _, crop_mesh = self._small_face_graphs()
+        h, w = rgb.shape[:2]
+        side = scale * max(box[2] - box[0], box[3] - box[1])
+        if side < 8:
+            return None
+        x0 = 0.5 * (box[0] + box[2]) - 0.5 * side
+        y0 = 0.5 * (box[1] + box[3]) - 0.5 * side
+        k = _CROP_PX / side
+        m = np.array([[k, 0.0, -x0 * k], [0.0, k, -y0 * k]])
+        crop = cv2.warpAffine(
+            rgb, m, (_CROP_PX, _CROP_PX), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT
+        )
+        faces = _mesh_points(crop_mesh.process(crop))
+        if not faces:
+            return None
+        p = faces[0]
+        out = np.empty_like(p)
+        out[:, 0] = (x0 + p[:, 0] * side) / w
+        out[:, 1] = (y0 + p[:, 1] * side) / h
+        out[:, 2] = p[:, 2] * side / w
+        return out
 
     def _select(self, boxes: list[np.ndarray], t_s: float | None) -> int | None:
         """Index of the face to follow, or None when only other people are visible."""

@@ -1,0 +1,214 @@
+"""``avatar-app engines list|build|calibrate|clear``.
+
+The app's CLI adds these with :func:`add_engines_parser` and dispatches with
+:func:`run_engines`::
+
+    sub = parser.add_subparsers(dest="command")
+    add_engines_parser(sub)
+    ...
+    if args.command == "engines":
+        return run_engines(args)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from avatar_app.core.errors import AvatarError, InputError
+
+logger = logging.getLogger(__name__)
+
+
+def add_engines_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``engines`` command and its sub-commands to an argparse subparsers object.
+
+    Returns:
+        The ``engines`` parser.
+    """
+    p = subparsers.add_parser("engines", help="inference engines: list, build, calibrate, clear",
+                              description="Inspect and build the inference engines and their cache.")
+    sub = p.add_subparsers(dest="engines_command", metavar="{list,build,calibrate,clear}")
+    sub.required = True
+
+    ls = sub.add_parser("list", help="backends, devices, precisions and cached engines")
+    ls.add_argument("--model", action="append", default=[],
+                    help="also show which engines this model would use (path or name in models/)")
+
+    b = sub.add_parser("build", help="build, verify and cache one engine")
+    b.add_argument("--model", required=True, help="ONNX path, or a model name in models/")
+    b.add_argument("--backend", default="ort_cpu", help="backend name (see 'engines list')")
+    b.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8"])
+    b.add_argument("--calibration-method", default="percentile", choices=["percentile", "entropy", "minmax"])
+    b.add_argument("--force", action="store_true", help="rebuild even if a valid cached engine exists")
+    b.add_argument("--inline", action="store_true", help="build in this process (no child process)")
+
+    c = sub.add_parser("calibrate", help="manage your own INT8 calibration samples (kept on this machine)")
+    c.add_argument("--model", required=True, help="ONNX path, or a model name in models/")
+    c.add_argument("--add", action="append", default=[], type=Path, metavar="NPZ",
+                   help="add recorded samples (.npz, one array per input, samples on axis 0)")
+    c.add_argument("--clear", action="store_true", help="delete all your stored samples of this model")
+
+    cl = sub.add_parser("clear", help="delete cached engines")
+    cl.add_argument("--model", default=None, help="only engines of this model name")
+    return p
+
+
+def resolve_model(text: str) -> Path:
+    """A model path from a path or a name of a shipped model (``face_recon``).
+
+    Raises:
+        InputError: neither exists.
+    """
+    p = Path(text)
+    if p.is_file():
+        return p
+    from avatar_app.resources import resource_path
+
+    for cand in (resource_path(f"models/{text}"), resource_path(f"models/{text}.onnx")):
+        if cand.is_file():
+            return cand
+    raise InputError(f"model {text!r} not found (no such file, and no models/{text}.onnx)", text)
+
+
+def run_engines(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run an ``engines`` sub-command.
+
+    Returns:
+        Exit status: 0 on success, 1 when the command failed (message printed), 2
+        when a build finished but the engine was rejected or cannot run here.
+    """
+    out = out or sys.stdout
+    try:
+        cmd = args.engines_command
+        if cmd == "list":
+            return _list(args, out)
+        if cmd == "build":
+            return _build(args, out)
+        if cmd == "calibrate":
+            return _calibrate(args, out)
+        if cmd == "clear":
+            return _clear(args, out)
+        raise InputError(f"unknown engines command {cmd!r}")
+    except AvatarError as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+
+
+def _list(args, out) -> int:
+    from avatar_app.inference.backends import backend_statuses
+    from avatar_app.inference.cache import EngineCache
+
+    print("Backends (preferred first):", file=out)
+    for st in backend_statuses():
+        state = ("ready" if st.can_run else "build only" if st.can_build
+                 else "installed, unusable" if st.installed else "not installed")
+        print(f"  {st.name:<13} {state:<20} {st.version or '-'}", file=out)
+        if st.reason:
+            print(f"      why: {st.reason}", file=out)
+        for d in st.devices:
+            print(f"      device: {d}", file=out)
+        if st.installed:
+            for prec, why in st.precisions.items():
+                print(f"      {prec}: {'supported' if why is None else 'no - ' + why}", file=out)
+    cache = EngineCache()
+    entries = cache.entries()
+    print(f"\nEngine cache: {cache.engines_dir} ({len(entries)} entries)", file=out)
+    for folder, entry, problem in entries:
+        if entry is None:
+            print(f"  {folder.name}: UNUSABLE - {problem} (will be rebuilt)", file=out)
+            continue
+        m = entry.manifest
+        when = datetime.datetime.fromtimestamp(m.built_at).strftime("%Y-%m-%d %H:%M")
+        print(f"  {m.model_name} {m.key['precision']} {m.key['backend']} {m.key['backend_version']} "
+              f"[{m.key['device']}] {m.status} ({m.artifact_size / 1e6:.2f} MB, built {when} "
+              f"in {m.build_time_s:.1f} s)", file=out)
+        v = m.verification_result
+        if v is not None:
+            print(f"      verification: {v.summary()}", file=out)
+        elif m.reason:
+            print(f"      {m.reason}", file=out)
+    for text in args.model:
+        from avatar_app.inference.manager import EngineManager
+
+        path = resolve_model(text)
+        result = EngineManager().open_engine(path)
+        print(f"\n{path.name} would run on {result.runner.describe()}:", file=out)
+        for a in result.attempts:
+            print(f"  {a.line()}", file=out)
+        result.runner.close()
+    return 0
+
+
+class _ProgressBar:
+    """A one-line text progress bar on a stream (no extra dependency)."""
+
+    def __init__(self, out: TextIO, width: int = 30):
+        self.out, self.width = out, width
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        n = int(round(max(0.0, min(1.0, fraction)) * self.width))
+        end = "\n" if fraction >= 1.0 else ""
+        tty = getattr(self.out, "isatty", lambda: False)()
+        prefix = "\r" if tty else ""
+        if not tty:
+            end = "\n"
+        print(f"{prefix}[{'#' * n}{'.' * (self.width - n)}] {fraction * 100:3.0f}% {stage:<40}",
+              end=end, file=self.out, flush=True)
+
+
+def _build(args, out) -> int:
+    from avatar_app.inference.manager import EngineManager
+
+    path = resolve_model(args.model)
+    mgr = EngineManager(isolate=not args.inline, calibration_method=args.calibration_method)
+    entry = mgr.build(path, args.backend, args.precision, progress=_ProgressBar(out), force=args.force)
+    m = entry.manifest
+    print(f"{path.name} {args.precision} on {args.backend}: {m.status}", file=out)
+    print(f"  engine: {entry.artifact_path} ({m.artifact_size / 1e6:.2f} MB, sha256 {m.artifact_sha256[:16]}...)",
+          file=out)
+    v = m.verification_result
+    if v is not None:
+        print(f"  verification: {v.summary()}", file=out)
+    if m.reason and (v is None or v.passed):
+        print(f"  note: {m.reason}", file=out)
+    return 0 if m.status == "ok" else 2
+
+
+def _calibrate(args, out) -> int:
+    from avatar_app.inference.calibration import MIN_USER_SAMPLES, CalibrationStore
+    from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
+
+    path = resolve_model(args.model)
+    info = ModelInfo.from_onnx(path)
+    store = CalibrationStore(info.name)
+    if args.clear:
+        n = store.clear()
+        print(f"deleted {n} sample file(s) of {info.name} from {store.folder}", file=out)
+        return 0
+    for f in args.add:
+        data = load_feed_set(f, info.inputs)
+        saved = store.add(data)
+        print(f"added {next(iter(data.values())).shape[0]} samples from {f} -> {saved}", file=out)
+    count = store.count(info)
+    default = "yes" if info.calibration_path.is_file() else "no"
+    print(f"{info.name}: {count} samples of your own in {store.folder}; default set shipped: {default}",
+          file=out)
+    if count < MIN_USER_SAMPLES:
+        print(f"  record at least {MIN_USER_SAMPLES} samples for a calibration on your own data "
+              f"({MIN_USER_SAMPLES - count} more)", file=out)
+    print("  INT8 engines built from now on use the default set plus these samples "
+          "('engines build --precision int8')", file=out)
+    return 0
+
+
+def _clear(args, out) -> int:
+    from avatar_app.inference.cache import EngineCache
+
+    cache = EngineCache()
+    n = cache.clear(args.model)
+    print(f"removed {n} cached engine(s) from {cache.engines_dir}", file=out)
+    return 0

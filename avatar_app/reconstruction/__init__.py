@@ -1,0 +1,10 @@
+"""Reconstruction stage: landmarks -> FaceParams (blendshapes, head pose, gaze)."""
+from avatar_app.reconstruction.base import FaceReconstructor
+from avatar_app.reconstruction.calibration import RunningPercentiles
+from avatar_app.reconstruction.geometric import GeometricSolver, GeometricSolverConfig
+from avatar_app.reconstruction.hold import HoldState, NoFaceHold
+
+__all__ = [
+    "FaceReconstructor", "RunningPercentiles", "GeometricSolver", "GeometricSolverConfig",
+    "HoldState", "NoFaceHold",
+]

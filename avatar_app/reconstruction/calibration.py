@@ -1,0 +1,106 @@
+"""Causal running percentiles of face features: automatic per-user calibration.
+
+A ring buffer of feature vectors is filled on a time schedule: every sample
+during a warm-up (the first seconds the face is seen), then one sample per
+``slow_interval_s`` (a slow drift follows lighting, posture and the user's
+habits). The reference of each feature is a percentile of the buffer, e.g. a
+high percentile of the eye aperture for "eyes open" and a low percentile of the
+lip gap for "mouth closed". Everything depends only on the samples and their
+timestamps, so the same frames give the same references offline and live.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from avatar_app.core.errors import InputError
+
+
+class RunningPercentiles:
+    """Per-feature running percentiles over a time-scheduled ring buffer.
+
+    Args:
+        percentiles: (K,) percentiles in [0, 100], one per feature.
+        warmup_s: seconds from the first sample during which every sample is kept.
+        slow_interval_s: after the warm-up, at most one sample per this many seconds.
+        capacity: ring-buffer length (samples); the oldest are overwritten.
+
+    Raises:
+        InputError: parameters out of range.
+    """
+
+    def __init__(
+        self,
+        percentiles: np.ndarray | list[float],
+        warmup_s: float = 5.0,
+        slow_interval_s: float = 0.25,
+        capacity: int = 480,
+    ) -> None:
+        q = np.asarray(percentiles, dtype=np.float64)
+        if q.ndim != 1 or q.size == 0 or np.any((q < 0) | (q > 100)):
+            raise InputError("percentiles must be a non-empty 1-D list of values in [0, 100]")
+        if warmup_s < 0 or slow_interval_s <= 0 or capacity < 2:
+            raise InputError("warmup_s >= 0, slow_interval_s > 0 and capacity >= 2 are required")
+        self._q = q / 100.0
+        self._warmup_s = float(warmup_s)
+        self._slow_s = float(slow_interval_s)
+        self._buf = np.zeros((int(capacity), q.size), dtype=np.float64)
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the buffer."""
+        self._n = 0
+        self._next = 0
+        self._t_first: float | None = None
+        self._t_last_insert: float | None = None
+        self._value: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """Samples in the buffer."""
+        return self._n
+
+    @property
+    def value(self) -> np.ndarray | None:
+        """(K,) float64 current percentiles, or None before the first sample."""
+        return self._value
+
+    def update(self, x: np.ndarray, t_s: float) -> bool:
+        """Offer one sample; it is kept if the schedule says so.
+
+        Args:
+            x: (K,) feature vector (finite).
+            t_s: its time in seconds (non-decreasing across calls).
+
+        Returns:
+            True when the sample was kept (and the percentiles recomputed).
+
+        Raises:
+            InputError: wrong shape.
+        """
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape != self._q.shape:
+            raise InputError(f"expected a feature vector of shape {self._q.shape}, got {x.shape}")
+        if not np.all(np.isfinite(x)):
+            return False
+        if self._t_first is None:
+            self._t_first = t_s
+        in_warmup = t_s - self._t_first < self._warmup_s
+        if not in_warmup and self._t_last_insert is not None:
+            if t_s - self._t_last_insert < self._slow_s:
+                return False
+        self._buf[self._next] = x
+        self._next = (self._next + 1) % len(self._buf)
+        self._n = min(self._n + 1, len(self._buf))
+        self._t_last_insert = t_s
+        self._value = self._percentiles()
+        return True
+
+    def _percentiles(self) -> np.ndarray:
+        """Linear-interpolated percentiles (numpy's default method), one per column."""
+        s = np.sort(self._buf[: self._n], axis=0)
+        pos = self._q * (self._n - 1)
+        lo = np.floor(pos).astype(np.intp)
+        hi = np.minimum(lo + 1, self._n - 1)
+        frac = pos - lo
+        cols = np.arange(s.shape[1])
+        return s[lo, cols] * (1.0 - frac) + s[hi, cols] * frac

@@ -1,0 +1,366 @@
+"""GeometricSolver: ARKit blendshapes, head pose and gaze from landmark geometry.
+
+No learned model: each blendshape comes from one measurement of the 478
+MediaPipe landmarks, taken in the head frame (the rigid head pose removed, see
+:mod:`avatar_app.tracking.head_pose`) so head turns do not fake expressions,
+and normalised per user:
+
+- explicit: :meth:`GeometricSolver.calibrate_neutral` takes one neutral face;
+- automatic (when none was given): causal running percentiles of every
+  feature (:class:`~avatar_app.reconstruction.calibration.RunningPercentiles`),
+  every frame over the first seconds, slowly afterwards: a high percentile of
+  the eye aperture is "eyes open", a low percentile of the lip gap and of the
+  chin distance is "mouth closed", medians of the brows, mouth corners and
+  irises are their rest positions. The head-pose reference is then the first
+  frame, levelled in yaw and roll.
+
+The output is deterministic given the same landmarks and timestamps, so
+offline rendering and live mode behave alike.
+
+Left/Right are the subject's own sides; the head frame's +x points to the
+subject's left (the image's right in an unmirrored camera image).
+
+Blinks: MediaPipe's lids under-read closure (DESIGN.md notes a full blink
+only halves the lid gap in some views), so eyeBlink reaches 1 at 35 % of the
+open aperture and starts at 85 %; and because spontaneous blinks are
+bilateral, an eye that is itself closing is pulled up to at most
+``blink_link`` times its own value by the other eye (a one-eyed wink, where
+the open eye's own value is ~0, is kept).
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
+from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.types import FaceParams, Landmarks
+from avatar_app.reconstruction.calibration import RunningPercentiles
+from avatar_app.tracking import landmark_groups as lg
+from avatar_app.tracking.head_pose import (
+    DEFAULT_HFOV_DEG,
+    MEAN_IPD_M,
+    HeadPose,
+    NeutralFace,
+    check_landmarks,
+    estimate_head_pose,
+    make_neutral_face,
+)
+
+EYEBALL_RADIUS_M = 0.012
+"""Eyeball radius: half the mean adult axial length of ~24 mm (I. Bekerman,
+P. Gottlieb, M. Vaiman, "Variations in eyeball diameters of the healthy adults",
+J. Ophthalmology 2014, 503645). The iris centre moves on this radius as the eye turns."""
+
+
+class Feature(enum.IntEnum):
+    """Measurements taken from each frame (head frame, metres unless noted)."""
+
+    EYE_APERTURE_R = 0  # mean lid gap / eye width (unitless)
+    EYE_APERTURE_L = 1
+    IRIS_X_R = 2  # iris centre minus eye-corner midpoint, +x = subject's left
+    IRIS_Y_R = 3  # +y = up
+    IRIS_X_L = 4
+    IRIS_Y_L = 5
+    CHIN = 6  # chin to nose-bridge distance
+    LIP_GAP = 7  # inner lip gap
+    MOUTH_WIDTH = 8  # corner to corner
+    CORNER_Y_R = 9  # mouth corner height above the midpoint of the inner lips
+    CORNER_Y_L = 10
+    CORNER_X_R = 11  # mouth corner outward displacement (away from the midline)
+    CORNER_X_L = 12
+    BROW_INNER_R = 13  # brow heights (y)
+    BROW_INNER_L = 14
+    BROW_R = 15
+    BROW_L = 16
+    BROW_OUTER_R = 17
+    BROW_OUTER_L = 18
+
+
+NUM_FEATURES = len(Feature)
+
+# Which percentile of the running distribution is the user's rest value.
+_AUTO_PERCENTILES = np.full(NUM_FEATURES, 50.0)
+_AUTO_PERCENTILES[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]] = 75.0  # eyes open
+_AUTO_PERCENTILES[[Feature.CHIN, Feature.LIP_GAP]] = 10.0  # mouth closed
+
+# Rest values of the mouth, measured only on frames whose lips touch (better
+# than percentiles of all frames when the user talks a lot or starts talking).
+_CLOSED_MOUTH_FEATURES = np.array(
+    [Feature.MOUTH_WIDTH, Feature.CORNER_Y_R, Feature.CORNER_Y_L,
+     Feature.CORNER_X_R, Feature.CORNER_X_L],
+    dtype=np.intp,
+)
+
+
+@dataclass(frozen=True)
+class GeometricSolverConfig:
+    """Tunable constants of the GeometricSolver (units in the names).
+
+    Ranges are the displacement (from the user's rest value) that maps to a
+    weight of 1; they were set on geometry (typical facial movement sizes on a
+    metric face of 63 mm interpupillary distance), not per test video.
+    """
+
+    hfov_deg: float = DEFAULT_HFOV_DEG
+    ipd_m: float = MEAN_IPD_M
+    blink_start_ratio: float = 0.85  # aperture / open aperture where eyeBlink starts
+    blink_full_ratio: float = 0.35  # ... where eyeBlink reaches 1
+    blink_link: float = 2.0  # bilateral-blink coupling (1 = independent eyes)
+    wide_start_ratio: float = 1.10
+    wide_full_ratio: float = 1.40
+    gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
+    gaze_pitch_full_rad: float = math.radians(25.0)  # eyeLookUp/Down = 1
+    jaw_range_m: float = 0.025  # chin drop for jawOpen = 1 (MediaPipe's chin under-reads)
+    lip_range_m: float = 0.030  # lip gap for a fully open mouth
+    smile_range_m: float = 0.010  # corner lift + half the outward pull for mouthSmile = 1
+    frown_range_m: float = 0.006
+    narrow_start: float = 0.04  # relative mouth narrowing where pucker/funnel start
+    narrow_range: float = 0.20
+    funnel_gap_m: float = 0.008  # lip gap that turns a pucker into a funnel
+    lips_closed_gap_m: float = 0.0015  # inner-lip gap below which the lips touch
+    brow_up_range_m: float = 0.008
+    brow_down_range_m: float = 0.005
+    warmup_s: float = 5.0
+    slow_interval_s: float = 0.25
+
+
+def _clip01(x: np.ndarray | float) -> np.ndarray:
+    return np.clip(x, 0.0, 1.0)
+
+
+def measure_features(points_m: np.ndarray) -> np.ndarray:
+    """Measure the :class:`Feature` vector of one face in the head frame.
+
+    Args:
+        points_m: (478, 3) float, landmarks in the head frame, metres
+            (``HeadPose.points_m`` or ``NeutralFace.points_m``).
+
+    Returns:
+        (NUM_FEATURES,) float64, indexed by :class:`Feature`.
+    """
+    p = np.asarray(points_m, dtype=np.float64)
+    f = np.empty(NUM_FEATURES)
+    for side, outer, inner, up, lo, iris in (
+        ("R", 33, 133, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, 468),
+        ("L", 263, 362, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, 473),
+    ):
+        width = np.linalg.norm(p[outer] - p[inner])
+        gaps = np.linalg.norm(p[list(up)] - p[list(lo)], axis=1)
+        centre = 0.5 * (p[outer] + p[inner])
+        off = p[iris] - centre
+        f[Feature[f"EYE_APERTURE_{side}"]] = gaps.mean() / max(width, 1e-9)
+        f[Feature[f"IRIS_X_{side}"]] = off[0]
+        f[Feature[f"IRIS_Y_{side}"]] = off[1]
+    f[Feature.CHIN] = np.linalg.norm(p[lg.FacePoint.CHIN] - p[168])
+    f[Feature.LIP_GAP] = np.linalg.norm(
+        p[list(lg.LIP_INNER_UPPER)] - p[list(lg.LIP_INNER_LOWER)], axis=1
+    ).mean()
+    cr, cl = p[lg.FacePoint.MOUTH_RIGHT], p[lg.FacePoint.MOUTH_LEFT]
+    f[Feature.MOUTH_WIDTH] = np.linalg.norm(cl - cr)
+    # The corners sit about midway between the lips as the jaw opens, so their
+    # height above that midpoint changes with smiles and frowns, not with jawOpen.
+    mid_y = 0.5 * (p[lg.FacePoint.LIP_UPPER_INNER, 1] + p[lg.FacePoint.LIP_LOWER_INNER, 1])
+    f[Feature.CORNER_Y_R] = cr[1] - mid_y
+    f[Feature.CORNER_Y_L] = cl[1] - mid_y
+    f[Feature.CORNER_X_R] = -cr[0]
+    f[Feature.CORNER_X_L] = cl[0]
+    f[Feature.BROW_INNER_R] = p[list(lg.RIGHT_BROW_INNER), 1].mean()
+    f[Feature.BROW_INNER_L] = p[list(lg.LEFT_BROW_INNER), 1].mean()
+    f[Feature.BROW_R] = p[list(lg.RIGHT_BROW), 1].mean()
+    f[Feature.BROW_L] = p[list(lg.LEFT_BROW), 1].mean()
+    f[Feature.BROW_OUTER_R] = p[list(lg.RIGHT_BROW[:2]), 1].mean()
+    f[Feature.BROW_OUTER_L] = p[list(lg.LEFT_BROW[:2]), 1].mean()
+    return f
+
+
+class GeometricSolver:
+    """FaceReconstructor from landmark geometry (no model), per-user normalised.
+
+    Thread: one instance per processing thread; calls must come in time order.
+
+    Args:
+        config: tunable constants (defaults documented in GeometricSolverConfig).
+    """
+
+    def __init__(self, config: GeometricSolverConfig | None = None) -> None:
+        self.config = config or GeometricSolverConfig()
+        self._auto = RunningPercentiles(
+            _AUTO_PERCENTILES,
+            warmup_s=self.config.warmup_s,
+            slow_interval_s=self.config.slow_interval_s,
+        )
+        self._auto_closed = RunningPercentiles(
+            np.full(len(_CLOSED_MOUTH_FEATURES), 50.0),
+            warmup_s=self.config.warmup_s,
+            slow_interval_s=self.config.slow_interval_s,
+        )
+        self.reset()
+
+    # -- FaceReconstructor --------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the user: neutral face, running calibration, last time."""
+        self._neutral: NeutralFace | None = None
+        self._explicit_ref: np.ndarray | None = None
+        self._auto.reset()
+        self._auto_closed.reset()
+        self._last_t_s: float | None = None
+        self._eye_angles = np.zeros((2, 2))  # (yaw, pitch) x (right eye, left eye), radians
+        self.last_pose: HeadPose | None = None
+        self.last_features: np.ndarray | None = None
+
+    def calibrate_neutral(self, landmarks: Landmarks) -> None:
+        """Take these landmarks as the user's neutral face (treated as facing the camera).
+
+        Args:
+            landmarks: (478, 3) points of a relaxed face, eyes open, mouth
+                closed, looking at the screen.
+
+        Raises:
+            InputError: invalid landmarks.
+        """
+        check_landmarks(landmarks)
+        self._neutral = make_neutral_face(landmarks, ipd_m=self.config.ipd_m)
+        self._explicit_ref = measure_features(self._neutral.points_m)
+
+    @property
+    def neutral(self) -> NeutralFace | None:
+        """The head-pose reference (explicit, or automatic from the first frame)."""
+        return self._neutral
+
+    @property
+    def is_calibrated(self) -> bool:
+        """Whether an explicit neutral was given (else the running estimate is used)."""
+        return self._explicit_ref is not None
+
+    def reconstruct(self, landmarks: Landmarks, t_s: float) -> FaceParams:
+        """Blendshapes, head pose and gaze of one frame.
+
+        Args:
+            landmarks: (478, 3) image-normalised points of the tracked face.
+            t_s: frame time, seconds; strictly increasing across calls.
+
+        Returns:
+            FaceParams (blendshapes (52,) float32 in [0, 1]; rotation (3, 3);
+            translation (3,) metres; gaze (yaw, pitch) radians; identity (0,)).
+
+        Raises:
+            InputError: invalid landmarks or time.
+            TrackingError: ``t_s`` does not increase.
+        """
+        check_landmarks(landmarks)
+        t = float(t_s)
+        if not math.isfinite(t):
+            raise InputError(f"frame time must be finite, got {t_s}")
+        if self._last_t_s is not None and not t > self._last_t_s:
+            raise TrackingError(
+                f"frame times must strictly increase: got {t} s after {self._last_t_s} s"
+            )
+        self._last_t_s = t
+        if self._neutral is None:
+            self._neutral = make_neutral_face(landmarks, self.config.ipd_m, level_yaw_roll=True)
+        pose = estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg)
+        feats = measure_features(pose.points_m)
+        if self._explicit_ref is not None:
+            ref = self._explicit_ref
+        else:
+            ref = self._auto_reference(feats, t)
+        self.last_pose = pose
+        self.last_features = feats
+        weights, gaze = self._solve(feats, ref)
+        return FaceParams(
+            blendshapes=weights,
+            rotation=pose.rotation,
+            translation=pose.translation,
+            gaze=gaze,
+            identity=np.zeros(0, np.float32),
+        )
+
+    def _auto_reference(self, feats: np.ndarray, t: float) -> np.ndarray:
+        """Rest values from the running percentiles (automatic calibration)."""
+        c = self.config
+        self._auto.update(feats, t)
+        ref = self._auto.value.copy()
+        if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
+            self._auto_closed.update(feats[_CLOSED_MOUTH_FEATURES], t)
+        if self._auto_closed.value is not None:
+            ref[_CLOSED_MOUTH_FEATURES] = self._auto_closed.value
+        # Touching lips have no gap, whoever the user is: a mouth open from the
+        # first frame must not become the "closed" reference.
+        ref[Feature.LIP_GAP] = min(ref[Feature.LIP_GAP], c.lips_closed_gap_m)
+        return ref
+
+    # -- the mapping --------------------------------------------------------
+
+    def _solve(self, f: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        c = self.config
+        d = f - ref
+        w = np.zeros(NUM_BLENDSHAPES, dtype=np.float64)
+        B = Blendshape
+
+        # Eyes: aperture relative to the open eye.
+        ratio = f[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]] / np.maximum(
+            ref[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]], 1e-6
+        )
+        blink = _clip01((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
+        linked = np.maximum(blink, np.minimum(blink[::-1], c.blink_link * blink))
+        w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
+        wide = _clip01((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
+        w[B.eyeWideRight], w[B.eyeWideLeft] = wide
+
+        # Gaze: iris displacement on an eyeball of known radius. A closing lid
+        # hides the iris, so each eye keeps its previous angles in proportion
+        # to its blink weight.
+        s = 1.0 / EYEBALL_RADIUS_M
+        meas = np.arcsin(
+            np.clip(
+                d[[[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]]] * s,
+                -1.0,
+                1.0,
+            )
+        )  # (2 [yaw, pitch], 2 [right eye, left eye])
+        angles = (1.0 - linked) * meas + linked * self._eye_angles
+        self._eye_angles = angles
+        yaw, pitch = angles
+        gaze = angles.mean(axis=1).astype(np.float32)
+        hy = yaw / c.gaze_yaw_full_rad
+        vp = pitch / c.gaze_pitch_full_rad
+        # +yaw = toward the subject's left: "out" for the left eye, "in" for the right eye.
+        w[B.eyeLookOutLeft], w[B.eyeLookInLeft] = _clip01(hy[1]), _clip01(-hy[1])
+        w[B.eyeLookInRight], w[B.eyeLookOutRight] = _clip01(hy[0]), _clip01(-hy[0])
+        w[B.eyeLookUpRight], w[B.eyeLookDownRight] = _clip01(vp[0]), _clip01(-vp[0])
+        w[B.eyeLookUpLeft], w[B.eyeLookDownLeft] = _clip01(vp[1]), _clip01(-vp[1])
+
+        # Jaw and lips.
+        jaw = _clip01(d[Feature.CHIN] / c.jaw_range_m)
+        lips_open = _clip01(d[Feature.LIP_GAP] / c.lip_range_m)
+        w[B.jawOpen] = jaw
+        w[B.mouthClose] = _clip01(jaw - lips_open)
+        narrow = _clip01(
+            (-d[Feature.MOUTH_WIDTH] / max(ref[Feature.MOUTH_WIDTH], 1e-6) - c.narrow_start)
+            / c.narrow_range
+        )
+        rounded = _clip01(d[Feature.LIP_GAP] / c.funnel_gap_m)
+        w[B.mouthFunnel] = narrow * rounded
+        w[B.mouthPucker] = narrow * (1.0 - rounded)
+        for side, smile, frown in (
+            ("R", B.mouthSmileRight, B.mouthFrownRight),
+            ("L", B.mouthSmileLeft, B.mouthFrownLeft),
+        ):
+            lift = d[Feature[f"CORNER_Y_{side}"]]
+            pull = d[Feature[f"CORNER_X_{side}"]]
+            w[smile] = _clip01((lift + 0.5 * pull) / c.smile_range_m)
+            w[frown] = _clip01(-lift / c.frown_range_m)
+
+        # Brows.
+        inner = 0.5 * (d[Feature.BROW_INNER_R] + d[Feature.BROW_INNER_L])
+        w[B.browInnerUp] = _clip01(inner / c.brow_up_range_m)
+        w[B.browDownRight] = _clip01(-d[Feature.BROW_R] / c.brow_down_range_m)
+        w[B.browDownLeft] = _clip01(-d[Feature.BROW_L] / c.brow_down_range_m)
+        w[B.browOuterUpRight] = _clip01(d[Feature.BROW_OUTER_R] / c.brow_up_range_m)
+        w[B.browOuterUpLeft] = _clip01(d[Feature.BROW_OUTER_L] / c.brow_up_range_m)
+        return w.astype(np.float32), gaze

@@ -1,0 +1,591 @@
+"""Clip recorder: rendered RGB frames + audio -> fragmented MP4 (H.264 + AAC) with PyAV.
+
+Design choices (measured on a 2-core machine, see the helper report / benchmarks):
+
+- H.264 through libx264, ``preset=veryfast``, ``tune=zerolatency`` (no
+  B-frames, no look-ahead: every frame written reaches the file within one
+  fragment, so a killed recording loses at most ~``fragment_s``), CRF 23,
+  2 threads. If the requested codec is missing from the FFmpeg build the
+  recorder falls back to libx264, then MPEG-4 Part 2, with a logged warning.
+- Fragmented MP4 (``movflags=frag_keyframe+empty_moov+delay_moov+default_base_moof``
+  and ``frag_duration``): the file is a header plus self-contained fragments
+  of at most ``fragment_s`` seconds, so a recording cut short (crash, SIGKILL,
+  full disk) still plays up to its last complete fragment. ``delay_moov``
+  writes the header with the first fragment, which lets FFmpeg put an edit
+  list in it that hides the AAC encoder's 1024-sample priming: the audio
+  stream then starts at the same instant as the input and is not lengthened.
+  ``flush_packets=1`` hands every write to the OS at once (a SIGKILL keeps it).
+- AAC at 48 kHz (input audio of any rate is resampled by libswresample).
+- Timestamps: video pts = round(media time * 90000) in a 1/90000 time base
+  (exact for 24/25/30/50/60 and 29.97 fps, no drift); audio is placed by the
+  media time of its first sample, gaps filled with silence and overlaps trimmed.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from collections import deque
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from avatar_app.core.errors import InputError, RecordingError
+
+_log = logging.getLogger(__name__)
+
+#: Video time base: 1/90000 s (the MPEG clock; integer frame steps for all common rates).
+VIDEO_TIME_BASE = Fraction(1, 90000)
+#: Sample rate of the AAC track, Hz.
+AUDIO_OUT_RATE = 48000
+#: Audio timestamp jitter tolerated before a gap is filled or an overlap trimmed, s.
+AUDIO_JITTER_S = 0.02
+_VIDEO_FALLBACKS = ("libx264", "mpeg4")
+
+
+def _have_encoder(name: str) -> bool:
+    try:
+        av.codec.Codec(name, "w")
+    except (av.FFmpegError, ValueError):  # UnknownCodecError derives from ValueError
+        return False
+    return True
+
+
+def _io_message(err: BaseException, path: Path) -> str:
+    code = getattr(err, "errno", None)
+    if code == errno.ENOSPC:
+        why = "the disk is full"
+    elif code == errno.EFBIG:
+        why = "the file is larger than the system allows (file size limit)"
+    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = "permission denied"
+    else:
+        why = str(err)
+    return f"recording to {path} failed: {why}. The part written so far is kept and plays."
+
+
+class ClipRecorder:
+    """Writes an MP4 clip (H.264 video, optional AAC audio) frame by frame.
+
+    Args:
+        path: output ``.mp4`` file (overwritten; its folder must exist).
+        width: frame width in pixels (even, H.264 4:2:0 needs it).
+        height: frame height in pixels (even).
+        fps: nominal frame rate, Hz (rate control, keyframe interval, metadata);
+            each frame's real time comes from ``write_video``.
+        audio_sample_rate: rate of the audio passed to ``write_audio``, Hz, or
+            None for a video-only clip.
+        audio_channels: 1 (mono) or 2 (stereo).
+        video_codec: FFmpeg encoder name; "h264" means libx264.
+        crf: libx264 constant rate factor (0-51, lower = better; 23 is x264's default).
+        preset: libx264 speed preset ("ultrafast" ... "veryslow").
+        tune: libx264 tuning; "zerolatency" removes encoder delay (see module doc).
+        threads: encoder threads (0 = FFmpeg's choice).
+        keyframe_interval_s: seconds between keyframes.
+        fragment_s: longest MP4 fragment, s (at most this much is lost when cut short).
+        audio_codec: FFmpeg audio encoder name.
+        audio_bitrate: bits per second of the audio track.
+        time_origin_s: media time that becomes 0 in the file; None = the first
+            time passed to ``write_video`` or ``write_audio``.
+        max_audio_lag_s: when the audio track lags the video by more than this,
+            s, it is filled with silence up to ``video time - max_audio_lag_s``
+            (a dead microphone must not stall the file: FFmpeg writes the first
+            fragment only once every track has a sample); later audio for that
+            span is trimmed.
+
+    Raises:
+        InputError: bad size, fps or channel count.
+        RecordingError: the file cannot be created or no encoder can be opened.
+
+    Thread: not thread-safe; use from one thread (see :class:`AsyncRecorder`).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        width: int,
+        height: int,
+        fps: float,
+        audio_sample_rate: int | None = None,
+        audio_channels: int = 1,
+        *,
+        video_codec: str = "h264",
+        crf: int = 23,
+        preset: str = "veryfast",
+        tune: str | None = "zerolatency",
+        threads: int = 2,
+        keyframe_interval_s: float = 2.0,
+        fragment_s: float = 0.25,
+        audio_codec: str = "aac",
+        audio_bitrate: int = 128_000,
+        time_origin_s: float | None = None,
+        max_audio_lag_s: float = 1.0,
+    ):
+        self.path = Path(path)
+        if width <= 0 or height <= 0 or width % 2 or height % 2:
+            raise InputError(
+                f"recording size must be positive and even for H.264; got {width}x{height}"
+            )
+        if not fps > 0:
+            raise InputError(f"recording fps must be positive; got {fps!r}")
+        if audio_sample_rate is not None and audio_sample_rate <= 0:
+            raise InputError(f"audio sample rate must be positive; got {audio_sample_rate}")
+        if audio_channels not in (1, 2):
+            raise InputError(f"audio must be mono or stereo; got {audio_channels} channels")
+        if not 0 < fragment_s <= 10:
+            raise InputError(f"fragment_s must be in (0, 10] s; got {fragment_s}")
+        self.width, self.height, self.fps = int(width), int(height), float(fps)
+        self.audio_sample_rate = audio_sample_rate
+        self.max_audio_lag_s = float(max_audio_lag_s)
+        self.audio_channels = audio_channels
+        self.frames_written = 0
+        self.audio_samples_written = 0  # at the input rate, including filled gaps
+        self._origin = time_origin_s
+        self._last_pts: int | None = None
+        self._audio_next: int | None = None  # next expected input-sample index
+        self._audio_out_pts = 0
+        self._error: RecordingError | None = None
+        self._closed = False
+        self._skipped_early = 0
+
+        codec = video_codec
+        if not _have_encoder(codec):
+            codec = next((c for c in _VIDEO_FALLBACKS if _have_encoder(c)), None)
+            if codec is None:
+                raise RecordingError(
+                    f"cannot record {self.path}: no H.264 or MPEG-4 encoder in this FFmpeg build"
+                )
+            _log.warning("video encoder %r is not available; recording with %r", video_codec, codec)
+        options = {
+            "movflags": "frag_keyframe+empty_moov+delay_moov+default_base_moof",
+            "frag_duration": str(int(fragment_s * 1e6)),
+            "flush_packets": "1",
+            # write a stream's packets even if the other stream lags by this much (µs),
+            # so a silent or missing audio track cannot hold back video in memory
+            "max_interleave_delta": str(int(max(1.0, 2 * fragment_s) * 1e6)),
+        }
+        if not self.path.parent.is_dir():
+            raise RecordingError(f"cannot create recording {self.path}: folder does not exist")
+        if not os.access(self.path.parent, os.W_OK):
+            raise RecordingError(f"cannot create recording {self.path}: folder is not writable")
+        try:
+            self._container = av.open(str(self.path), mode="w", format="mp4", options=options)
+        except (av.FFmpegError, OSError) as e:
+            raise RecordingError(f"cannot create recording {self.path}: {e}") from e
+        try:
+            self._video = self._open_video(codec, crf, preset, tune, threads, keyframe_interval_s)
+            self._audio = None
+            self._resampler = None
+            if audio_sample_rate is not None:
+                self._audio = self._container.add_stream(
+                    audio_codec, rate=AUDIO_OUT_RATE,
+                    layout="mono" if audio_channels == 1 else "stereo",
+                )
+                self._audio.bit_rate = audio_bitrate
+                self._audio.time_base = Fraction(1, AUDIO_OUT_RATE)
+                self._resampler = av.AudioResampler(
+                    format="fltp", layout=self._audio.layout, rate=AUDIO_OUT_RATE
+                )
+        except (av.FFmpegError, ValueError, OSError) as e:
+            self._container.close()
+            raise RecordingError(f"cannot set up the encoders for {self.path}: {e}") from e
+        self.video_codec = self._video.codec_context.name
+        _log.info(
+            "recording %s: %dx%d @ %.3g fps, %s%s", self.path, width, height, fps,
+            self.video_codec, f" + {audio_codec} {audio_sample_rate} Hz" if self._audio else "",
+        )
+
+    def _open_video(self, codec, crf, preset, tune, threads, keyframe_interval_s):
+        rate = Fraction(self.fps).limit_denominator(1001)
+        opts = {}
+        if codec in ("libx264", "h264"):
+            opts = {"preset": preset, "crf": str(crf)}
+            if tune:
+                opts["tune"] = tune
+        stream = self._container.add_stream(codec, rate=rate, options=opts)
+        stream.width, stream.height = self.width, self.height
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = VIDEO_TIME_BASE
+        cc = stream.codec_context
+        # MPEG-4 Part 2 allows time-base denominators up to 65535 only
+        cc.time_base = VIDEO_TIME_BASE if codec in ("libx264", "h264") else Fraction(1, 30000)
+        cc.gop_size = max(1, int(round(self.fps * keyframe_interval_s)))
+        cc.thread_count = threads
+        if codec not in ("libx264", "h264"):
+            # no CRF: about 0.15 bit per pixel (good quality for MPEG-4 Part 2)
+            cc.bit_rate = int(0.15 * self.width * self.height * self.fps)
+        return stream
+
+    # ------------------------------------------------------------------ state
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    @property
+    def error(self) -> RecordingError | None:
+        """The write error that stopped this recording, if any."""
+        return self._error
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise RecordingError(f"recording {self.path} is already closed")
+
+    def _fail(self, err: BaseException) -> RecordingError:
+        self._error = RecordingError(_io_message(err, self.path))
+        _log.error("%s", self._error)
+        return self._error
+
+    def _mux(self, packets) -> None:
+        try:
+            self._container.mux(packets)
+        except (av.FFmpegError, OSError) as e:
+            raise self._fail(e) from e
+
+    def _relative(self, media_time_s: float) -> float:
+        if not np.isfinite(media_time_s):
+            raise InputError(f"media time must be finite seconds; got {media_time_s!r}")
+        if self._origin is None:
+            self._origin = float(media_time_s)
+        return float(media_time_s) - self._origin
+
+    # ------------------------------------------------------------------ video
+    def write_video(self, rgb: np.ndarray, media_time_s: float) -> None:
+        """Encode one frame shown at ``media_time_s``.
+
+        Args:
+            rgb: (height, width, 3) uint8 RGB image (not reused after return).
+            media_time_s: presentation time, s; strictly increasing between calls
+                (equal to or more than 1/90000 s apart). Frames before the
+                time origin are skipped.
+
+        Raises:
+            InputError: wrong shape/dtype, or a time not after the previous frame's.
+            RecordingError: the recorder is closed or writing failed (disk full,
+                file size limit); the file written so far stays playable.
+        """
+        self._check_open()
+        if rgb.shape != (self.height, self.width, 3) or rgb.dtype != np.uint8:
+            raise InputError(
+                f"recording frames must be ({self.height}, {self.width}, 3) uint8 RGB; "
+                f"got {rgb.shape} {rgb.dtype}"
+            )
+        t = self._relative(media_time_s)
+        if t < 0:
+            self._skipped_early += 1
+            _log.debug("frame at %.3f s is before the recording start; skipped", media_time_s)
+            return
+        pts = int(round(t / VIDEO_TIME_BASE))
+        if self._last_pts is not None and pts <= self._last_pts:
+            raise InputError(
+                f"video frame times must increase: {media_time_s:.6f} s is not after the "
+                f"previous frame ({(self._last_pts * VIDEO_TIME_BASE) + self._origin:.6f} s)"
+            )
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+        frame.pts = pts
+        frame.time_base = VIDEO_TIME_BASE
+        try:
+            packets = self._video.encode(frame)
+        except (av.FFmpegError, OSError) as e:
+            raise self._fail(e) from e
+        self._mux(packets)
+        self._last_pts = pts
+        self.frames_written += 1
+        if self._audio is not None:
+            lag_end = int((t - self.max_audio_lag_s) * self.audio_sample_rate)
+            behind = lag_end - (self._audio_next or 0)
+            if behind > 0:
+                _log.debug("audio lags video by > %.1f s; filling %d samples of silence",
+                           self.max_audio_lag_s, behind)
+                self._encode_audio(np.zeros((behind, self.audio_channels), np.float32))
+
+    # ------------------------------------------------------------------ audio
+    def write_audio(self, samples: np.ndarray, media_time_s: float) -> None:
+        """Encode audio whose first sample is at ``media_time_s``.
+
+        Consecutive chunks may jitter by up to 20 ms (:data:`AUDIO_JITTER_S`);
+        a larger gap is filled with silence and an overlap is trimmed, so the
+        track stays in sync with the video.
+
+        Args:
+            samples: (N,) or (N, channels) float32 in [-1, 1] at ``audio_sample_rate``.
+            media_time_s: media time of ``samples[0]``, s.
+
+        Raises:
+            InputError: the recorder has no audio track, or wrong shape/values.
+            RecordingError: closed, or writing failed.
+        """
+        self._check_open()
+        if self._audio is None:
+            raise InputError(f"recording {self.path} was opened without an audio track")
+        x = np.asarray(samples, dtype=np.float32)
+        if x.ndim == 1:
+            x = x[:, None]
+        if x.ndim != 2 or x.shape[1] != self.audio_channels:
+            raise InputError(
+                f"recording audio must be (N,) or (N, {self.audio_channels}); got {np.shape(samples)}"
+            )
+        if not np.isfinite(x).all():
+            raise InputError("recording audio contains NaN or infinite samples")
+        sr = self.audio_sample_rate
+        start = int(round(self._relative(media_time_s) * sr))
+        expected = self._audio_next if self._audio_next is not None else 0
+        tol = int(AUDIO_JITTER_S * sr) if self._audio_next is not None else 0
+        if start > expected + tol:  # gap (or leading silence before the first chunk)
+            self._encode_audio(np.zeros((start - expected, self.audio_channels), np.float32))
+        elif start < expected - tol:  # overlap, or audio before the origin
+            x = x[expected - start:]
+        self._encode_audio(x)
+
+    def _encode_audio(self, x: np.ndarray) -> None:
+        if len(x) == 0:
+            return
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(x.clip(-1.0, 1.0)).reshape(1, -1), format="flt",
+            layout="mono" if self.audio_channels == 1 else "stereo",
+        )
+        frame.sample_rate = self.audio_sample_rate
+        self._push_audio(self._resampler.resample(frame))
+        self._audio_next = (self._audio_next or 0) + len(x)
+        self.audio_samples_written += len(x)
+
+    def _push_audio(self, frames) -> None:
+        for f in frames:
+            f.pts = self._audio_out_pts
+            f.time_base = self._audio.time_base
+            self._audio_out_pts += f.samples
+            try:
+                packets = self._audio.encode(f)
+            except (av.FFmpegError, OSError) as e:
+                raise self._fail(e) from e
+            self._mux(packets)
+
+    # ------------------------------------------------------------------ close
+    def close(self) -> None:
+        """Flush the encoders and finish the file. Idempotent.
+
+        Raises:
+            RecordingError: the final flush failed (the earlier fragments are kept).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        failed = self._error is not None
+        try:
+            if not failed:
+                if self._audio is not None:
+                    self._push_audio(self._resampler.resample(None))
+                    self._mux(self._audio.encode(None))
+                self._mux(self._video.encode(None))
+        except RecordingError:
+            failed = True
+        finally:
+            try:
+                self._container.close()
+            except (av.FFmpegError, OSError) as e:
+                if not failed:
+                    self._fail(e)
+                    failed = True
+                else:
+                    _log.debug("closing the failed recording %s: %s", self.path, e)
+        if self._skipped_early:
+            _log.info("%d frames before the recording start were skipped", self._skipped_early)
+        if failed and self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> ClipRecorder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        else:  # keep the original exception; still release the file
+            try:
+                self.close()
+            except RecordingError as e:
+                _log.debug("while closing after an error: %s", e)
+
+
+class AsyncRecorder:
+    """Runs a :class:`ClipRecorder` in a writer thread behind a bounded queue (live use).
+
+    ``write_video``/``write_audio`` copy their input into the queue and return
+    at once. When the queue already holds ``max_video_frames`` frames the new
+    frame is dropped and counted (newest-wins would reorder timestamps, so the
+    oldest are kept); video frames whose time does not increase are dropped too.
+    Audio is only dropped when more than ``max_audio_s`` of it is waiting (the
+    writer is stuck), with a warning.
+
+    Args:
+        recorder: an open ClipRecorder; this object takes ownership and closes it.
+        max_video_frames: most frames waiting for the encoder.
+        max_audio_s: most audio waiting, seconds.
+
+    Attributes:
+        dropped_frames: video frames dropped because the queue was full or
+            their time did not increase.
+        dropped_audio_chunks: audio chunks dropped because the queue was full.
+
+    Thread: the write methods may be called from any one thread (or several;
+    they lock a short critical section); the encoder runs in the writer thread.
+    """
+
+    def __init__(self, recorder: ClipRecorder, max_video_frames: int = 8, max_audio_s: float = 5.0):
+        if max_video_frames < 1:
+            raise InputError(f"max_video_frames must be >= 1; got {max_video_frames}")
+        self.recorder = recorder
+        self.max_video_frames = max_video_frames
+        self.max_audio_s = max_audio_s
+        self.dropped_frames = 0
+        self.dropped_audio_chunks = 0
+        self._queue: deque[tuple[str, np.ndarray, float]] = deque()
+        self._video_queued = 0
+        self._audio_queued_s = 0.0
+        self._last_video_t: float | None = None
+        self._cond = threading.Condition()
+        self._closing = False
+        self._error: RecordingError | None = None
+        self._thread = threading.Thread(target=self._run, name="clip-recorder", daemon=True)
+        self._thread.start()
+
+    @property
+    def error(self) -> RecordingError | None:
+        """The error that stopped the writer thread, if any."""
+        return self._error
+
+    @property
+    def queued_frames(self) -> int:
+        """Video frames waiting for the encoder."""
+        return self._video_queued
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closing:
+            raise RecordingError(f"recording {self.recorder.path} is already closed")
+
+    def write_video(self, rgb: np.ndarray, media_time_s: float) -> bool:
+        """Queue a copy of one frame.
+
+        Args:
+            rgb: (height, width, 3) uint8 RGB (copied; the caller may reuse it).
+            media_time_s: presentation time, s.
+
+        Returns:
+            True if queued, False if dropped (see class doc).
+
+        Raises:
+            RecordingError: the writer thread failed earlier, or closed.
+        """
+        with self._cond:
+            self._check()
+            if self._last_video_t is not None and media_time_s <= self._last_video_t:
+                self.dropped_frames += 1
+                _log.debug("frame at %.4f s does not advance time; dropped", media_time_s)
+                return False
+            if self._video_queued >= self.max_video_frames:
+                self.dropped_frames += 1
+                _log.debug("recorder queue full; frame at %.4f s dropped", media_time_s)
+                return False
+            self._last_video_t = media_time_s
+            self._queue.append(("v", np.array(rgb, dtype=np.uint8, copy=True), media_time_s))
+            self._video_queued += 1
+            self._cond.notify()
+        return True
+
+    def write_audio(self, samples: np.ndarray, media_time_s: float) -> bool:
+        """Queue a copy of an audio chunk.
+
+        Args:
+            samples: (N,) or (N, C) float32 at the recorder's audio rate (copied).
+            media_time_s: media time of the first sample, s.
+
+        Returns:
+            True if queued, False if dropped (more than ``max_audio_s`` waiting).
+
+        Raises:
+            RecordingError: the writer thread failed earlier, or closed.
+        """
+        dur = len(samples) / (self.recorder.audio_sample_rate or 1)
+        with self._cond:
+            self._check()
+            if self._audio_queued_s + dur > self.max_audio_s:
+                self.dropped_audio_chunks += 1
+                _log.warning("recorder is %.1f s behind; audio chunk dropped", self._audio_queued_s)
+                return False
+            self._queue.append(("a", np.array(samples, dtype=np.float32, copy=True), media_time_s))
+            self._audio_queued_s += dur
+            self._cond.notify()
+        return True
+
+    def _run(self) -> None:
+        rec = self.recorder
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:  # closing and drained
+                    return
+                kind, data, t = self._queue.popleft()
+                if kind == "v":
+                    self._video_queued -= 1
+                else:
+                    self._audio_queued_s -= len(data) / (rec.audio_sample_rate or 1)
+                if self._error is not None:
+                    continue  # discard the rest after a failure
+            try:
+                if kind == "v":
+                    rec.write_video(data, t)
+                else:
+                    rec.write_audio(data, t)
+            except (RecordingError, InputError) as e:
+                err = e if isinstance(e, RecordingError) else RecordingError(
+                    f"recording {rec.path} stopped: {e}")
+                _log.error("%s", err)
+                with self._cond:
+                    self._error = err
+
+    def close(self, timeout_s: float | None = 30.0) -> None:
+        """Write what is queued, then close the file. Idempotent.
+
+        Args:
+            timeout_s: longest wait for the queue to drain, s (None = no limit).
+
+        Raises:
+            RecordingError: the writer failed, or did not finish within ``timeout_s``.
+        """
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise RecordingError(
+                f"recording {self.recorder.path} did not finish writing within {timeout_s} s"
+            )
+        try:
+            self.recorder.close()
+        except RecordingError as e:
+            if self._error is None:
+                self._error = e
+        if self.dropped_frames or self.dropped_audio_chunks:
+            _log.info("recording %s: dropped %d frames and %d audio chunks", self.recorder.path,
+                      self.dropped_frames, self.dropped_audio_chunks)
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> AsyncRecorder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            try:
+                self.close()
+            except RecordingError as e:
+                _log.debug("while closing after an error: %s", e)

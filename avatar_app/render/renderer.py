@@ -1,0 +1,631 @@
+"""OpenGL 3.3 core renderer of an :class:`~avatar_app.avatar.mesh.AvatarMesh` (moderngl).
+
+Works in whatever context is current: a QOpenGLWidget's (create it with
+``moderngl.create_context()`` inside ``initializeGL``) or a headless EGL one
+(:mod:`avatar_app.render.headless`).
+
+Per frame only uniforms change: morph weights (the active targets' indices and
+weights), joint matrices, camera and lights. Morph deltas live in one float
+texture read in the vertex shader by ``gl_VertexID``; skinning is linear blend
+skinning in the vertex shader (glTF 2.0 "Skins").
+
+Conventions: the virtual camera looks down -Z at the avatar, which faces +Z, so
+the avatar's left (+X) appears on the image's right. ``AvatarState.rotation``
+(camera space, right-handed, -Z forward) is applied to the head as it is: the
+avatar turns the way the user does, as seen by a non-mirrored camera.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Union
+
+import moderngl
+import numpy as np
+
+from avatar_app.avatar.mesh import AvatarMesh
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES
+from avatar_app.core.errors import BackendUnavailableError, InputError
+from avatar_app.core.types import AvatarState
+from avatar_app.resources import resource_path
+
+logger = logging.getLogger(__name__)
+
+#: OBS-style chroma green, sRGB bytes.
+CHROMA_GREEN: tuple[int, int, int] = (0, 177, 64)
+#: Value of ``background`` that gives a transparent output (alpha 0 outside the avatar).
+TRANSPARENT = "transparent"
+#: MSAA sample counts the settings offer.
+MSAA_CHOICES = (0, 2, 4, 8)
+#: Must match MAX_ACTIVE / MAX_JOINTS in assets/shaders/avatar.vert.
+MAX_ACTIVE_TARGETS = 64
+MAX_JOINTS = 64
+_MORPH_TEX_WIDTH = 4096  # even, so a (position, normal) texel pair never straddles rows
+_ACTIVE_EPS = 1e-4  # target weights at or below this are skipped in the shader
+
+Background = Union[tuple[int, int, int], tuple[int, int, int, int], str]
+
+
+@dataclass(frozen=True)
+class Lighting:
+    """A light rig in view space (camera at the origin looking down -Z).
+
+    Attributes:
+        key_dir, fill_dir, rim_dir: (x, y, z) directions toward each light (normalised on use).
+        key_color, fill_color, rim_color: linear RGB intensities.
+        sky_color, ground_color: hemisphere ambient (normal up / down), linear RGB.
+        wrap: wrapped-Lambert softness, 0 (hard) .. 1 (very soft).
+    """
+
+    key_dir: tuple[float, float, float]
+    key_color: tuple[float, float, float]
+    fill_dir: tuple[float, float, float]
+    fill_color: tuple[float, float, float]
+    rim_dir: tuple[float, float, float]
+    rim_color: tuple[float, float, float]
+    sky_color: tuple[float, float, float]
+    ground_color: tuple[float, float, float]
+    wrap: float = 0.3
+
+
+#: Lighting presets by name. "studio": warm key upper left, cool fill right, rim from
+#: behind; "soft": low contrast; "flat": almost shadowless (best for tracking tests).
+LIGHTING_PRESETS: dict[str, Lighting] = {
+    "studio": Lighting(
+        key_dir=(-0.55, 0.55, 0.65), key_color=(1.05, 0.98, 0.90),
+        fill_dir=(0.75, 0.05, 0.65), fill_color=(0.30, 0.33, 0.40),
+        rim_dir=(0.3, 0.6, -0.75), rim_color=(0.55, 0.55, 0.6),
+        sky_color=(0.22, 0.23, 0.26), ground_color=(0.10, 0.08, 0.07), wrap=0.35,
+    ),
+    "soft": Lighting(
+        key_dir=(-0.3, 0.45, 0.85), key_color=(0.80, 0.78, 0.74),
+        fill_dir=(0.6, 0.1, 0.8), fill_color=(0.42, 0.43, 0.46),
+        rim_dir=(0.0, 0.5, -0.85), rim_color=(0.30, 0.30, 0.32),
+        sky_color=(0.30, 0.30, 0.32), ground_color=(0.16, 0.14, 0.13), wrap=0.5,
+    ),
+    "flat": Lighting(
+        key_dir=(0.0, 0.2, 1.0), key_color=(0.55, 0.55, 0.55),
+        fill_dir=(0.0, -0.2, 1.0), fill_color=(0.25, 0.25, 0.25),
+        rim_dir=(0.0, 0.0, -1.0), rim_color=(0.0, 0.0, 0.0),
+        sky_color=(0.45, 0.45, 0.45), ground_color=(0.40, 0.40, 0.40), wrap=0.6,
+    ),
+}
+
+_ALPHA_CODES = {"OPAQUE": 0, "MASK": 1, "BLEND": 2}
+
+
+def _read_shader(name: str) -> str:
+    path = resource_path(f"assets/shaders/{name}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"shader file {path} cannot be read: {exc}", path=path) from exc
+
+
+def _normalise_background(background: Background) -> tuple[float, float, float, float]:
+    """Validated clear colour: (r, g, b, a) floats in [0, 1]."""
+    if isinstance(background, str):
+        if background != TRANSPARENT:
+            raise InputError(f"background must be an (R, G, B) tuple or '{TRANSPARENT}', got {background!r}")
+        return (0.0, 0.0, 0.0, 0.0)
+    vals = tuple(background)
+    if len(vals) not in (3, 4) or not all(isinstance(v, (int, np.integer)) and 0 <= v <= 255 for v in vals):
+        raise InputError(f"background must be 3 or 4 integers in 0..255, got {background!r}")
+    r, g, b = (v / 255.0 for v in vals[:3])
+    a = vals[3] / 255.0 if len(vals) == 4 else 1.0
+    return (r, g, b, a)
+
+
+def _axis_angle_fraction(rot: np.ndarray, fraction: float) -> np.ndarray:
+    """Rotation by ``fraction`` of the angle of ``rot`` about the same axis (Rodrigues).
+
+    Args:
+        rot: (3, 3) rotation matrix.
+        fraction: 0 .. 1.
+
+    Returns:
+        (3, 3) float64 rotation matrix.
+    """
+    cos_a = np.clip((np.trace(rot) - 1.0) * 0.5, -1.0, 1.0)
+    angle = math.acos(cos_a)
+    if angle < 1e-6:
+        return np.eye(3)
+    axis = np.array([rot[2, 1] - rot[1, 2], rot[0, 2] - rot[2, 0], rot[1, 0] - rot[0, 1]])
+    s = np.linalg.norm(axis)
+    if s < 1e-9:  # angle ~ pi: axis from the symmetric part
+        w, vecs = np.linalg.eigh((rot + rot.T) * 0.5)
+        axis = vecs[:, np.argmax(w)]
+    else:
+        axis = axis / s
+    a = angle * fraction
+    k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    return np.eye(3) + math.sin(a) * k + (1.0 - math.cos(a)) * (k @ k)
+
+
+def _sanitise_rotation(rot: np.ndarray) -> np.ndarray:
+    """Nearest proper rotation to ``rot`` (SVD); identity when it is not finite."""
+    r = np.asarray(rot, np.float64)
+    if r.shape != (3, 3) or not np.all(np.isfinite(r)):
+        return np.eye(3)
+    u, _, vt = np.linalg.svd(r)
+    q = u @ vt
+    if np.linalg.det(q) < 0:
+        u[:, -1] *= -1
+        q = u @ vt
+    return q
+
+
+def gaze_rotation(yaw_rad: float, pitch_rad: float) -> np.ndarray:
+    """Eye rotation for a gaze direction.
+
+    Args:
+        yaw_rad: positive turns the eye toward the avatar's left (+X).
+        pitch_rad: positive turns it up (+Y).
+
+    Returns:
+        (3, 3) float64 ``Ry(yaw) @ Rx(-pitch)``, taking +Z to
+        (sin(yaw) cos(pitch), sin(pitch), cos(yaw) cos(pitch)).
+    """
+    cy, sy = math.cos(yaw_rad), math.sin(yaw_rad)
+    cp, sp = math.cos(pitch_rad), math.sin(pitch_rad)
+    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+    rx = np.array([[1, 0, 0], [0, cp, sp], [0, -sp, cp]])  # Rx(-pitch)
+    return ry @ rx
+
+
+def perspective(fovy_rad: float, aspect: float, near: float, far: float) -> np.ndarray:
+    """OpenGL perspective projection (gluPerspective), (4, 4) float64, column vectors."""
+    f = 1.0 / math.tan(fovy_rad / 2.0)
+    m = np.zeros((4, 4))
+    m[0, 0] = f / aspect
+    m[1, 1] = f
+    m[2, 2] = (far + near) / (near - far)
+    m[2, 3] = 2.0 * far * near / (near - far)
+    m[3, 2] = -1.0
+    return m
+
+
+class _GpuPrimitive:
+    """GPU resources of one primitive."""
+
+    def __init__(self, ctx: moderngl.Context, prog: moderngl.Program, prim, vertex_base: int, skinned: bool):
+        v = prim.num_vertices
+        data = np.zeros((v, 20), np.float32)
+        data[:, 0:3] = prim.positions
+        data[:, 3:6] = prim.normals
+        data[:, 6:10] = prim.colors if prim.colors is not None else 1.0
+        if prim.uvs is not None:
+            data[:, 10:12] = prim.uvs
+        if prim.joints is not None:
+            data[:, 12:16] = prim.joints.astype(np.float32)
+            data[:, 16:20] = prim.weights
+        else:
+            data[:, 16] = 1.0
+        self.vbo = ctx.buffer(data.tobytes())
+        self.ibo = ctx.buffer(prim.indices.astype(np.uint32).tobytes())
+        self.vao = ctx.vertex_array(
+            prog,
+            [(self.vbo, "3f 3f 4f 2f 4f 4f", "in_position", "in_normal", "in_color", "in_uv",
+              "in_joints", "in_weights")],
+            index_buffer=self.ibo,
+            index_element_size=4,
+            skip_errors=True,  # attributes the compiler dropped are fine
+        )
+        m = prim.material
+        self.material = m
+        self.vertex_base = vertex_base
+        self.skinned = skinned and prim.joints is not None
+        self.alpha_code = _ALPHA_CODES[m.alpha_mode]
+        self.texture = None
+        if m.texture is not None:
+            h, w = m.texture.shape[:2]
+            self.texture = ctx.texture((w, h), 4, np.ascontiguousarray(m.texture).tobytes())
+            self.texture.build_mipmaps()
+            self.texture.filter = (moderngl.LINEAR_MIPMAP_LINEAR, moderngl.LINEAR)
+
+    def release(self) -> None:
+        for obj in (self.vao, self.vbo, self.ibo, self.texture):
+            if obj is not None:
+                obj.release()
+
+
+class Renderer:
+    """Draws an avatar for an :class:`AvatarState` into a framebuffer.
+
+    Thread: use it only on the thread where its GL context is current (the GUI
+    thread for a QOpenGLWidget).
+
+    Args:
+        ctx: a moderngl context, OpenGL 3.3 core or newer.
+        msaa: multisample count, one of 0, 2, 4, 8 (0 = off). Counts above what the
+            driver offers are lowered to its maximum (logged). Software OpenGL
+            (llvmpipe) pays roughly per sample, so the default is 0.
+        background: (R, G, B) or (R, G, B, A) sRGB bytes (default chroma green
+            (0, 177, 64)), or ``"transparent"`` (alpha 0 around the avatar, straight
+            (not premultiplied) alpha in the output).
+        lighting: a name from :data:`LIGHTING_PRESETS` or a :class:`Lighting`.
+        fovy_deg: vertical field of view of the virtual camera, degrees.
+
+    Raises:
+        BackendUnavailableError: the context is older than OpenGL 3.3.
+        InputError: a setting is invalid or a shader file is missing.
+    """
+
+    def __init__(
+        self,
+        ctx: moderngl.Context,
+        *,
+        msaa: int = 0,
+        background: Background = CHROMA_GREEN,
+        lighting: str | Lighting = "studio",
+        fovy_deg: float = 22.0,
+    ):
+        if ctx.version_code < 330:
+            raise BackendUnavailableError(
+                f"OpenGL 3.3 is not available: the context offers {ctx.version_code // 100}."
+                f"{ctx.version_code % 100 // 10} ({ctx.info.get('GL_RENDERER', '?')})"
+            )
+        self.ctx = ctx
+        try:
+            self._prog = ctx.program(vertex_shader=_read_shader("avatar.vert"),
+                                     fragment_shader=_read_shader("avatar.frag"))
+            self._blit_prog = ctx.program(vertex_shader=_read_shader("blit.vert"),
+                                          fragment_shader=_read_shader("blit.frag"))
+        except moderngl.Error as exc:
+            raise BackendUnavailableError(f"OpenGL shaders failed to compile: {exc}") from exc
+        self._blit_vao = ctx.vertex_array(self._blit_prog, [])
+        self._u = {name: self._prog[name] for name in self._prog}
+        self._uniform_set("u_morph", 0)
+        self._uniform_set("u_texture", 1)
+        self._blit_prog["u_image"].value = 0
+        self._active_idx = np.zeros(MAX_ACTIVE_TARGETS, np.int32)
+        self._active_w = np.zeros(MAX_ACTIVE_TARGETS, np.float32)
+        self._joint_buf = np.zeros((MAX_JOINTS, 4, 4), np.float32)
+        self._joint_buf[:] = np.eye(4, dtype=np.float32)
+        self._prims: list[_GpuPrimitive] = []
+        self._morph_tex: moderngl.Texture | None = None
+        self._avatar: AvatarMesh | None = None
+        self._map = np.zeros((NUM_BLENDSHAPES, 0), np.float32)
+        self._msaa_fbo: moderngl.Framebuffer | None = None
+        self._resolve_fbo: moderngl.Framebuffer | None = None
+        self._fb_cache: dict[int, moderngl.Framebuffer] = {}
+        self._warned_active = False
+        self.fovy_deg = float(fovy_deg)
+        #: Force the shader to loop over every target (for benchmarks), not just non-zero ones.
+        self.loop_all_targets = False
+        #: Number of morph targets the last frame blended.
+        self.last_active_targets = 0
+        self.msaa = msaa
+        self.background = background
+        self.lighting = lighting
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def msaa(self) -> int:
+        """Effective multisample count (0 = off)."""
+        return self._msaa
+
+    @msaa.setter
+    def msaa(self, samples: int) -> None:
+        if samples not in MSAA_CHOICES:
+            raise InputError(f"MSAA must be one of {MSAA_CHOICES}, got {samples!r}")
+        max_samples = int(self.ctx.max_samples)
+        if samples > max_samples:
+            logger.warning("MSAA %dx not offered by this OpenGL driver; using %dx", samples, max_samples)
+            samples = max_samples if max_samples >= 2 else 0
+        self._msaa = samples
+        self._release_targets()
+
+    @property
+    def background(self) -> Background:
+        """The background setting as given (RGB(A) bytes or ``"transparent"``)."""
+        return self._background
+
+    @background.setter
+    def background(self, value: Background) -> None:
+        self._clear = _normalise_background(value)
+        self._background = value
+        self._transparent = isinstance(value, str)
+
+    @property
+    def transparent(self) -> bool:
+        """Whether the background is transparent."""
+        return self._transparent
+
+    @property
+    def lighting(self) -> Lighting:
+        """The active light rig."""
+        return self._lighting
+
+    @lighting.setter
+    def lighting(self, value: str | Lighting) -> None:
+        if isinstance(value, str):
+            if value not in LIGHTING_PRESETS:
+                raise InputError(f"unknown lighting preset {value!r}; choose from {sorted(LIGHTING_PRESETS)}")
+            value = LIGHTING_PRESETS[value]
+        self._lighting = value
+        for name in ("key", "fill", "rim"):
+            d = np.asarray(getattr(value, f"{name}_dir"), np.float64)
+            self._uniform_set(f"u_{name}_dir", tuple(d / np.linalg.norm(d)))
+            self._uniform_set(f"u_{name}_color", tuple(getattr(value, f"{name}_color")))
+        self._uniform_set("u_sky_color", tuple(value.sky_color))
+        self._uniform_set("u_ground_color", tuple(value.ground_color))
+        self._uniform_set("u_wrap", float(value.wrap))
+
+    @property
+    def avatar(self) -> AvatarMesh | None:
+        """The avatar being drawn."""
+        return self._avatar
+
+    # ------------------------------------------------------------------ avatar
+    def set_avatar(self, mesh: AvatarMesh) -> None:
+        """Upload an avatar (replaces the previous one).
+
+        Args:
+            mesh: the avatar; validated first.
+
+        Raises:
+            InputError: the mesh is invalid, has more than 64 joints, or its morph
+                data does not fit in one texture.
+        """
+        mesh.validate()
+        skel = mesh.skeleton
+        if skel is not None and len(skel) > MAX_JOINTS:
+            raise InputError(f"avatar '{mesh.name}' has {len(skel)} joints; the renderer supports {MAX_JOINTS}")
+        names = mesh.target_names
+        total = mesh.num_vertices
+        texels = max(len(names) * total * 2, 2)
+        height = -(-texels // _MORPH_TEX_WIDTH)
+        if height > int(self.ctx.info.get("GL_MAX_TEXTURE_SIZE", 16384)):
+            raise InputError(
+                f"avatar '{mesh.name}': {len(names)} morph targets x {total} vertices are too many for one texture"
+            )
+        morph = np.zeros((height * _MORPH_TEX_WIDTH, 3), np.float32)
+        view = morph[: len(names) * total * 2].reshape(len(names), total, 2, 3)
+        base = 0
+        for prim in mesh.primitives:
+            v = prim.num_vertices
+            for t, name in enumerate(names):
+                if name in prim.morph_targets:
+                    view[t, base:base + v, 0] = prim.morph_targets[name]
+                    if name in prim.morph_normals:
+                        view[t, base:base + v, 1] = prim.morph_normals[name]
+            base += v
+
+        self._release_avatar()
+        self._morph_tex = self.ctx.texture((_MORPH_TEX_WIDTH, height), 3, morph.tobytes(), dtype="f4")
+        self._morph_tex.filter = (moderngl.NEAREST, moderngl.NEAREST)
+        self._morph_tex.repeat_x = self._morph_tex.repeat_y = False
+        order = sorted(range(len(mesh.primitives)), key=lambda i: mesh.primitives[i].material.alpha_mode == "BLEND")
+        bases = np.cumsum([0] + [p.num_vertices for p in mesh.primitives])
+        self._prims = [
+            _GpuPrimitive(self.ctx, self._prog, mesh.primitives[i], int(bases[i]), skel is not None)
+            for i in order
+        ]
+        self._avatar = mesh
+        self._map = mesh.mapping_matrix()
+        self._vertex_total = total
+        self._head = skel.index(mesh.head_joint) if skel is not None and mesh.head_joint else None
+        self._neck = skel.index(mesh.neck_joint) if skel is not None and mesh.neck_joint else None
+        self._eyes = tuple(skel.index(n) for n in mesh.gaze_joints) if skel is not None and mesh.gaze_joints else ()
+        lo, hi = mesh.bounds()
+        self._view_center = (np.asarray(mesh.view_center, np.float64) if mesh.view_center is not None
+                             else (lo + hi) / 2.0)
+        self._view_height = float(mesh.view_height_m or 1.15 * (hi[1] - lo[1]))
+        self._uniform_set("u_vertex_total", total)
+        self._uniform_set("u_morph_width", _MORPH_TEX_WIDTH)
+        logger.info("avatar '%s' uploaded: %d primitives, %d vertices, %d triangles, %d morph targets",
+                    mesh.name, len(self._prims), total, mesh.num_triangles, len(names))
+
+    # ------------------------------------------------------------------ frame
+    def render(
+        self,
+        state: AvatarState,
+        width: int,
+        height: int,
+        fbo: moderngl.Framebuffer | None = None,
+        *,
+        flip_y: bool = False,
+    ) -> None:
+        """Draw one frame.
+
+        Args:
+            state: weights (52,) in [0, 1], head rotation (3, 3) camera space, gaze
+                (yaw, pitch) radians. The translation is ignored: the head stays
+                centred. Non-finite values are replaced (neutral/identity).
+            width, height: size of the drawable in pixels.
+            fbo: target framebuffer; None = the one bound now (a QOpenGLWidget's).
+            flip_y: draw upside down, so a ``read()`` of the framebuffer is top row
+                first (what image consumers expect) without a copy.
+
+        Raises:
+            InputError: no avatar was set or the size is not positive.
+        """
+        if self._avatar is None:
+            raise InputError("Renderer.render called before set_avatar")
+        if width <= 0 or height <= 0:
+            raise InputError(f"render size must be positive, got {width}x{height}")
+        ctx = self.ctx
+        target = fbo if fbo is not None else self._current_framebuffer()
+
+        self._update_weights(state.weights)
+        self._update_joints(state)
+        self._update_camera(width, height, flip_y)
+
+        if self._msaa:
+            draw_fbo = self._ensure_msaa(width, height)
+        else:
+            draw_fbo = target
+        draw_fbo.use()
+        draw_fbo.viewport = (0, 0, width, height)
+        ctx.viewport = (0, 0, width, height)
+        draw_fbo.clear(*self._clear, depth=1.0, viewport=(0, 0, width, height))
+        ctx.front_face = "cw" if flip_y else "ccw"
+        self._draw_primitives()
+
+        if self._msaa:
+            if not self._transparent and tuple(target.size) == (width, height):
+                ctx.copy_framebuffer(target, draw_fbo)
+            else:
+                ctx.copy_framebuffer(self._resolve_fbo, draw_fbo)
+                target.use()
+                ctx.viewport = (0, 0, width, height)
+                ctx.disable(moderngl.DEPTH_TEST | moderngl.CULL_FACE | moderngl.BLEND)
+                self._resolve_fbo.color_attachments[0].use(0)
+                self._blit_prog["u_unpremultiply"].value = self._transparent
+                self._blit_vao.render(moderngl.TRIANGLES, vertices=3)
+        target.use()
+
+    def _draw_primitives(self) -> None:
+        ctx = self.ctx
+        if self._morph_tex is not None:
+            self._morph_tex.use(0)
+        for gp in self._prims:
+            m = gp.material
+            flags = moderngl.DEPTH_TEST
+            if not m.double_sided:
+                flags |= moderngl.CULL_FACE
+            if gp.alpha_code == 2:
+                flags |= moderngl.BLEND
+                ctx.blend_func = (moderngl.SRC_ALPHA, moderngl.ONE_MINUS_SRC_ALPHA,
+                                  moderngl.ONE, moderngl.ONE_MINUS_SRC_ALPHA)
+            ctx.enable_only(flags)
+            ctx.depth_mask = gp.alpha_code != 2
+            self._uniform_set("u_vertex_base", gp.vertex_base)
+            self._uniform_set("u_skinned", gp.skinned)
+            self._uniform_set("u_base_color", tuple(m.base_color))
+            self._uniform_set("u_roughness", float(m.roughness))
+            self._uniform_set("u_specular", float(m.specular))
+            self._uniform_set("u_alpha_mode", gp.alpha_code)
+            self._uniform_set("u_alpha_cutoff", float(m.alpha_cutoff))
+            self._uniform_set("u_interior_color", tuple(m.interior_color))
+            self._uniform_set("u_has_texture", gp.texture is not None)
+            if gp.texture is not None:
+                gp.texture.use(1)
+            gp.vao.render(moderngl.TRIANGLES)
+        ctx.depth_mask = True
+
+    def _update_weights(self, weights: np.ndarray) -> None:
+        w = np.asarray(weights, np.float32)
+        if w.shape != (NUM_BLENDSHAPES,) or not np.all(np.isfinite(w)):
+            w = np.nan_to_num(w.reshape(-1)[:NUM_BLENDSHAPES], nan=0.0, posinf=1.0, neginf=0.0) \
+                if w.size >= NUM_BLENDSHAPES else np.zeros(NUM_BLENDSHAPES, np.float32)
+        tw = np.clip(w @ self._map, 0.0, 1.0)
+        if self.loop_all_targets:
+            active = np.arange(tw.size)
+        else:
+            active = np.flatnonzero(tw > _ACTIVE_EPS)
+        if active.size > MAX_ACTIVE_TARGETS:
+            if not self._warned_active:
+                logger.warning("%d morph targets active; blending the %d strongest",
+                               active.size, MAX_ACTIVE_TARGETS)
+                self._warned_active = True
+            active = active[np.argsort(-tw[active])[:MAX_ACTIVE_TARGETS]]
+        n = active.size
+        self._active_idx[:n] = active
+        self._active_w[:n] = tw[active]
+        self._uniform_set("u_num_active", int(n))
+        self._uniform_write("u_active_target", self._active_idx)
+        self._uniform_write("u_active_weight", self._active_w)
+        self.last_active_targets = int(n)
+
+    def _update_joints(self, state: AvatarState) -> None:
+        skel = self._avatar.skeleton
+        if skel is None:
+            return
+        rot = _sanitise_rotation(state.rotation)
+        rotations: dict[int, np.ndarray] = {}
+        if self._head is not None:
+            if self._neck is not None:
+                share = self._avatar.neck_share
+                neck_rot = _axis_angle_fraction(rot, share)
+                rotations[self._neck] = neck_rot
+                rotations[self._head] = neck_rot.T @ rot  # neck then head composes to rot
+            else:
+                rotations[self._head] = rot
+        if self._eyes:
+            g = np.asarray(state.gaze, np.float64).reshape(-1)
+            if g.size >= 2 and np.all(np.isfinite(g[:2])):
+                # Eye joints are children of the head, so this turn is relative to it.
+                eye_rot = gaze_rotation(float(g[0]), float(g[1]))
+                for e in self._eyes:
+                    rotations[e] = eye_rot
+        mats = skel.skin_matrices(rotations)
+        self._joint_buf[: len(mats)] = mats.transpose(0, 2, 1)  # column-major for GLSL
+        self._uniform_write("u_joints", self._joint_buf)
+
+    def _update_camera(self, width: int, height: int, flip_y: bool) -> None:
+        aspect = width / height
+        fovy = math.radians(self.fovy_deg)
+        # Distance so that view_height fits vertically; in portrait keep it within the width.
+        dist = self._view_height / (2.0 * math.tan(fovy / 2.0)) / min(1.0, aspect)
+        c = self._view_center
+        view = np.eye(4)
+        view[:3, 3] = -np.array([c[0], c[1], c[2] + dist])
+        proj = perspective(fovy, aspect, dist * 0.5, dist * 2.0)
+        if flip_y:
+            proj = np.diag([1.0, -1.0, 1.0, 1.0]) @ proj
+        self._uniform_set("u_view", tuple(view.T.astype(np.float32).reshape(-1)))
+        self._uniform_set("u_proj", tuple(proj.T.astype(np.float32).reshape(-1)))
+
+    # ------------------------------------------------------------------ helpers
+    def _uniform_set(self, name: str, value) -> None:
+        u = self._u.get(name)
+        if u is not None:
+            u.value = value
+
+    def _uniform_write(self, name: str, array: np.ndarray) -> None:
+        u = self._u.get(name)
+        if u is not None:
+            u.write(array.tobytes())
+
+    def _current_framebuffer(self) -> moderngl.Framebuffer:
+        fb = self.ctx.detect_framebuffer()
+        cached = self._fb_cache.get(fb.glo)
+        if cached is not None and cached.size == fb.size:
+            return cached
+        self._fb_cache[fb.glo] = fb
+        return fb
+
+    def _ensure_msaa(self, width: int, height: int) -> moderngl.Framebuffer:
+        if self._msaa_fbo is not None and self._msaa_fbo.size == (width, height):
+            return self._msaa_fbo
+        self._release_targets()
+        ctx = self.ctx
+        color = ctx.renderbuffer((width, height), 4, samples=self._msaa)
+        depth = ctx.depth_renderbuffer((width, height), samples=self._msaa)
+        self._msaa_fbo = ctx.framebuffer(color_attachments=[color], depth_attachment=depth)
+        tex = ctx.texture((width, height), 4)
+        tex.filter = (moderngl.NEAREST, moderngl.NEAREST)
+        self._resolve_fbo = ctx.framebuffer(color_attachments=[tex])
+        return self._msaa_fbo
+
+    def _release_targets(self) -> None:
+        for fb in (getattr(self, "_msaa_fbo", None), getattr(self, "_resolve_fbo", None)):
+            if fb is not None:
+                for att in (*fb.color_attachments, fb.depth_attachment):
+                    if att is not None:
+                        att.release()
+                fb.release()
+        self._msaa_fbo = None
+        self._resolve_fbo = None
+
+    def _release_avatar(self) -> None:
+        for gp in self._prims:
+            gp.release()
+        self._prims = []
+        if self._morph_tex is not None:
+            self._morph_tex.release()
+            self._morph_tex = None
+
+    def release(self) -> None:
+        """Free every GL object (call with the context current). Idempotent."""
+        self._release_avatar()
+        self._release_targets()
+        for obj in ("_blit_vao", "_blit_prog", "_prog"):
+            o = getattr(self, obj, None)
+            if o is not None:
+                o.release()
+                setattr(self, obj, None)
+        self._avatar = None
