@@ -62,7 +62,7 @@ def moof_video_times(data: bytes, timescale: int = 90000) -> list[float]:
 
 
 def synth_clip(path: Path, seconds: float = 3.0, origin: float = 0.0, marker_t: float | None = None,
-               **kw) -> np.ndarray:
+               audio_first: bool = False, **kw) -> np.ndarray:
     """Write a test clip; returns the audio written. A marker: white frame + tone burst."""
     rng = np.random.default_rng(0)
     n_audio = int(seconds * SR)
@@ -72,13 +72,16 @@ def synth_clip(path: Path, seconds: float = 3.0, origin: float = 0.0, marker_t: 
         audio[a:a + 800] += 0.5 * np.sin(2 * np.pi * 1000 * np.arange(800) / SR).astype(np.float32)
     chunk = SR // FPS
     with ClipRecorder(path, W, H, FPS, audio_sample_rate=SR, **kw) as rec:
+        if audio_first:  # the offline pipeline writes the whole track, then the frames
+            rec.write_audio(audio, origin)
         for i in range(int(seconds * FPS)):
             img = np.zeros((H, W, 3), np.uint8)
             img[:, (i * 8) % W:(i * 8) % W + 16] = (200, 80, 40)
             if marker_t is not None and i == int(round(marker_t * FPS)):
                 img[:] = 255
             rec.write_video(img, origin + i / FPS)
-            rec.write_audio(audio[i * chunk:(i + 1) * chunk], origin + i * chunk / SR)
+            if not audio_first:
+                rec.write_audio(audio[i * chunk:(i + 1) * chunk], origin + i * chunk / SR)
     return audio
 
 
@@ -98,9 +101,10 @@ def test_h264_aac_durations_and_no_priming_shift(tmp_path):
     assert abs(n / 48000 - 3.0) < 0.05, n
 
 
-def test_audio_and_video_stay_in_sync(tmp_path):
+@pytest.mark.parametrize("audio_first", [False, True])
+def test_audio_and_video_stay_in_sync(tmp_path, audio_first):
     path = tmp_path / "sync.mp4"
-    synth_clip(path, seconds=2.0, marker_t=1.2)
+    synth_clip(path, seconds=2.0, marker_t=1.2, audio_first=audio_first)
     with av.open(str(path)) as c:
         white = [f.time for f in c.decode(video=0) if f.to_ndarray(format="gray").mean() > 200]
     with av.open(str(path)) as c:
@@ -263,8 +267,11 @@ def test_async_recorder_writes_everything_when_not_overloaded(tmp_path):
         assert rec.write_video(buf, i / FPS)
         assert rec.write_audio(np.zeros(SR // FPS, np.float32), i / FPS)
     assert not rec.write_video(buf, 10 / FPS)  # time went back: dropped
+    assert not rec.write_video(buf, 49 / FPS + 1e-6)  # too close to the last frame: dropped
+    with pytest.raises(InputError, match="uint8"):
+        rec.write_video(np.zeros((H, W, 3), np.float32), 3.0)
     rec.close()
-    assert rec.dropped_frames == 1 and rec.dropped_audio_chunks == 0
+    assert rec.dropped_frames == 2 and rec.dropped_audio_chunks == 0
     with av.open(str(path)) as c:
         means = [f.to_ndarray(format="gray").mean() for f in c.decode(video=0)]
     assert len(means) == 50

@@ -17,7 +17,8 @@ def make_states(n: int) -> list[AvatarState]:
     out = []
     for i in range(n):
         a = 0.1 * i
-        rot = np.array([[np.cos(a), 0, np.sin(a)], [0, 1, 0], [-np.sin(a), 0, np.cos(a)]], np.float32)
+        c, s = np.cos(a), np.sin(a)
+        rot = np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]], np.float32)
         out.append(AvatarState(
             t_capture_ns=1_000_000 * i, media_time_s=10.0 + i / 30, frame_index=100 + i,
             weights=rng.random(52).astype(np.float32),

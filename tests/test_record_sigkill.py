@@ -44,18 +44,21 @@ def packet_end_times(path: Path) -> dict[str, float]:
 
 def test_sigkilled_recording_plays(tmp_path):
     path = tmp_path / "killed.mp4"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()  # imports and encoder set-up are not recording time
-        assert line.strip() == "recording", proc.stderr.read()
-        time.sleep(3.0)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with (tmp_path / "child.err").open("w+") as err, subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
+        text=True,
+    ) as proc:
+        try:
+            line = proc.stdout.readline()  # imports and encoder set-up are not recording time
+            err.seek(0)
+            assert line.strip() == "recording", err.read()
+            time.sleep(3.0)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == -signal.SIGKILL
     ends = packet_end_times(path)
     assert ends["video"] >= 2.5, ends

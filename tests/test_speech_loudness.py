@@ -143,8 +143,9 @@ def test_time_going_back_restarts(testdata):
     x = load_mono16k(testdata / "audio" / "grid_s1_bbaf2n.wav")
     an = LoudnessSpeechAnimator()
     ctx = int(an.context_s * SR)
-    first = [an.process(x[max(0, int(t * SR) - ctx):int(t * SR)], t) for t in np.arange(0, 2.0, 0.04)]
-    again = [an.process(x[max(0, int(t * SR) - ctx):int(t * SR)], t) for t in np.arange(0, 2.0, 0.04)]
+    times = np.arange(0, 2.0, 0.04)
+    first = [an.process(x[max(0, int(t * SR) - ctx):int(t * SR)], t) for t in times]
+    again = [an.process(x[max(0, int(t * SR) - ctx):int(t * SR)], t) for t in times]
     np.testing.assert_array_equal(np.array(first), np.array(again))
 
 

@@ -32,7 +32,9 @@ def load_obj_vertices(path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def canonical_m(testdata) -> np.ndarray:
-    """MediaPipe's canonical face with irises (478 points) in metres, head frame (+x = subject's left)."""
+    """MediaPipe's canonical face with irises (478 points), metres, head frame.
+
+    +x is the subject's left, +y up, +z toward the camera."""
     v = load_obj_vertices(testdata / "reference" / "face_model_with_iris.obj") / 100.0
     assert v.shape == (478, 3)
     return v
@@ -101,7 +103,7 @@ def test_neutral_scale_uses_interpupillary_distance(canonical_m):
     ipd = np.linalg.norm(n.points_m[473] - n.points_m[468])
     assert ipd == pytest.approx(MEAN_IPD_M, rel=1e-3)
     pose = estimate_head_pose(lm, n)
-    np.testing.assert_allclose(pose.rotation, np.eye(3), atol=1e-4)
+    np.testing.assert_allclose(pose.rotation, np.eye(3), atol=1e-3)
     expected = expected_translation(canonical_m, n, np.eye(3), np.array([0.0, 0.0, -0.6]))
     # Weak perspective: the nearer irises look a little apart, so within 2 %.
     np.testing.assert_allclose(pose.translation, expected, rtol=0.02, atol=1e-3)

@@ -120,8 +120,6 @@ def _precision_onnx(info: ModelInfo, precision: Precision, job: BuildJob, cache:
         sets = [load_feed_set(Path(p), info.inputs) for p in job.calibration_files]
         if not sets:
             sets = calibration_sets(info)
-        from avatar_app.inference.precision import FeedSetReader
-
         reader = FeedSetReader(sets)
     with tempfile.NamedTemporaryFile(dir=onnx_dir, suffix=".onnx.tmp", delete=False) as tmp:
         tmp_path = Path(tmp.name)

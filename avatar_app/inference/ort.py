@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,10 +141,14 @@ class SessionFromOnnx:
                                     "1" if self.threads.allow_spinning else "0")
         so.log_severity_level = 3  # errors only; provider fallbacks are detected below
         try:
-            session = ort.InferenceSession(str(self.model_path), sess_options=so,
-                                           providers=self.providers())
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                session = ort.InferenceSession(str(self.model_path), sess_options=so,
+                                               providers=self.providers())
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/... types
             raise ModelLoadError(f"ONNX Runtime cannot load {self.model_path.name}: {exc}") from exc
+        for w in caught:  # e.g. "Specified provider ... is not in available provider names"
+            logger.info("ONNX Runtime: %s", w.message)
         actual = session.get_providers()
         if not actual or actual[0] != wanted:
             raise BackendUnavailableError(

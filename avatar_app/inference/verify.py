@@ -49,12 +49,8 @@ class VerificationResult:
     reason: str = ""
 
     def to_json(self) -> dict:
-        """JSON-serialisable dict (``inf`` written as the string ``"inf"``)."""
-        d = asdict(self)
-        for k in ("max_abs_error", "mean_abs_error"):
-            if not np.isfinite(d[k]):
-                d[k] = "inf"
-        return d
+        """JSON-serialisable dict (non-finite floats written as the strings ``"inf"``/``"nan"``)."""
+        return _finite_json(asdict(self))
 
     @classmethod
     def from_json(cls, d: Mapping) -> "VerificationResult":
@@ -70,6 +66,16 @@ class VerificationResult:
         body = (f"max {self.max_abs_error:.2e} mean {self.mean_abs_error:.2e} "
                 f"(tol {self.tolerance:.0e}, {self.samples} samples, {self.data_source} data)")
         return f"{head}: {body}" + (f" - {self.reason}" if self.reason else "")
+
+
+def _finite_json(value):
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return "nan" if np.isnan(value) else "inf"
+    return value
 
 
 def reference_outputs(reference: BaseRunner, data: Mapping[str, np.ndarray],
@@ -219,7 +225,7 @@ def range_rejection(precision: str, violations: list[tuple[str, float]], toleran
     more = f" and {len(violations) - 3} more" if len(violations) > 3 else ""
     reason = (f"intermediate values exceed the float16 maximum {FP16_MAX:g}: {shown}{more}; "
               "a float16 engine would overflow to inf/NaN")
-    per = {n: {"max_abs": float("inf"), "mean_abs": float("inf"), "non_finite": 0} for n, _ in violations[:10]}
+    per = {n: {"fp32_peak_abs": v} for n, v in violations[:10]}
     return VerificationResult(False, precision, tolerance, float("inf"), float("inf"), per, 0,
                               samples, data_source, reason)
 

@@ -205,7 +205,8 @@ def read_sidecar(path: str | Path) -> SidecarTrack:
     if not isinstance(header, dict) or header.get("format") != SIDECAR_FORMAT:
         raise InputError(f"{path} is not a blendshape track (format {header!r:.60})", path)
     if header.get("version") != SIDECAR_VERSION:
-        raise InputError(f"{path}: unsupported blendshape track version {header.get('version')}", path)
+        raise InputError(
+            f"{path}: unsupported blendshape track version {header.get('version')}", path)
     names = tuple(header["blendshape_names"])
     rows = []
     body = lines[1:]

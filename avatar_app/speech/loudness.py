@@ -92,8 +92,10 @@ class LoudnessSpeechAnimator:
 
     Attributes:
         sample_rate: 16000 Hz.
-        context_s: 0.12 s: enough for the 25 ms frames of all hops since the
-            previous call at >= 11 fps; older hops of a longer gap are skipped.
+        context_s: 0.12 s: holds the 25 ms frames of the last 10 hops (100 ms
+            between calls, i.e. >= 10 fps); older hops of a longer gap are skipped.
+            The hop grid sits at multiples of 10 ms of ``t_s``, so the newest
+            up to 10 ms of a window wait for the next call.
         gate: the voice activity gate (read-only use: ``gate.is_open``, ``gate.floor_db``).
 
     Thread: not thread-safe; one instance per audio stream.
@@ -152,7 +154,6 @@ class LoudnessSpeechAnimator:
 
     def _run_hops(self, x: np.ndarray, t_s: float, first: int, last: int) -> None:
         sr = self.sample_rate
-        n_hops = last - first + 1
         # sample offset (from the window's end) where each hop ends
         ends = [len(x) - int(round((t_s - k * HOP_S) * sr)) for k in range(first, last + 1)]
         # hops whose 25 ms frame is not all inside the window (stream start) are skipped

@@ -45,10 +45,10 @@ class GateConfig:
         close_db: level above the floor below which the hold timer runs, dB
             (hysteresis of 6 dB against chattering).
         min_level_db: absolute level needed to open, dBFS (ignores faint sounds
-            right after digital silence, when the floor is at -100 dBFS).
+            in a very quiet room; GRID and jfk.wav speech peaks at -20..-7 dBFS).
         onset_s: how long the open condition must hold before opening, s
-            (3 hops; a keyboard click lasts < 10 ms and covers at most 3 frames
-            only when it is also speech-like, which clicks are not).
+            (3 hops: a resonant click of ~5 ms that looks speech-like in one
+            25 ms frame rarely does so in three in a row).
         hold_s: how long the gate stays open after the level dropped, s
             (bridges stop closures and short pauses inside words).
         max_flatness: flatness below which a frame counts as speech-like for
@@ -60,7 +60,7 @@ class GateConfig:
             in steps of one block).
         silence_db: levels at or below this, dBFS, are digital silence (a muted
             or starting device): they never open the gate and leave the floor
-            unchanged (16-bit dither alone is about -101 dBFS).
+            unchanged (16-bit TPDF dither is about -96 dBFS).
     """
 
     open_db: float = 12.0

@@ -1,0 +1,71 @@
+"""``avatar-app engines list|build|calibrate|clear`` through add_engines_parser/run_engines."""
+from __future__ import annotations
+
+import argparse
+import io
+
+import numpy as np
+import pytest
+
+from avatar_app.inference.cli import add_engines_parser, resolve_model, run_engines
+from avatar_app.core.errors import InputError
+
+from inference_fixtures import HAS_TRT_RTX, tiny_models, user_dirs  # noqa: F401
+
+
+def _run(*argv) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="avatar-app")
+    add_engines_parser(parser.add_subparsers(dest="command"))
+    out = io.StringIO()
+    return run_engines(parser.parse_args(list(argv)), out), out.getvalue()
+
+
+def test_build_list_clear(tiny_models, user_dirs):
+    model = str(tiny_models["matmul"])
+    rc, text = _run("engines", "build", "--model", model, "--backend", "ort_cpu", "--precision", "fp16",
+                    "--inline")
+    assert rc == 0, text
+    assert "100% done" in text and "fp16 passed" in text
+    rc, text = _run("engines", "build", "--model", str(tiny_models["fp16_overflow"]), "--precision", "fp16",
+                    "--inline")
+    assert rc == 2 and "REJECTED" in text and "float16 maximum" in text
+    rc, text = _run("engines", "list", "--model", model)
+    assert rc == 0
+    assert "ort_cpu" in text and "ready" in text and "fp16: supported" in text
+    assert "ort_cuda" in text and "onnxruntime-gpu" in text  # why not, on this machine
+    assert "matmul fp16 ort_cpu" in text and "verification: fp16 passed" in text
+    assert "fp16_overflow fp16 ort_cpu" in text and "rejected" in text
+    assert "would run on" in text and "ort_cpu/fp32: ok" in text
+    rc, text = _run("engines", "clear")
+    assert rc == 0 and "removed 2 cached engine(s)" in text
+
+
+@pytest.mark.skipif(not HAS_TRT_RTX, reason="tensorrt_rtx is not installed")
+def test_build_rtx_plan_in_child(tiny_models, user_dirs):
+    rc, text = _run("engines", "build", "--model", str(tiny_models["conv"]), "--backend", "tensorrt_rtx",
+                    "--precision", "int8")
+    assert "engine.plan" in text and "TensorRT" in text  # progress from the builder
+    assert rc in (0, 2)  # 2: built but unverified (no GPU here)
+
+
+def test_calibrate_add_and_clear(tiny_models, user_dirs, tmp_path):
+    samples = tmp_path / "rec.npz"
+    np.savez(samples, x=np.random.default_rng(1).standard_normal((12, 32)).astype(np.float32))
+    rc, text = _run("engines", "calibrate", "--model", str(tiny_models["matmul"]), "--add", str(samples))
+    assert rc == 0 and "added 12 samples" in text and "12 samples of your own" in text
+    assert "488 more" in text
+    rc, text = _run("engines", "calibrate", "--model", str(tiny_models["matmul"]), "--clear")
+    assert rc == 0 and "deleted 1 sample file(s)" in text
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, other=np.zeros(3))
+    rc, text = _run("engines", "calibrate", "--model", str(tiny_models["matmul"]), "--add", str(bad))
+    assert rc == 1 and "no array for input 'x'" in text
+
+
+def test_errors_are_messages(user_dirs):
+    rc, text = _run("engines", "build", "--model", "no_such_model", "--inline")
+    assert rc == 1 and "model 'no_such_model' not found" in text
+    with pytest.raises(InputError):
+        resolve_model("no_such_model")
+    rc, text = _run("engines", "build", "--model", __file__, "--backend", "nope", "--inline")
+    assert rc == 1 and "error:" in text

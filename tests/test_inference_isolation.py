@@ -1,0 +1,54 @@
+"""Builds and first loads in a spawned child: crashes are reported and survived."""
+from __future__ import annotations
+
+import pytest
+
+from avatar_app.core.errors import InputError
+from avatar_app.inference import ChildCrashError, EngineCache, EngineManager, Precision, run_isolated
+from avatar_app.inference.backends import register_backend, unregister_backend
+
+from inference_fixtures import (CrashingBackend, child_add, child_progress, child_raise_input_error,  # noqa: F401
+                                segfault, tiny_models, user_dirs)
+
+
+def test_child_result_error_and_progress():
+    assert run_isolated(child_add, 2, 3, label="add") == 5
+    with pytest.raises(InputError, match="bad thing"):
+        run_isolated(child_raise_input_error, "bad thing", label="raise")
+    seen = []
+    assert run_isolated(child_progress, 3, label="progress", progress=lambda s, f: seen.append((s, f))) == 3
+    assert seen == [("step 0", 1 / 3), ("step 1", 2 / 3), ("step 2", 1.0)]
+
+
+def test_child_crash_is_reported_and_survived():
+    with pytest.raises(ChildCrashError, match="killed by SIGSEGV") as info:
+        run_isolated(segfault, label="crash test")
+    assert info.value.exitcode == -11 and "crash test" in str(info.value)
+    assert run_isolated(child_add, 1, 1) == 2  # the parent is fine and can start more children
+
+
+@pytest.fixture
+def crashy():
+    register_backend(CrashingBackend())
+    yield
+    unregister_backend("crashy")
+
+
+def test_crash_during_build_falls_back(tiny_models, user_dirs, crashy):
+    mgr = EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=True, timeout_s=120)
+    result = mgr.open_engine(tiny_models["matmul"], "crashy", "fp32")
+    with result.runner as r:
+        assert (r.backend, r.precision) == ("ort_cpu", Precision.FP32)
+    first = result.attempts[0]
+    assert first.backend == "crashy" and not first.ok
+    assert "killed by SIGSEGV" in first.reason
+    assert mgr.cache.entries() == []  # nothing half-built left behind as usable
+
+
+def test_isolated_build_loads_and_verifies_in_child(tiny_models, user_dirs):
+    mgr = EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=True, timeout_s=120)
+    stages = []
+    entry = mgr.build(tiny_models["layernorm"], "ort_cpu", "fp16", progress=lambda s, f: stages.append(s))
+    assert entry.manifest.status == "ok" and entry.manifest.load_checked
+    assert entry.manifest.verification_result.passed
+    assert stages[0].startswith("checking float16") and stages[-1] == "done"

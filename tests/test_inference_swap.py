@@ -1,0 +1,90 @@
+"""Swapping an engine's precision while calls keep coming."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from avatar_app.core.errors import ModelLoadError
+from avatar_app.inference import EngineCache, EngineManager, EngineSlot, Precision
+from avatar_app.inference.base import DEFAULT_TOLERANCES
+from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
+from avatar_app.inference.ort import OrtRunner
+
+from inference_fixtures import tiny_models, user_dirs  # noqa: F401
+
+
+def test_swap_precision_every_half_second_loses_no_call(tiny_models, user_dirs):
+    """10 s of back-to-back calls while the precision changes every 0.5 s.
+
+    Every call returns, from an open engine that passed verification (or the FP32
+    reference), within that engine's tolerance of the reference; builds run in
+    child processes as in the app.
+    """
+    path = tiny_models["layernorm"]
+    info = ModelInfo.from_onnx(path)
+    x = load_feed_set(info.validation_path, info.inputs)["x"]
+    with OrtRunner.from_path(path) as ref:
+        expected = [ref.infer({"x": x[i:i + 1]})["y"] for i in range(len(x))]
+    mgr = EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=True, timeout_s=120)
+    changes = []
+    slot = EngineSlot(mgr, path, on_change=lambda res, err: changes.append((res, err)))
+    slot.open("ort_cpu", "fp32")
+    stop = threading.Event()
+    calls, served, errors = [0], {}, []
+
+    def loop():
+        i = 0
+        while not stop.is_set():
+            k = i % len(x)
+            try:
+                out, runner = slot.infer_with({"x": x[k:k + 1]})
+                assert runner.is_open
+                assert runner.verification is None and runner.precision is Precision.FP32 \
+                    or runner.verification.passed
+                err = float(np.abs(out["y"] - expected[k]).max())
+                assert err <= DEFAULT_TOLERANCES[runner.precision], (runner.describe(), err)
+                served[runner.precision] = served.get(runner.precision, 0) + 1
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+            calls[0] += 1
+            i += 1
+            time.sleep(0.002)  # a fast frame source; leaves the shared cores some air
+
+    worker = threading.Thread(target=loop, name="infer-loop")
+    worker.start()
+    futures = []
+    order = [Precision.FP16, Precision.INT8, Precision.FP32]
+    t0 = time.monotonic()
+    try:
+        for n in range(20):  # every 0.5 s for 10 s
+            futures.append(slot.request("ort_cpu", order[n % 3]))
+            time.sleep(max(0.0, t0 + 0.5 * (n + 1) - time.monotonic()))
+        for f in futures:
+            f.result(timeout=120)
+    finally:
+        stop.set()
+        worker.join(30)
+        slot.close()
+    assert not errors, errors[:3]
+    assert calls[0] == sum(served.values()) > 100
+    assert slot.swaps >= 3 and set(served) == set(order)  # every precision served calls
+    assert all(err is None for _, err in changes)
+    with pytest.raises(ModelLoadError, match="not open"):
+        slot.active
+
+
+def test_failed_request_keeps_old_engine(tiny_models, user_dirs):
+    mgr = EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=False)
+    with EngineSlot(mgr, tiny_models["fp16_overflow"]) as slot:
+        slot.open()
+        before = slot.active
+        res = slot.request("ort_cpu", "fp16").result(timeout=60)
+        # FP16 rejected by verification: the fallback (FP32 CPU) serves, with the reason kept.
+        assert res.runner.precision is Precision.FP32
+        assert "float16 maximum" in res.attempts[0].reason
+        assert slot.active is res.runner and not before.is_open
+        y = slot.infer({"x": np.full((2, 64), 0.7, np.float32)})["y"]
+        assert y.shape == (2, 8) and np.isfinite(y).all()

@@ -1,0 +1,204 @@
+"""FaceTracker: running modes, timestamp contract, bad input, no face, face selection."""
+from __future__ import annotations
+
+import av
+import cv2
+import numpy as np
+import pytest
+
+from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.types import Landmarks
+from avatar_app.tracking import FaceTracker, RunningMode
+
+W, H = 640, 480
+
+
+@pytest.fixture(scope="module")
+def faces(testdata) -> dict[str, np.ndarray]:
+    """Two different people, cropped around the head (BGR)."""
+    out = {}
+    for key, name in (("a", "london_005_03_neutral.jpg"), ("b", "london_021_03_neutral.jpg")):
+        img = cv2.imread(str(testdata / "images" / name))
+        assert img is not None, name
+        out[key] = img[150:1150, 175:1175]
+    return out
+
+
+def two_faces(faces, left_px: int, right_px: int) -> np.ndarray:
+    """A 640x480 frame with person a on the left and person b on the right."""
+    c = np.full((H, W, 3), 128, np.uint8)
+    c[100 : 100 + left_px, 30 : 30 + left_px] = cv2.resize(faces["a"], (left_px, left_px))
+    c[150 : 150 + right_px, 620 - right_px : 620] = cv2.resize(faces["b"], (right_px, right_px))
+    return c
+
+
+def centre_x(lm: Landmarks) -> float:
+    return float(lm.points[:, 0].mean() * lm.image_size[0])
+
+
+def test_image_mode_returns_478_landmarks(testdata):
+    img = cv2.imread(str(testdata / "images" / "london_005_03_neutral.jpg"))
+    with FaceTracker(RunningMode.IMAGE) as tracker:
+        assert tracker.mode is RunningMode.IMAGE
+        lm = tracker.process_image(img)
+        assert lm is not None
+        assert lm.points.shape == (478, 3) and lm.points.dtype == np.float32
+        assert lm.image_size == (1350, 1350) and lm.t_ns == 0
+        xy = lm.points[:, :2]
+        assert np.all((xy > 0.1) & (xy < 0.9))  # a centred portrait
+        # Subject's right eye (outer corner 33) is on the image's left.
+        assert lm.points[33, 0] < lm.points[263, 0]
+        # Irises lie between their eye corners.
+        assert lm.points[33, 0] < lm.points[468, 0] < lm.points[133, 0]
+        assert lm.points[362, 0] < lm.points[473, 0] < lm.points[263, 0]
+
+
+def test_mode_misuse_raises():
+    img = np.zeros((H, W, 3), np.uint8)
+    with FaceTracker(RunningMode.IMAGE) as t:
+        with pytest.raises(TrackingError, match="VIDEO mode.*IMAGE mode"):
+            t.process_video_frame(img, 0.0)
+        with pytest.raises(TrackingError, match="LIVE mode"):
+            t.process_live(img, 1)
+    with FaceTracker(RunningMode.VIDEO) as t:
+        with pytest.raises(TrackingError, match="IMAGE mode"):
+            t.process_image(img)
+        with pytest.raises(TrackingError, match="LIVE mode"):
+            t.process_live(img, 1)
+    with FaceTracker(RunningMode.LIVE) as t:
+        with pytest.raises(TrackingError, match="VIDEO mode"):
+            t.process_video_frame(img, 0.0)
+
+
+def test_video_timestamps_must_strictly_increase():
+    img = np.zeros((H, W, 3), np.uint8)
+    with FaceTracker(RunningMode.VIDEO) as t:
+        assert t.process_video_frame(img, 40.0) is None
+        with pytest.raises(TrackingError, match=r"got 40\.0 ms after 40\.0 ms"):
+            t.process_video_frame(img, 40.0)
+        with pytest.raises(TrackingError, match=r"got 10\.0 ms after 40\.0 ms"):
+            t.process_video_frame(img, 10.0)
+        with pytest.raises(InputError, match="finite"):
+            t.process_video_frame(img, float("nan"))
+        assert t.process_video_frame(img, 80.0) is None  # still usable
+        t.reset()
+        assert t.process_video_frame(img, 0.0) is None  # reset forgets the last timestamp
+
+
+def test_live_timestamps_must_strictly_increase_and_be_integers():
+    img = np.zeros((H, W, 3), np.uint8)
+    with FaceTracker(RunningMode.LIVE) as t:
+        t.process_live(img, 1_000_000)
+        with pytest.raises(TrackingError, match="got 999999 ns after 1000000 ns"):
+            t.process_live(img, 999_999)
+        with pytest.raises(TrackingError, match="strictly increase"):
+            t.process_live(img, 1_000_000)
+        with pytest.raises(InputError, match="integer"):
+            t.process_live(img, 2.5e6)
+        t.process_live(img, np.int64(2_000_000))
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (None, "None"),
+        (np.zeros((H, W, 3), np.float32), "uint8"),
+        (np.zeros((H, W), np.uint8), r"\(H, W, 3\)"),
+        (np.zeros((H, W, 4), np.uint8), r"\(H, W, 3\)"),
+        ([[0, 0, 0]], "numpy array"),
+    ],
+)
+def test_bad_images_raise_input_error(bad, match):
+    with FaceTracker(RunningMode.IMAGE) as t:
+        with pytest.raises(InputError, match=match):
+            t.process_image(bad)
+
+
+def test_closed_tracker_raises():
+    t = FaceTracker(RunningMode.IMAGE)
+    t.close()
+    t.close()  # idempotent
+    with pytest.raises(TrackingError, match="closed"):
+        t.process_image(np.zeros((H, W, 3), np.uint8))
+
+
+def test_constructor_validates():
+    with pytest.raises(InputError, match="max_faces"):
+        FaceTracker(RunningMode.VIDEO, max_faces=0)
+    with pytest.raises(InputError, match="min_detection_confidence"):
+        FaceTracker(RunningMode.VIDEO, min_detection_confidence=1.5)
+    with pytest.raises(InputError, match="RunningMode"):
+        FaceTracker("video")  # type: ignore[arg-type]
+
+
+def test_no_face_video_returns_none():
+    rng = np.random.default_rng(0)
+    with FaceTracker(RunningMode.VIDEO) as t:
+        for i in range(10):
+            plain = np.full((H, W, 3), (40, 160, 90), np.uint8)
+            noise = rng.integers(0, 256, size=(H, W, 3), dtype=np.uint8)
+            assert t.process_video_frame(plain, 2 * i * 33.3) is None
+            assert t.process_video_frame(noise, (2 * i + 1) * 33.3) is None
+            assert t.faces_found == 0
+
+
+def test_video_frame_timestamp_is_carried(testdata):
+    with av.open(str(testdata / "video" / "grid_s1_bbaf2n.mp4")) as c, FaceTracker(
+        RunningMode.VIDEO
+    ) as t:
+        frame = next(c.decode(video=0))
+        lm = t.process_video_frame(frame.to_ndarray(format="bgr24"), 1234.5)
+        assert lm is not None and lm.t_ns == 1_234_500_000 and lm.image_size == (360, 288)
+
+
+def test_image_mode_picks_the_largest_face(faces):
+    with FaceTracker(RunningMode.IMAGE) as t:
+        assert centre_x(t.process_image(two_faces(faces, 260, 170))) < W / 2
+        assert centre_x(t.process_image(two_faces(faces, 170, 260))) > W / 2
+
+
+def test_video_mode_keeps_following_the_first_choice(faces):
+    """Largest face first; when the other face becomes larger, the tracker stays."""
+    with FaceTracker(RunningMode.VIDEO) as t:
+        xs = []
+        for i in range(20):
+            frame = two_faces(faces, 260, 170) if i < 8 else two_faces(faces, 170, 260)
+            lm = t.process_video_frame(frame, i * 33.3)
+            assert lm is not None, f"frame {i}"
+            xs.append(centre_x(lm))
+    assert max(xs) < W / 2, xs
+
+
+def _track_centres(path, crop_x0: int = 0, max_faces: int = 2):
+    centres, sizes = [], []
+    with av.open(str(path)) as c, FaceTracker(RunningMode.VIDEO, max_faces=max_faces) as t:
+        for frame in c.decode(video=0):
+            img = np.ascontiguousarray(frame.to_ndarray(format="bgr24")[:, crop_x0:])
+            lm = t.process_video_frame(img, frame.time * 1e3)
+            if lm is None:
+                centres.append(None)
+                continue
+            px = lm.pixels()
+            centres.append(px[:, :2].mean(axis=0))
+            sizes.append(px[:, 0].max() - px[:, 0].min())
+    return centres, sizes
+
+
+@pytest.mark.parametrize("crop_x0", [0, 200], ids=["all_five", "without_the_largest"])
+def test_small_faces_in_a_crowd_no_jumps_between_people(testdata, crop_x0):
+    """openmpf: handheld, five people, faces of 40-70 px. The chosen face must stay
+    the same person: its centre moves less than half a face width per frame (the
+    people stand more than a face width apart)."""
+    centres, sizes = _track_centres(testdata / "video" / "openmpf_video_01.mp4", crop_x0)
+    found = [c for c in centres if c is not None]
+    assert len(found) >= 0.8 * len(centres), f"tracked {len(found)}/{len(centres)} frames"
+    face_w = float(np.median(sizes))
+    assert 25 < face_w < 120
+    steps = [
+        float(np.linalg.norm(a - b))
+        for a, b in zip(centres[:-1], centres[1:])
+        if a is not None and b is not None
+    ]
+    assert max(steps) < 0.5 * face_w, (max(steps), face_w)
+    # Over the whole clip the followed face stays near where it started (same person).
+    assert np.linalg.norm(found[-1] - found[0]) < 3 * face_w
