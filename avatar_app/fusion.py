@@ -65,9 +65,9 @@ class Fusion:
     def _filters(self):
         s = self.settings
         if self._w_filter is None:
-            self._w_filter = OneEuroFilter(min_cutoff=s.min_cutoff_hz, beta=s.beta)
-            self._r_filter = OneEuroFilter(min_cutoff=1.5, beta=0.3)
-            self._t_filter = OneEuroFilter(min_cutoff=1.0, beta=0.3)
+            self._w_filter = OneEuroFilter(min_cutoff_hz=s.min_cutoff_hz, beta=s.beta)
+            self._r_filter = OneEuroFilter(min_cutoff_hz=1.5, beta=0.3)
+            self._t_filter = OneEuroFilter(min_cutoff_hz=1.0, beta=0.3)
         return self._w_filter, self._r_filter, self._t_filter
 
     def fuse(

@@ -49,8 +49,8 @@ def read_align(path: Path) -> list[tuple[float, float, str]]:
     return rows
 
 
-def read_track(path: Path) -> dict[str, np.ndarray]:
-    """Sidecar JSON Lines -> {'t': (N,), 'weights'/'vision'/'audio': (N, 52), 'face': (N,)}."""
+def read_track(path: Path):
+    """Sidecar JSON Lines -> SidecarTrack (t (N,), blendshapes/vision/audio (N, 52), face (N,))."""
     from avatar_app.record.sidecar import read_sidecar
 
     return read_sidecar(path)

@@ -51,7 +51,7 @@ def test_output_durations_and_sidecar(renders, testdata, name):
         n_frames = sum(1 for _ in c.decode(video=0))
     lines = out.with_suffix(".blendshapes.jsonl").read_text().strip().splitlines()
     track = read_track(out.with_suffix(".blendshapes.jsonl"))
-    assert len(track["t"]) == n_frames
+    assert len(track.t) == n_frames
     assert len(lines) >= n_frames
 
 
@@ -64,7 +64,7 @@ def test_blinks_vision_track(renders, testdata, tmp_path):
     report = {}
     for vid in BLINK_VIDEOS:
         track = read_track(renders[vid + ".mp4"].with_suffix(".blendshapes.jsonl"))
-        v = track["vision"]
+        v = track.vision
         left, right = v[:, name_index("eyeBlinkLeft")], v[:, name_index("eyeBlinkRight")]
         n = len(left)
         closed = set()
@@ -98,8 +98,8 @@ def test_blinks_vision_track(renders, testdata, tmp_path):
 @pytest.mark.parametrize("source", ["vision", "audio"])
 def test_jaw_open_follows_words(renders, testdata, vid, source):
     track = read_track(renders[vid + ".mp4"].with_suffix(".blendshapes.jsonl"))
-    jaw = track[source][:, name_index("jawOpen")]
-    t = track["t"]
+    jaw = getattr(track, source)[:, name_index("jawOpen")]
+    t = track.t
     words = read_align(testdata / "video" / f"{vid}.align")
     in_word = np.zeros(len(t), bool)
     for a, b, w in words:

@@ -202,3 +202,19 @@ def test_small_faces_in_a_crowd_no_jumps_between_people(testdata, crop_x0):
     assert max(steps) < 0.5 * face_w, (max(steps), face_w)
     # Over the whole clip the followed face stays near where it started (same person).
     assert np.linalg.norm(found[-1] - found[0]) < 3 * face_w
+
+
+def test_small_faces_path_in_image_mode(testdata):
+    """openmpf frame 0: faces of 40-70 px that the mesh's short-range detector misses;
+    the full-range detector and an upscaled crop find them, the largest (left) first."""
+    with av.open(str(testdata / "video" / "openmpf_video_01.mp4")) as c:
+        img = next(c.decode(video=0)).to_ndarray(format="bgr24")
+    with FaceTracker(RunningMode.IMAGE, small_faces=False) as t:
+        assert t.process_image(img) is None
+    with FaceTracker(RunningMode.IMAGE) as t:
+        lm = t.process_image(img)
+        assert lm is not None and t.faces_found >= 3
+        px = lm.pixels()
+        assert px[:, 0].mean() < 200  # the woman on the left has the largest face
+        assert 40 < px[:, 0].max() - px[:, 0].min() < 120
+        assert px[33, 0] < px[263, 0]  # still the subject's right eye on the image's left

@@ -47,15 +47,16 @@ logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- proportions
 ORIGIN = np.array([0.0, -0.025, 0.0])  # interior point the skin rays start from
-EYE_R = 0.013  # eyeball radius (stylised: a little large)
-EYE_C = np.array([0.0325, 0.0, 0.0650])  # left eyeball centre (avatar's left = +X)
+EYE_R = 0.0135  # eyeball radius (stylised: a little large)
+EYE_C = np.array([0.0330, 0.0, 0.0645])  # left eyeball centre (avatar's left = +X)
 LID_GAP = 0.0011  # lid shell radius - eyeball radius
 LID_INNER, LID_OUTER = 0.125, 0.160  # angular radii (from ORIGIN) of the lid-shell blend
-MOUTH_Y = -0.066  # height of the lip line
-HINGE = np.array([0.0, -0.030, -0.008])  # jaw rotation axis point (axis = X)
+MOUTH_Y = -0.056  # height of the lip line
+MOUTH_Z = 0.083  # depth of the lip line at the centre (where the lips meet)
+HINGE = np.array([0.0, -0.026, -0.008])  # jaw rotation axis point (axis = X)
 JAW_OPEN_RAD = 0.30  # jaw rotation at jawOpen = 1
-NECK_BASE = np.array([0.0, -0.205, -0.02])
-HEAD_PIVOT = np.array([0.0, -0.080, -0.02])
+NECK_BASE = np.array([0.0, -0.195, -0.02])
+HEAD_PIVOT = np.array([0.0, -0.075, -0.02])
 
 
 @dataclass(frozen=True)
@@ -88,21 +89,19 @@ def _mirror(p: np.ndarray) -> np.ndarray:
 
 def _head_core_sdf(p: np.ndarray) -> np.ndarray:
     """Skull, face, jaw and chin without neck or features."""
-    d = sd_ellipsoid(p, (0.0, 0.030, -0.014), (0.077, 0.093, 0.097))
-    d = smin(d, sd_ellipsoid(p, (0.0, -0.028, 0.016), (0.064, 0.076, 0.066)), 0.03)
-    d = smin(d, sd_ellipsoid(p, (0.0, -0.074, 0.028), (0.052, 0.040, 0.050)), 0.025)
-    d = smin(d, sd_ellipsoid(p, (0.0, -0.097, 0.056), (0.025, 0.019, 0.019)), 0.016)
-    return d
+    d = sd_ellipsoid(p, (0.0, 0.032, -0.012), (0.078, 0.092, 0.097))
+    d = smin(d, sd_ellipsoid(p, (0.0, -0.022, 0.018), (0.064, 0.068, 0.064)), 0.03)
+    return smin(d, _jaw_volume_sdf(p), 0.025)
 
 
 def _jaw_volume_sdf(p: np.ndarray) -> np.ndarray:
-    d = sd_ellipsoid(p, (0.0, -0.074, 0.028), (0.052, 0.040, 0.050))
-    return smin(d, sd_ellipsoid(p, (0.0, -0.097, 0.056), (0.025, 0.019, 0.019)), 0.016)
+    d = sd_ellipsoid(p, (0.0, -0.062, 0.028), (0.054, 0.036, 0.048))
+    return smin(d, sd_ellipsoid(p, (0.0, -0.084, 0.053), (0.025, 0.017, 0.018)), 0.016)
 
 
 def _lips_sdf(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    upper = sd_ellipsoid(p, (0.0, MOUTH_Y + 0.0052, 0.0805), (0.0215, 0.0062, 0.0085))
-    lower = sd_ellipsoid(p, (0.0, MOUTH_Y - 0.0058, 0.0790), (0.0190, 0.0070, 0.0090))
+    upper = sd_ellipsoid(p, (0.0, MOUTH_Y + 0.0046, 0.0772), (0.0200, 0.0050, 0.0072))
+    lower = sd_ellipsoid(p, (0.0, MOUTH_Y - 0.0052, 0.0760), (0.0175, 0.0060, 0.0078))
     return upper, lower
 
 
@@ -110,19 +109,19 @@ def _skin_sdf(p: np.ndarray) -> np.ndarray:
     """Signed distance to the whole skin surface (head, neck, features)."""
     pm = _mirror(p)
     d = _head_core_sdf(p)
-    d = smin(d, sd_ellipsoid(pm, (0.036, -0.030, 0.049), (0.026, 0.022, 0.026)), 0.018)  # cheeks
-    d = smin(d, sd_ellipsoid(p, (0.0, 0.027, 0.058), (0.058, 0.015, 0.026)), 0.02)  # brow ridge
-    d = smin(d, sd_capsule(p, (0.0, -0.045, -0.020), (0.0, -0.33, -0.024), 0.049), 0.035)  # neck
+    d = smin(d, sd_ellipsoid(pm, (0.037, -0.025, 0.047), (0.028, 0.024, 0.027)), 0.02)  # cheeks
+    d = smin(d, sd_ellipsoid(p, (0.0, 0.026, 0.056), (0.056, 0.013, 0.024)), 0.02)  # brow ridge
+    d = smin(d, sd_capsule(p, (0.0, -0.040, -0.018), (0.0, -0.33, -0.022), 0.042), 0.03)  # neck
     # flatten the eye area a little (eyelids are placed on a shell around each eyeball later)
     d = smax(d, -sd_ellipsoid(pm, EYE_C + [0.0, 0.002, 0.030], (0.024, 0.018, 0.016)), 0.012)
     # nose: bridge-to-tip round cone, nostril wings
-    d = smin(d, sd_round_cone(p, (0.0, 0.010, 0.075), (0.0, -0.029, 0.0955), 0.0062, 0.0102), 0.012)
-    d = smin(d, sd_ellipsoid(pm, (0.0102, -0.0345, 0.0865), (0.0082, 0.0062, 0.0080)), 0.006)
+    d = smin(d, sd_round_cone(p, (0.0, 0.010, 0.074), (0.0, -0.024, 0.0915), 0.0058, 0.0096), 0.012)
+    d = smin(d, sd_ellipsoid(pm, (0.0098, -0.0295, 0.0830), (0.0078, 0.0058, 0.0075)), 0.006)
     up, lo = _lips_sdf(p)
     d = smin(d, up, 0.0045)
     d = smin(d, lo, 0.0045)
     # soft corners of the mouth
-    d = smax(d, -sd_sphere(pm, (0.0245, MOUTH_Y + 0.0015, 0.0765), 0.0022), 0.004)
+    d = smax(d, -sd_sphere(pm, (0.0228, MOUTH_Y + 0.0015, 0.0730), 0.0020), 0.004)
     return d
 
 
@@ -242,8 +241,8 @@ class _SkinBuilder:
         outer = EYE_C + np.array([0.0116, 0.0016, np.sqrt(rl ** 2 - 0.0116 ** 2 - 0.0016 ** 2)])
         th_in, _ = _dir_angles(inner)
         th_out, _ = _dir_angles(outer)
-        _, self.phi_mouth = _dir_angles(np.array([0.0, MOUTH_Y, 0.086]))
-        self.theta_mouth, _ = _dir_angles(np.array([0.0245, MOUTH_Y, 0.076]))
+        _, self.phi_mouth = _dir_angles(np.array([0.0, MOUTH_Y, 0.082]))
+        self.theta_mouth, _ = _dir_angles(np.array([0.0232, MOUTH_Y, 0.0725]))
         self.rows = _rows(self.phi_eye, self.phi_mouth)
         th = np.abs(self.cols)
         side = np.sign(self.cols)
@@ -424,8 +423,10 @@ def _arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float
     ang = np.linspace(0, 2 * np.pi, 16, endpoint=False)
     cu = 0.5 * np.sign(np.cos(ang)) * np.abs(np.cos(ang)) ** 0.4
     cv = 0.5 + 0.5 * np.sign(np.sin(ang)) * np.abs(np.sin(ang)) ** 0.4
-    u = cu[None, :] * thickness
-    y = y_lo[:, None] + (y_hi - y_lo)[:, None] * cv[None, :]
+    taper = np.sqrt(np.clip(1.0 - np.abs(s) ** 8, 0.0, 1.0))[:, None]  # close the band's ends
+    u = cu[None, :] * thickness * taper
+    y_mid = 0.5 * (y_lo + y_hi)[:, None]
+    y = y_mid + (y_hi - y_lo)[:, None] * (cv[None, :] - 0.5) * taper
     x = cx[:, None] + nrm[:, 0:1] * u
     z = cz[:, None] + nrm[:, 1:2] * u
     pos = np.stack([x, y, z], axis=-1).reshape(-1, 3)
@@ -557,8 +558,8 @@ def _brow(side: float) -> tuple[np.ndarray, np.ndarray]:
 
 def _torso_sdf(p: np.ndarray) -> np.ndarray:
     pm = _mirror(p)
-    d = sd_capsule(pm, (0.0, -0.262, -0.025), (0.150, -0.272, -0.030), 0.050)
-    d = smin(d, sd_ellipsoid(p, (0.0, -0.222, -0.024), (0.085, 0.040, 0.058)), 0.05)
+    d = sd_capsule(pm, (0.0, -0.252, -0.025), (0.150, -0.262, -0.030), 0.050)
+    d = smin(d, sd_ellipsoid(p, (0.0, -0.212, -0.024), (0.080, 0.040, 0.055)), 0.05)
     d = smin(d, sd_ellipsoid(p, (0.0, -0.36, -0.020), (0.175, 0.13, 0.095)), 0.06)
     return d
 
@@ -613,8 +614,8 @@ def _expression_deltas(info: _PartInfo) -> dict[str, np.ndarray]:
     out["jawRight"] = np.array([-0.0065, 0.0, 0.0]) * info.jaw[:, None]
     ul, ll = info.upper_lip[:, None], info.lower_lip[:, None]
     out["mouthClose"] = (-0.72 * jaw_rot * ll + 0.28 * jaw_rot * ul) * f
-    corner = np.array([0.0245, MOUTH_Y + 0.0025, 0.0765])
-    mouth_c = np.array([0.0, MOUTH_Y, 0.084])
+    corner = np.array([0.0232, MOUTH_Y + 0.0025, MOUTH_Z - 0.0085])
+    mouth_c = np.array([0.0, MOUTH_Y, MOUTH_Z])
     lips_region = _gauss(p, mouth_c, (0.020, 0.011, 0.02))[:, None] * f
     for name, sx in (("Left", 1.0), ("Right", -1.0)):
         c = corner * [sx, 1, 1]
@@ -798,21 +799,21 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     pos, idx, col = _hair(style)
     add(_simple_prim("hair", pos, idx, Material("hair", roughness=0.48, specular=0.35), col), "head")
     # mouth interior: teeth, tongue, cavity
-    z_lip = 0.0815
+    z_lip = MOUTH_Z
     n_along = 72
     s = np.linspace(-1.0, 1.0, n_along)
     arc_len = np.abs(s) * 1.15 * 0.021
     tooth = np.abs(((arc_len / 0.0072) + 0.5) % 1.0 - 0.5)  # 0 at a tooth centre, 0.5 at a gap
     notch = 0.0009 * smoothstep(0.30, 0.5, tooth)
-    pos, idx, sp = _arc_band(MOUTH_Y - 0.0006 + notch, MOUTH_Y + 0.0095, z_lip - 0.0085, 0.0205, 0.019,
-                             1.15, 0.0036, n_along)
+    pos, idx, sp = _arc_band(MOUTH_Y - 0.0022 + notch, MOUTH_Y + 0.0085, z_lip - 0.0095, 0.0200, 0.019,
+                             1.15, 0.0030, n_along)
     ao = 1.0 - 0.6 * np.abs(sp) ** 1.4
     gap = np.repeat(1.0 - 0.30 * smoothstep(0.36, 0.5, tooth), 16)
     tcol = np.array([0.86, 0.84, 0.76])[None, :] * (ao * gap)[:, None]
     mat_teeth = Material("teeth", roughness=0.35, specular=0.45)
     add(_simple_prim("teeth_upper", pos, idx, mat_teeth, tcol), "head", jaw=0.0)
-    pos, idx, sp = _arc_band(MOUTH_Y - 0.0092, MOUTH_Y + 0.0002 - notch, z_lip - 0.0102, 0.0190, 0.018,
-                             1.1, 0.0034, n_along)
+    pos, idx, sp = _arc_band(MOUTH_Y - 0.0095, MOUTH_Y - 0.0004 - notch, z_lip - 0.0132, 0.0186, 0.018,
+                             1.1, 0.0030, n_along)
     ao = 1.0 - 0.6 * np.abs(sp) ** 1.4
     tcol = np.array([0.82, 0.80, 0.72])[None, :] * (ao * gap)[:, None]
     add(_simple_prim("teeth_lower", pos, idx, mat_teeth, tcol), "head", jaw=1.0)
@@ -833,8 +834,8 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     cpos, cidx, _ = _lathe((0, 0, 0), (1, 1, 1), 12, 48)
     a_ = np.repeat(np.linspace(0, 2 * np.pi, 12), 48)
     b_ = np.tile(np.linspace(0, 2 * np.pi, 48, endpoint=False), 12)
-    ring_c = np.array([0.0, -0.203, -0.021])
-    major, minor = 0.0535, 0.0062
+    ring_c = np.array([0.0, -0.195, -0.021])
+    major, minor = 0.0455, 0.0060
     cpos = np.stack([(major + minor * np.cos(a_)) * np.sin(b_), minor * np.sin(a_), (major + minor * np.cos(a_)) * np.cos(b_)], 1)
     cpos = cpos * [1.0, 1.0, 1.08] + ring_c
     cidx = grid_indices(12, 48, wrap=True)

@@ -140,10 +140,11 @@ class OrtBackend(Backend):
         return {"onnxruntime_version": ort.ort_version(), "provider": self.provider}
 
     def make_runner(self, artifact, precision, name) -> BaseRunner:
-        from avatar_app.inference.ort import OrtRunner, SessionFromOnnx
+        from avatar_app.inference.dirs import user_cache_dir
+        from avatar_app.inference.ort import TRT_EP, OrtRunner, SessionFromOnnx
 
-        runner = OrtRunner(SessionFromOnnx(artifact, self.name), precision, name)
-        return runner
+        trt_cache = user_cache_dir() / "ort_tensorrt" if self.provider == TRT_EP else None
+        return OrtRunner(SessionFromOnnx(artifact, self.name, trt_cache_dir=trt_cache), precision, name)
 
 
 class TrtBackend(Backend):

@@ -113,7 +113,11 @@ def _list(args, out) -> int:
             print(f"      device: {d}", file=out)
         if st.installed:
             for prec, why in st.precisions.items():
-                print(f"      {prec}: {'supported' if why is None else 'no - ' + why}", file=out)
+                if why is None:
+                    text = "supported" if st.can_run else "can be built, not run here"
+                else:
+                    text = "no (see why)" if why == st.reason else f"no - {why}"
+                print(f"      {prec}: {text}", file=out)
     cache = EngineCache()
     entries = cache.entries()
     print(f"\nEngine cache: {cache.engines_dir} ({len(entries)} entries)", file=out)

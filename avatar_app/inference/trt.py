@@ -72,12 +72,9 @@ def cuda_devices() -> tuple[list[dict], str]:
         "memory_bytes"}``; ``reason`` says why the list is empty.
     """
     try:
-        from cuda.bindings import runtime as cudart
-    except ImportError:
-        try:
-            from cuda import cudart  # cuda-python < 12.6 layout
-        except ImportError as exc:
-            return [], f"cuda-python is not installed ({exc})"
+        cudart = _cudart()
+    except BackendUnavailableError as exc:
+        return [], str(exc)
     err, count = cudart.cudaGetDeviceCount()
     if int(err) != 0:
         return [], f"no usable CUDA device ({_err_name(err)})"
@@ -257,18 +254,106 @@ def plan_validity(backend: str, plan: bytes) -> tuple[bool, str]:
     return True, "" if name == "VALID" else f"plan usable but {name.lower()} here"
 
 
+def _cudart():
+    """cuda-python's runtime module (``cuda.bindings.runtime``, or ``cuda.cudart`` before 12.6).
+
+    Raises:
+        BackendUnavailableError: cuda-python is not installed.
+    """
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError:
+        try:
+            from cuda import cudart
+        except ImportError as exc:
+            raise BackendUnavailableError(f"the TensorRT runner needs cuda-python: {exc}") from exc
+    return cudart
+
+
+def cuda_check(result):
+    """Unpack a cuda-python ``(err, *values)`` tuple; raise on an error.
+
+    Raises:
+        ModelLoadError: the CUDA call failed (its error name in the message).
+    """
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise ModelLoadError(f"CUDA call failed: {_err_name(err)}")
+    return rest[0] if len(rest) == 1 else (tuple(rest) if rest else None)
+
+
+class CudaBuffer:
+    """One device buffer with a pinned host staging buffer of the same size.
+
+    Allocated once (``cudaMalloc`` + ``cudaMallocHost``); copies are asynchronous
+    on the caller's stream. ``host`` is a flat numpy view of the pinned memory,
+    reused by every call: copy out of it before the next call.
+
+    Args:
+        nbytes: capacity in bytes.
+        dtype: element type of ``host``.
+
+    Raises:
+        BackendUnavailableError: no cuda-python. ModelLoadError: allocation failed.
+    """
+
+    def __init__(self, nbytes: int, dtype: np.dtype):
+        import ctypes
+
+        self._rt = _cudart()
+        self.nbytes = int(nbytes)
+        self.dtype = np.dtype(dtype)
+        self.device_ptr = int(cuda_check(self._rt.cudaMalloc(self.nbytes)))
+        try:
+            self.host_ptr = int(cuda_check(self._rt.cudaMallocHost(self.nbytes)))
+        except ModelLoadError:
+            self._rt.cudaFree(self.device_ptr)
+            raise
+        raw = (ctypes.c_byte * self.nbytes).from_address(self.host_ptr)
+        self.host = np.ctypeslib.as_array(raw).view(self.dtype)
+
+    def upload(self, array: np.ndarray, stream) -> None:
+        """Stage ``array`` in pinned memory and enqueue a host-to-device copy on ``stream``."""
+        flat = np.ascontiguousarray(array, dtype=self.dtype).reshape(-1)
+        if flat.nbytes > self.nbytes:
+            raise ModelLoadError(f"{flat.nbytes} bytes do not fit a {self.nbytes}-byte buffer")
+        self.host[:flat.size] = flat
+        cuda_check(self._rt.cudaMemcpyAsync(self.device_ptr, self.host_ptr, flat.nbytes,
+                                            self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice, stream))
+
+    def download(self, nbytes: int, stream) -> None:
+        """Enqueue a device-to-host copy of the first ``nbytes`` into the pinned buffer."""
+        cuda_check(self._rt.cudaMemcpyAsync(self.host_ptr, self.device_ptr, int(nbytes),
+                                            self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost, stream))
+
+    def result(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A new array of ``shape`` copied from the pinned buffer (after the stream synchronised)."""
+        n = int(np.prod(shape))
+        return self.host[:n].reshape(shape).copy()
+
+    def free(self) -> None:
+        """Release both buffers. Idempotent."""
+        if self.device_ptr:
+            self._rt.cudaFree(self.device_ptr)
+            self._rt.cudaFreeHost(self.host_ptr)
+            self.device_ptr = self.host_ptr = 0
+
+
 class TrtRunner(BaseRunner):
     """Runs a serialized TensorRT plan through cuda-python.
 
     Buffers are allocated once for the optimisation profile's maximum shapes
-    (device buffers plus pinned host buffers); each ``infer`` copies inputs
-    host-to-device asynchronously, enqueues ``execute_async_v3`` and copies the
-    outputs back on one stream. Outputs are returned as new arrays.
+    (:class:`CudaBuffer`: device memory plus pinned host memory); each ``infer``
+    copies inputs host-to-device asynchronously, enqueues ``execute_async_v3``
+    and copies the outputs back on one stream. When every input shape is
+    static, the enqueue is captured once in a CUDA graph and replayed.
+    Outputs are returned as new arrays.
 
     Args:
         plan_path: the plan file.
         backend: ``"tensorrt"`` or ``"tensorrt_rtx"``.
         precision: precision of the ONNX file the plan was built from.
+        name: label for messages.
         max_shapes: input name to the largest shape that will be fed (default: the
             engine's profile maximum).
         use_cuda_graph: capture the enqueue in a CUDA graph when all shapes are static.
@@ -287,19 +372,15 @@ class TrtRunner(BaseRunner):
         self._max_shapes = dict(max_shapes or {})
         self._use_cuda_graph = use_cuda_graph
         self._graph_exec = None
-        self._graph_shapes = None
+        self._buffers: dict[str, CudaBuffer] = {}
+        self._stream = None
 
     def _open_impl(self) -> None:
         trt = import_trt(self.backend)
-        try:
-            from cuda.bindings import runtime as cudart
-        except ImportError as exc:
-            raise BackendUnavailableError(f"the TensorRT runner needs cuda-python: {exc}") from exc
-        self._cudart = cudart
+        cudart = self._rt = _cudart()
         devices, reason = cuda_devices()
         if not devices:
             raise BackendUnavailableError(f"{self.backend} cannot run engines here: {reason}")
-        self._trt = trt
         self._tlog = _CapturingLogger(trt)
         self._runtime = trt.Runtime(self._tlog)
         self._engine = self._runtime.deserialize_cuda_engine(self.plan_path.read_bytes())
@@ -309,112 +390,92 @@ class TrtRunner(BaseRunner):
         self._context = self._engine.create_execution_context()
         if self._context is None:
             raise ModelLoadError(f"TensorRT cannot create an execution context for {self.plan_path}")
-        self._stream = self._check(cudart.cudaStreamCreate())
-        # name -> (device ptr, pinned host view, bytes, pinned host ptr)
-        self._buffers: dict[str, tuple[int, np.ndarray, int, int]] = {}
+        self._stream = cuda_check(cudart.cudaStreamCreate())
         ins, outs = [], []
         for i in range(self._engine.num_io_tensors):
             name = self._engine.get_tensor_name(i)
             dtype = np.dtype(trt.nptype(self._engine.get_tensor_dtype(name)))
             shape = tuple(self._engine.get_tensor_shape(name))
-            is_input = self._engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
             spec = TensorSpec(name, dtype, tuple(None if d < 0 else int(d) for d in shape),
                               tuple(None for _ in shape))
-            (ins if is_input else outs).append(spec)
-            if is_input:
+            if self._engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+                ins.append(spec)
                 if any(d < 0 for d in shape):
-                    max_shape = (self._max_shapes.get(name)
-                                 or tuple(self._engine.get_tensor_profile_shape(name, 0)[2]))
+                    self._max_shapes.setdefault(name, tuple(self._engine.get_tensor_profile_shape(name, 0)[2]))
                 else:
-                    max_shape = shape
-                self._max_shapes[name] = tuple(max_shape)
+                    self._max_shapes[name] = shape
+            else:
+                outs.append(spec)
         self._input_specs, self._output_specs = tuple(ins), tuple(outs)
-        # Output maxima follow from the input maxima.
-        for spec in self._input_specs:
+        for spec in self._input_specs:  # output maxima follow from the input maxima
             self._context.set_input_shape(spec.name, self._max_shapes[spec.name])
         for spec in self._input_specs + self._output_specs:
             shape = self._max_shapes.get(spec.name) or tuple(self._context.get_tensor_shape(spec.name))
-            self._alloc(spec.name, spec.dtype, shape)
+            buf = CudaBuffer(int(np.prod(shape)) * spec.dtype.itemsize, spec.dtype)
+            self._buffers[spec.name] = buf
+            self._context.set_tensor_address(spec.name, buf.device_ptr)
         self._static = all(None not in s.shape for s in self._input_specs)
 
-    def _check(self, result):
-        err, *rest = result if isinstance(result, tuple) else (result,)
-        if int(err) != 0:
-            raise ModelLoadError(f"CUDA call failed: {_err_name(err)}")
-        return rest[0] if len(rest) == 1 else (tuple(rest) if rest else None)
-
-    def _alloc(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
-        cudart = self._cudart
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        dptr = self._check(cudart.cudaMalloc(nbytes))
-        hptr = self._check(cudart.cudaMallocHost(nbytes))
-        import ctypes
-
-        host = np.ctypeslib.as_array((ctypes.c_byte * nbytes).from_address(int(hptr))).view(dtype)
-        self._buffers[name] = (int(dptr), host, nbytes, int(hptr))
-        self._context.set_tensor_address(name, int(dptr))
-
     def _infer_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        cudart, stream = self._cudart, self._stream
-        h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-        d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        shapes = {}
+        from avatar_app.core.errors import InputError
+
+        cudart, stream = self._rt, self._stream
         for spec in self._input_specs:
-            arr = np.ascontiguousarray(feeds[spec.name])
+            arr = feeds[spec.name]
             mx = self._max_shapes[spec.name]
             if any(a > m for a, m in zip(arr.shape, mx)):
-                from avatar_app.core.errors import InputError
-
                 raise InputError(f"input {spec.name!r} shape {arr.shape} exceeds the engine's "
                                  f"maximum {mx} (optimisation profile)")
-            dptr, host, _, hptr = self._buffers[spec.name]
-            host[:arr.size] = arr.reshape(-1)
-            self._check(cudart.cudaMemcpyAsync(dptr, hptr, arr.nbytes, h2d, stream))
+            self._buffers[spec.name].upload(arr, stream)
             if not self._context.set_input_shape(spec.name, arr.shape):
                 raise ModelLoadError(f"TensorRT rejected input shape {arr.shape} for {spec.name!r}")
-            shapes[spec.name] = arr.shape
-        if self._static and self._use_cuda_graph and self._graph_exec is not None:
-            self._check(cudart.cudaGraphLaunch(self._graph_exec, stream))
+        if self._graph_exec is not None:
+            cuda_check(cudart.cudaGraphLaunch(self._graph_exec, stream))
         elif not self._context.execute_async_v3(int(stream)):
             raise ModelLoadError(f"TensorRT execution of {self.name} failed: "
                                  + ("; ".join(self._tlog.errors()[-3:]) or "no message"))
-        out = {}
-        out_shapes = {s.name: tuple(self._context.get_tensor_shape(s.name)) for s in self._output_specs}
+        shapes = {s.name: tuple(self._context.get_tensor_shape(s.name)) for s in self._output_specs}
         for spec in self._output_specs:
-            dptr, host, _, hptr = self._buffers[spec.name]
-            n = int(np.prod(out_shapes[spec.name])) * spec.dtype.itemsize
-            self._check(cudart.cudaMemcpyAsync(hptr, dptr, n, d2h, stream))
-        self._check(cudart.cudaStreamSynchronize(stream))
-        for spec in self._output_specs:
-            shape = out_shapes[spec.name]
-            out[spec.name] = self._buffers[spec.name][1][:int(np.prod(shape))].reshape(shape).copy()
+            self._buffers[spec.name].download(int(np.prod(shapes[spec.name])) * spec.dtype.itemsize, stream)
+        cuda_check(cudart.cudaStreamSynchronize(stream))
+        out = {s.name: self._buffers[s.name].result(shapes[s.name]) for s in self._output_specs}
         if self._static and self._use_cuda_graph and self._graph_exec is None:
-            self._capture_graph()
+            self._graph_exec = capture_graph(stream, lambda: self._context.execute_async_v3(int(stream)))
+            self._use_cuda_graph = self._graph_exec is not None
         return out
 
-    def _capture_graph(self) -> None:
-        """Capture one enqueue in a CUDA graph (after a first normal enqueue, as TensorRT requires)."""
-        cudart, stream = self._cudart, self._stream
-        try:
-            self._check(cudart.cudaStreamBeginCapture(
-                stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
-            ok = self._context.execute_async_v3(int(stream))
-            graph = self._check(cudart.cudaStreamEndCapture(stream))
-            if not ok:
-                raise ModelLoadError("enqueue failed during capture")
-            self._graph_exec = self._check(cudart.cudaGraphInstantiate(graph, 0))
-        except ModelLoadError as exc:
-            logger.info("CUDA graph capture not used for %s: %s", self.name, exc)
-            self._use_cuda_graph = False
-
     def _close_impl(self) -> None:
-        cudart = self._cudart
-        for dptr, _, _, hptr in self._buffers.values():
-            cudart.cudaFree(dptr)
-            cudart.cudaFreeHost(hptr)
+        for buf in self._buffers.values():
+            buf.free()
         self._buffers.clear()
         if self._graph_exec is not None:
-            cudart.cudaGraphExecDestroy(self._graph_exec)
+            self._rt.cudaGraphExecDestroy(self._graph_exec)
             self._graph_exec = None
-        cudart.cudaStreamDestroy(self._stream)
+        if self._stream is not None:
+            self._rt.cudaStreamDestroy(self._stream)
+            self._stream = None
         self._context = self._engine = self._runtime = None
+
+
+def capture_graph(stream, enqueue: Callable[[], object]):
+    """Capture the work ``enqueue()`` puts on ``stream`` into an instantiated CUDA graph.
+
+    TensorRT requires one ordinary enqueue before capture (shape-dependent setup);
+    call this after the first inference.
+
+    Returns:
+        The ``cudaGraphExec_t``, or None when capture is not possible (logged).
+    """
+    rt = _cudart()
+    try:
+        cuda_check(rt.cudaStreamBeginCapture(stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal))
+        ok = enqueue()
+        graph = cuda_check(rt.cudaStreamEndCapture(stream))
+        if ok is False:
+            raise ModelLoadError("enqueue failed during capture")
+        graph_exec = cuda_check(rt.cudaGraphInstantiate(graph, 0))
+        rt.cudaGraphDestroy(graph)
+        return graph_exec
+    except ModelLoadError as exc:
+        logger.info("CUDA graph capture not used: %s", exc)
+        return None

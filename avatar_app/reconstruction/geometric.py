@@ -8,11 +8,14 @@ and normalised per user:
 - explicit: :meth:`GeometricSolver.calibrate_neutral` takes one neutral face;
 - automatic (when none was given): causal running percentiles of every
   feature (:class:`~avatar_app.reconstruction.calibration.RunningPercentiles`),
-  every frame over the first seconds, slowly afterwards: a high percentile of
-  the eye aperture is "eyes open", a low percentile of the lip gap and of the
-  chin distance is "mouth closed", medians of the brows, mouth corners and
-  irises are their rest positions. The head-pose reference is then the first
-  frame, levelled in yaw and roll.
+  every frame over the first 5 s, one sample per 0.25 s afterwards: the 75th
+  percentile of the eye aperture is "eyes open", the 10th percentile of the
+  chin distance is "jaw closed", medians of the brows and irises are their
+  rest positions; the mouth's width and corner positions at rest are medians
+  over frames whose lips touch (inner-lip gap < 1.5 mm, which is also the
+  closed lip gap for everyone, so a user who starts talking at once is still
+  read right). The head-pose reference is then the first frame, levelled in
+  yaw and roll.
 
 The output is deterministic given the same landmarks and timestamps, so
 offline rendering and live mode behave alike.
@@ -101,8 +104,10 @@ class GeometricSolverConfig:
     """Tunable constants of the GeometricSolver (units in the names).
 
     Ranges are the displacement (from the user's rest value) that maps to a
-    weight of 1; they were set on geometry (typical facial movement sizes on a
-    metric face of 63 mm interpupillary distance), not per test video.
+    weight of 1, in metres on a face scaled to a 63 mm interpupillary
+    distance; they are typical movement sizes of the features, not per-video
+    constants. The blink thresholds and ``blink_link`` were checked against
+    the hand-labelled GRID clips (tests/test_reconstruction_geometric.py).
     """
 
     hfov_deg: float = DEFAULT_HFOV_DEG
@@ -180,10 +185,20 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
 class GeometricSolver:
     """FaceReconstructor from landmark geometry (no model), per-user normalised.
 
+    Produces eyeBlink, eyeWide, eyeLookIn/Out/Up/Down (per eye), jawOpen,
+    mouthClose, mouthFunnel, mouthPucker, mouthSmile, mouthFrown, browInnerUp,
+    browDown and browOuterUp (Left/Right = the subject's sides); the other
+    ARKit weights stay 0. Cost: ~0.3 ms per frame on one CPU core.
+
     Thread: one instance per processing thread; calls must come in time order.
 
     Args:
         config: tunable constants (defaults documented in GeometricSolverConfig).
+
+    Attributes:
+        last_pose: the HeadPose of the last frame (None before the first).
+        last_features: (NUM_FEATURES,) float64 measurements of the last frame,
+            indexed by :class:`Feature` (None before the first).
     """
 
     def __init__(self, config: GeometricSolverConfig | None = None) -> None:
@@ -224,7 +239,9 @@ class GeometricSolver:
             InputError: invalid landmarks.
         """
         check_landmarks(landmarks)
-        self._neutral = make_neutral_face(landmarks, ipd_m=self.config.ipd_m)
+        self._neutral = make_neutral_face(
+            landmarks, ipd_m=self.config.ipd_m, hfov_deg=self.config.hfov_deg
+        )
         self._explicit_ref = measure_features(self._neutral.points_m)
 
     @property
@@ -262,7 +279,9 @@ class GeometricSolver:
             )
         self._last_t_s = t
         if self._neutral is None:
-            self._neutral = make_neutral_face(landmarks, self.config.ipd_m, level_yaw_roll=True)
+            self._neutral = make_neutral_face(
+                landmarks, self.config.ipd_m, level_yaw_roll=True, hfov_deg=self.config.hfov_deg
+            )
         pose = estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg)
         feats = measure_features(pose.points_m)
         if self._explicit_ref is not None:

@@ -563,7 +563,8 @@ class Renderer:
         c = self._view_center
         view = np.eye(4)
         view[:3, 3] = -np.array([c[0], c[1], c[2] + dist])
-        proj = perspective(fovy, aspect, dist * 0.5, dist * 2.0)
+        near = max(dist - 0.35, 0.02)  # 0.35 m in front of the centre
+        proj = perspective(fovy, aspect, near, dist + 0.6)
         if flip_y:
             proj = np.diag([1.0, -1.0, 1.0, 1.0]) @ proj
         self._uniform_set("u_view", tuple(view.T.astype(np.float32).reshape(-1)))

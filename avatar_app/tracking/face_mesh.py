@@ -100,13 +100,13 @@ class FaceTracker:
         mode: the running mode; only that mode's ``process_*`` method may be called.
         max_faces: how many faces the full-frame mesh looks for (1..10).
             MediaPipe runs its detector on every frame where fewer faces than
-            this are tracked. Measured at 640x480 on a 2-core CPU with one
-            face in view: 2.7 ms/frame with 1, 3.7 ms with 2 or 5; with two
-            faces in view, 2: 3.1 ms (both tracked, no detection). The default
-            2 makes the selection rule hold for a second person in view: with
-            1, MediaPipe follows whichever face its detector scored highest
-            when the user's face was lost (e.g. someone behind the user) and
-            never looks for the user again while that face is tracked.
+            this are tracked. Measured at 640x480 on a shared 2-core CPU
+            (best of 3): one face in view 1.9 ms/frame with 1, 2.9 ms with 2;
+            two faces in view 2.6 ms with 1, 4.6 ms with 2 (both tracked). The
+            default 2 makes the selection rule hold for a second person in
+            view: with 1, MediaPipe follows whichever face its detector scored
+            highest when the user's face was lost (e.g. someone behind the user)
+            and, while that face is tracked, never looks for the user again.
         min_detection_confidence: face detector threshold in [0, 1].
         min_tracking_confidence: landmark presence threshold in [0, 1] below
             which the face counts as lost and the detector runs again.
@@ -349,8 +349,11 @@ class FaceTracker:
         pts: np.ndarray | None = None
         small = False
         if self._small_faces and self._prev_small and self._prev_box is not None:
-            # Track a small face from its last box, without the detector.
+            # Track a small face from its last box, without the detector; a face in
+            # the crop that does not overlap the last box is someone else.
             pts = self._mesh_in_box(rgb, self._prev_box, _CROP_SCALE_FROM_LANDMARKS)
+            if pts is not None and _iou(_landmark_box(pts, w, h), self._prev_box) <= 0.0:
+                pts = None
             small = pts is not None
             self._faces_found = int(small)
         if pts is None:
@@ -367,11 +370,12 @@ class FaceTracker:
                 self._lost_since_s = t_s
             self._prev_small = False
             return None
-        box = _landmark_box(pts, w, h)
-        self._prev_box = box
-        # Stay on the crop path while the face is too small for the mesh's own detector.
-        self._prev_small = small and max(box[2] - box[0], box[3] - box[1]) < 0.25 * min(w, h)
-        self._lost_since_s = None
+        if t_s is not None:  # IMAGE mode keeps no history
+            box = _landmark_box(pts, w, h)
+            self._prev_box = box
+            # Stay on the crop path while the face is too small for the mesh's own detector.
+            self._prev_small = small and max(box[2] - box[0], box[3] - box[1]) < 0.25 * min(w, h)
+            self._lost_since_s = None
         return Landmarks(points=pts, image_size=(w, h), t_ns=t_ns)
 
     def _detect_small(self, rgb: np.ndarray, t_s: float | None) -> np.ndarray | None:

@@ -36,7 +36,10 @@ interpupillary distance, 63 mm (N. A. Dodgson, "Variation and extrema of
 human interpupillary distance", Proc. SPIE 5291, 2004: mean 63 mm, s.d.
 ~3.5 mm), measured between the iris centres of the neutral face. Distance
 from the camera follows from a pinhole camera with an assumed horizontal field
-of view of 60 degrees (a typical webcam); both are parameters.
+of view of 60 degrees (a typical webcam); both are parameters. Each landmark
+is then un-projected at its own depth (pinhole camera), so the perspective
+magnification of near points (the nose at webcam distance) is not read as
+shape change.
 
 Rigid fit: W. Kabsch, "A solution for the best rotation to relate two sets of
 vectors", Acta Cryst. A32:922-923, 1976; with scale and the reflection fix of
