@@ -56,7 +56,9 @@ void main() {
     vec3 spec = u_specular * 0.25 * (ks * u_key_color + fs * u_fill_color);
 
     float fres = pow(1.0 - max(dot(n, v), 0.0), 3.0);
-    vec3 rim = fres * max(dot(n, u_rim_dir) * 0.5 + 0.5, 0.0) * u_rim_color * (0.4 + 0.6 * base.rgb);
+    // rim: Fresnel-like, tinted by the surface and weaker on matte materials
+    vec3 rim = fres * max(dot(n, u_rim_dir) * 0.5 + 0.5, 0.0) * u_rim_color
+             * (0.1 + 0.9 * base.rgb) * (0.3 + 0.7 * min(u_specular * 4.0, 1.0));
 
     vec3 c = diffuse + spec + rim;
     c = c / (1.0 + max(max(c.r, c.g), c.b) * 0.15);  // gentle highlight compression

@@ -55,7 +55,7 @@ MOUTH_Y = -0.056  # height of the lip line
 MOUTH_Z = 0.083  # depth of the lip line at the centre (where the lips meet)
 HINGE = np.array([0.0, -0.026, -0.008])  # jaw rotation axis point (axis = X)
 JAW_OPEN_RAD = 0.30  # jaw rotation at jawOpen = 1
-NECK_BASE = np.array([0.0, -0.195, -0.02])
+NECK_BASE = np.array([0.0, -0.178, -0.02])
 HEAD_PIVOT = np.array([0.0, -0.075, -0.02])
 
 
@@ -77,7 +77,7 @@ class HeadStyle:
     shirt: tuple[float, float, float] = (0.10, 0.13, 0.32)
     collar: tuple[float, float, float] = (0.07, 0.09, 0.22)
     lash: tuple[float, float, float] = (0.035, 0.02, 0.015)
-    mouth_smile: float = 0.045
+    mouth_smile: float = 0.032
 
 
 # ----------------------------------------------------------------------------- skin field
@@ -111,7 +111,7 @@ def _skin_sdf(p: np.ndarray) -> np.ndarray:
     d = _head_core_sdf(p)
     d = smin(d, sd_ellipsoid(pm, (0.037, -0.025, 0.047), (0.028, 0.024, 0.027)), 0.02)  # cheeks
     d = smin(d, sd_ellipsoid(p, (0.0, 0.026, 0.056), (0.056, 0.013, 0.024)), 0.02)  # brow ridge
-    d = smin(d, sd_capsule(p, (0.0, -0.040, -0.018), (0.0, -0.33, -0.022), 0.042), 0.03)  # neck
+    d = smin(d, sd_capsule(p, (0.0, -0.040, -0.018), (0.0, -0.33, -0.022), 0.046), 0.03)  # neck
     # flatten the eye area a little (eyelids are placed on a shell around each eyeball later)
     d = smax(d, -sd_ellipsoid(pm, EYE_C + [0.0, 0.002, 0.030], (0.024, 0.018, 0.016)), 0.012)
     # nose: bridge-to-tip round cone, nostril wings
@@ -121,7 +121,7 @@ def _skin_sdf(p: np.ndarray) -> np.ndarray:
     d = smin(d, up, 0.0045)
     d = smin(d, lo, 0.0045)
     # soft corners of the mouth
-    d = smax(d, -sd_sphere(pm, (0.0228, MOUTH_Y + 0.0015, 0.0730), 0.0020), 0.004)
+    d = smax(d, -sd_sphere(pm, (0.0216, MOUTH_Y + 0.0015, 0.0745), 0.0030), 0.006)
     return d
 
 
@@ -242,7 +242,7 @@ class _SkinBuilder:
         th_in, _ = _dir_angles(inner)
         th_out, _ = _dir_angles(outer)
         _, self.phi_mouth = _dir_angles(np.array([0.0, MOUTH_Y, 0.082]))
-        self.theta_mouth, _ = _dir_angles(np.array([0.0232, MOUTH_Y, 0.0725]))
+        self.theta_mouth, _ = _dir_angles(np.array([0.0218, MOUTH_Y, 0.0735]))
         self.rows = _rows(self.phi_eye, self.phi_mouth)
         th = np.abs(self.cols)
         side = np.sign(self.cols)
@@ -322,7 +322,7 @@ class _SkinBuilder:
         for k, (dy, din) in offsets.items():
             sel = kind == K_MOUTH + k
             if sel.any():
-                p[sel] += w[None] * (np.array([0.0, dy, 0.0]) + inward * din)[None]
+                p[sel] += (w ** 2.5 * np.array([0.0, dy, 0.0]) + w ** 1.5 * inward * din)[None]
         return p
 
     def indices(self) -> np.ndarray:
@@ -493,37 +493,38 @@ def _ear(side: float) -> tuple[np.ndarray, np.ndarray]:
 def _hairline(theta: np.ndarray) -> np.ndarray:
     """Latitude of the hairline (ray angles from ORIGIN) for each longitude."""
     keys_t = np.array([0.0, 0.30, 0.55, 0.80, 1.00, 1.14, 1.26, 1.40, 1.62, 1.90, 2.25, 2.70, np.pi])
-    keys_p = np.array([0.80, 0.79, 0.74, 0.64, 0.52, 0.38, 0.36, 0.55, 0.62, 0.40, 0.05, -0.16, -0.20])
-    th = np.abs(theta)
-    ph = np.interp(th, keys_t, keys_p)
-    # a soft side-swept fringe: lower on the avatar's right (-X) side of the forehead
-    ph -= 0.05 * np.exp(-(((theta + 0.35) / 0.3) ** 2))
-    ph += 0.012 * np.sin(theta * 9.0) * np.exp(-((theta / 0.7) ** 2))
+    keys_p = np.array([0.74, 0.74, 0.70, 0.62, 0.52, 0.40, 0.38, 0.56, 0.63, 0.42, 0.08, -0.14, -0.18])
+    ph = np.interp(np.abs(theta), keys_t, keys_p)
+    # side-swept fringe: lower over the avatar's right (-X) brow, rising to its left
+    ph -= 0.11 * np.exp(-(((theta + 0.30) / 0.32) ** 2)) + 0.04 * np.exp(-(((theta - 0.05) / 0.35) ** 2))
     return ph
 
 
 def _hair(style: HeadStyle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n_cols, n_rows = 112, 34
+    """Hair cap: a shell over the skull with volume on top and a rounded edge."""
+    n_cols, n_rows = 112, 30
     theta = np.linspace(-np.pi, np.pi, n_cols, endpoint=False)
-    ph_h = smooth_periodic(_hairline(theta), 2)
-    t = np.linspace(0.0, 1.0, n_rows) ** 0.85
+    ph_h = smooth_periodic(_hairline(theta), 3)
+    u = np.linspace(0.0, 1.0, n_rows)
+    t = 1.0 - (1.0 - u) ** 1.5  # rows crowd toward the edge, where the shape turns
     T, TH = np.meshgrid(t, theta, indexing="ij")
     PH = np.pi / 2 - T * (np.pi / 2 - ph_h[None, :])
     dirs = sphere_dirs(TH, PH).reshape(-1, 3)
     dist = raycast_first_exit(_skin_sdf, ORIGIN, dirs)
     surf = ORIGIN + dirs * dist[:, None]
     nrm = sdf_normals(_skin_sdf, surf)
-    tt = T.reshape(-1)
-    thick = 0.0085 - 0.0025 * tt  # volume on top
-    thick = thick + 0.004 * np.exp(-((TH.reshape(-1) / 0.6) ** 2)) * np.exp(-((tt - 0.55) / 0.25) ** 2)
-    taper = smoothstep(1.0, 0.86, tt)
-    off = thick * taper - 0.0018 * (1.0 - taper)
+    tt, th = T.reshape(-1), TH.reshape(-1)
+    front = np.exp(-((th / 0.9) ** 2))
+    thick = 0.0075 + 0.0075 * np.exp(-((tt - 0.35) / 0.35) ** 2) * (0.6 + 0.4 * front)
+    thick += 0.0035 * np.exp(-(((th - 0.5) / 0.5) ** 2)) * np.exp(-((tt - 0.5) / 0.3) ** 2)  # part volume
+    edge = smoothstep(1.0, 0.93, tt)
+    off = thick * np.sqrt(edge) - 0.0015 * (1.0 - edge)
     pos = surf + nrm * off[:, None]
     idx = grid_indices(n_rows, n_cols, wrap=True)
     idx = _orient_outward(pos, idx, ORIGIN + [0, 0.04, -0.01])
     rng = np.random.default_rng(3)
     streak = smooth_periodic(rng.uniform(-1, 1, n_cols), 1)
-    shade = 1.0 + 0.16 * np.tile(streak, n_rows) - 0.12 * tt
+    shade = 1.0 + 0.14 * np.tile(streak, n_rows) - 0.10 * tt
     col = np.ones((len(pos), 4))
     col[:, :3] = np.asarray(style.hair)[None, :] * shade[:, None]
     return pos, idx, col
@@ -538,14 +539,14 @@ def _brow(side: float) -> tuple[np.ndarray, np.ndarray]:
     _, phi_e = _dir_angles(EYE_C + [0, 0, EYE_R + LID_GAP])
     theta = th_in + (th_out - th_in) * S
     center_phi = phi_e + 0.195 + 0.055 * np.sin(np.pi * S ** 0.75) - 0.03 * S
-    width = 0.034 * (1.0 - 0.55 * S) * np.clip(np.sin(np.pi * np.clip(S, 0.02, 0.98)) ** 0.25, 0, 1)
+    width = 0.050 * (1.0 - 0.55 * S) * np.clip(np.sin(np.pi * np.clip(S, 0.02, 0.98)) ** 0.25, 0, 1)
     phi = center_phi + Cc * width * 0.5
     dirs = sphere_dirs(theta * side, phi).reshape(-1, 3)
     dist = raycast_first_exit(_skin_sdf, ORIGIN, dirs)
     surf = ORIGIN + dirs * dist[:, None]
     nrm = sdf_normals(_skin_sdf, surf)
     ends = smoothstep(0.0, 0.08, S) * smoothstep(1.0, 0.9, S)
-    h = (0.0019 * np.sqrt(np.clip(1.0 - Cc ** 2, 0, 1)) * ends - 0.0006).reshape(-1)
+    h = (0.0024 * np.sqrt(np.clip(1.0 - Cc ** 2, 0, 1)) * ends - 0.0006).reshape(-1)
     pos = surf + nrm * h[:, None]
     idx = grid_indices(n_a, n_c, wrap=False)
     # orient with the surface normal
@@ -558,9 +559,9 @@ def _brow(side: float) -> tuple[np.ndarray, np.ndarray]:
 
 def _torso_sdf(p: np.ndarray) -> np.ndarray:
     pm = _mirror(p)
-    d = sd_capsule(pm, (0.0, -0.252, -0.025), (0.150, -0.262, -0.030), 0.050)
-    d = smin(d, sd_ellipsoid(p, (0.0, -0.212, -0.024), (0.080, 0.040, 0.055)), 0.05)
-    d = smin(d, sd_ellipsoid(p, (0.0, -0.36, -0.020), (0.175, 0.13, 0.095)), 0.06)
+    d = sd_capsule(pm, (0.0, -0.232, -0.025), (0.150, -0.244, -0.030), 0.050)
+    d = smin(d, sd_ellipsoid(p, (0.0, -0.192, -0.024), (0.080, 0.040, 0.055)), 0.05)
+    d = smin(d, sd_ellipsoid(p, (0.0, -0.34, -0.020), (0.175, 0.13, 0.095)), 0.06)
     return d
 
 
@@ -569,7 +570,7 @@ def _torso() -> tuple[np.ndarray, np.ndarray]:
     theta = np.linspace(-np.pi, np.pi, n_c, endpoint=False)
     phi = np.linspace(np.pi / 2, -np.pi / 2, n_r)
     PH, TH = np.meshgrid(phi, theta, indexing="ij")
-    o = np.array([0.0, -0.30, -0.022])
+    o = np.array([0.0, -0.28, -0.022])
     dirs = sphere_dirs(TH, PH).reshape(-1, 3)
     dist = raycast_first_exit(_torso_sdf, o, dirs, max_dist=0.4)
     pos = o + dirs * dist[:, None]
@@ -614,7 +615,7 @@ def _expression_deltas(info: _PartInfo) -> dict[str, np.ndarray]:
     out["jawRight"] = np.array([-0.0065, 0.0, 0.0]) * info.jaw[:, None]
     ul, ll = info.upper_lip[:, None], info.lower_lip[:, None]
     out["mouthClose"] = (-0.72 * jaw_rot * ll + 0.28 * jaw_rot * ul) * f
-    corner = np.array([0.0232, MOUTH_Y + 0.0025, MOUTH_Z - 0.0085])
+    corner = np.array([0.0218, MOUTH_Y + 0.0025, MOUTH_Z - 0.0085])
     mouth_c = np.array([0.0, MOUTH_Y, MOUTH_Z])
     lips_region = _gauss(p, mouth_c, (0.020, 0.011, 0.02))[:, None] * f
     for name, sx in (("Left", 1.0), ("Right", -1.0)):
@@ -707,14 +708,17 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     jaw = smoothstep(-0.004, 0.010, below) * smoothstep(-0.02, 0.005, z)
     jaw *= smoothstep(0.028, 0.0, _jaw_volume_sdf(pos))
     # inside the mouth the split decides: upper lip stays, lower lip goes with the jaw
-    split_w = smoothstep(0.034, 0.022, mouth_x) * smoothstep(0.014, 0.006, np.abs(y - MOUTH_Y)) * (z > 0.05)
-    jaw = jaw * (1 - split_w) + np.where(above_split, 0.0, 1.0) * split_w
+    # (both lips follow the jaw halfway at the corners, so the mouth opens as an oval)
+    split_w = smoothstep(0.032, 0.021, mouth_x) * smoothstep(0.014, 0.006, np.abs(y - MOUTH_Y)) * (z > 0.05)
+    half_open = 0.5 * np.sqrt(np.clip(1.0 - (mouth_x / 0.0215) ** 2, 0.0, 1.0))
+    lip_jaw = np.where(above_split, 0.5 - half_open, 0.5 + half_open)
+    jaw = jaw * (1 - split_w) + lip_jaw * split_w
 
     # colours
     skin = np.asarray(style.skin)
     col = np.tile(skin, (len(pos), 1))
     up_d, lo_d = _lips_sdf(pos)
-    lip = smoothstep(0.0016, -0.0006, np.minimum(up_d, lo_d))
+    lip = smoothstep(0.0024, 0.0002, np.minimum(up_d, lo_d))
     in_mouth = np.isin(kind, [K_MOUTH + k for k in (1, 2, 3, 4)])
     lip = np.where(in_mouth, 1.0, lip)
     col = col * (1 - lip[:, None]) + np.asarray(style.lips) * lip[:, None]
@@ -802,18 +806,18 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     z_lip = MOUTH_Z
     n_along = 72
     s = np.linspace(-1.0, 1.0, n_along)
-    arc_len = np.abs(s) * 1.15 * 0.021
+    arc_len = np.abs(s) * 1.35 * 0.0245
     tooth = np.abs(((arc_len / 0.0072) + 0.5) % 1.0 - 0.5)  # 0 at a tooth centre, 0.5 at a gap
     notch = 0.0009 * smoothstep(0.30, 0.5, tooth)
-    pos, idx, sp = _arc_band(MOUTH_Y - 0.0022 + notch, MOUTH_Y + 0.0085, z_lip - 0.0095, 0.0200, 0.019,
-                             1.15, 0.0030, n_along)
+    pos, idx, sp = _arc_band(MOUTH_Y - 0.0022 + notch, MOUTH_Y + 0.0085, z_lip - 0.0095, 0.0245, 0.019,
+                             1.35, 0.0030, n_along)
     ao = 1.0 - 0.6 * np.abs(sp) ** 1.4
     gap = np.repeat(1.0 - 0.30 * smoothstep(0.36, 0.5, tooth), 16)
     tcol = np.array([0.86, 0.84, 0.76])[None, :] * (ao * gap)[:, None]
     mat_teeth = Material("teeth", roughness=0.35, specular=0.45)
     add(_simple_prim("teeth_upper", pos, idx, mat_teeth, tcol), "head", jaw=0.0)
-    pos, idx, sp = _arc_band(MOUTH_Y - 0.0095, MOUTH_Y - 0.0004 - notch, z_lip - 0.0132, 0.0186, 0.018,
-                             1.1, 0.0030, n_along)
+    pos, idx, sp = _arc_band(MOUTH_Y - 0.0095, MOUTH_Y - 0.0004 - notch, z_lip - 0.0132, 0.0232, 0.018,
+                             1.32, 0.0030, n_along)
     ao = 1.0 - 0.6 * np.abs(sp) ** 1.4
     tcol = np.array([0.82, 0.80, 0.72])[None, :] * (ao * gap)[:, None]
     add(_simple_prim("teeth_lower", pos, idx, mat_teeth, tcol), "head", jaw=1.0)
@@ -834,8 +838,8 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     cpos, cidx, _ = _lathe((0, 0, 0), (1, 1, 1), 12, 48)
     a_ = np.repeat(np.linspace(0, 2 * np.pi, 12), 48)
     b_ = np.tile(np.linspace(0, 2 * np.pi, 48, endpoint=False), 12)
-    ring_c = np.array([0.0, -0.195, -0.021])
-    major, minor = 0.0455, 0.0060
+    ring_c = np.array([0.0, -0.176, -0.021])
+    major, minor = 0.0495, 0.0062
     cpos = np.stack([(major + minor * np.cos(a_)) * np.sin(b_), minor * np.sin(a_), (major + minor * np.cos(a_)) * np.cos(b_)], 1)
     cpos = cpos * [1.0, 1.0, 1.08] + ring_c
     cidx = grid_indices(12, 48, wrap=True)

@@ -36,6 +36,7 @@ import numpy as np
 from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.types import Landmarks
 from avatar_app.tracking.landmark_groups import NUM_LANDMARKS
+from avatar_app.tracking.native_log import QuietGraph
 
 logger = logging.getLogger(__name__)
 
@@ -280,13 +281,13 @@ class FaceTracker:
         import mediapipe as mp  # heavy import, only when a tracker is made
 
         fm = mp.solutions.face_mesh
-        self._mesh = fm.FaceMesh(
+        self._mesh = QuietGraph(lambda: fm.FaceMesh(
             static_image_mode=self._mode is RunningMode.IMAGE,
             max_num_faces=self._max_faces,
             refine_landmarks=True,
             min_detection_confidence=self._min_detection_confidence,
             min_tracking_confidence=self._min_tracking_confidence,
-        )
+        ))
         self._crop_mesh = None
         self._detector = None
 
@@ -301,16 +302,16 @@ class FaceTracker:
         if self._detector is None:
             import mediapipe as mp
 
-            self._detector = mp.solutions.face_detection.FaceDetection(
+            self._detector = QuietGraph(lambda: mp.solutions.face_detection.FaceDetection(
                 model_selection=1, min_detection_confidence=self._min_detection_confidence
-            )
+            ))
             # Static mode: the crop moves with the face, so no state may carry over.
-            self._crop_mesh = mp.solutions.face_mesh.FaceMesh(
+            self._crop_mesh = QuietGraph(lambda: mp.solutions.face_mesh.FaceMesh(
                 static_image_mode=True,
                 max_num_faces=1,
                 refine_landmarks=True,
                 min_detection_confidence=self._min_detection_confidence,
-            )
+            ))
         return self._detector, self._crop_mesh
 
     def _check_open(self) -> None:
