@@ -146,6 +146,9 @@ def _cmd_render(args) -> int:
     finally:
         prog.end()
     _print_report(rep)
+    if rep.input_problem:
+        print(f"error: {rep.input_problem}; the clip holds what could be decoded.", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
+        level=logging.DEBUG if args.verbose else logging.ERROR,
         format="%(levelname)s %(name)s: %(message)s",
     )
     os.environ.setdefault("GLOG_minloglevel", "2")  # quiet MediaPipe's C++ logging

@@ -76,6 +76,8 @@ class RenderReport:
         wall_s: wall-clock time of the render.
         stage_ms: stage -> (p50, p95) in ms.
         warnings: messages for the user (e.g. silent stretches).
+        input_problem: set when the input was damaged (truncated or corrupt): the
+            clip holds only the frames that decoded.
     """
 
     output_path: Path
@@ -88,6 +90,7 @@ class RenderReport:
     wall_s: float = 0.0
     stage_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    input_problem: str | None = None
 
     @property
     def fps(self) -> float:
@@ -435,6 +438,11 @@ def render_file(
             except AvatarError:
                 if ok:
                     raise
+        if getattr(src, "truncated", False):
+            report.input_problem = (
+                f"{input_path} is truncated or corrupt: only {report.frames_in} of about "
+                f"{info.frame_count} frames could be decoded"
+            )
         report.frames_out = writer.frames_out
         report.duration_s = (writer.frames_out / fps_out) if options.fps else (writer.last_time + 1.0 / fps_out)
         if rec_audio is not None:

@@ -1,13 +1,39 @@
 """Find shipped data (assets/, models/) in the source tree, an installed wheel or a frozen bundle.
 
 One function, :func:`resource_path`, so no module guesses paths on its own.
+
+Layouts it knows (``rel`` is e.g. ``"assets/shaders/avatar.vert"``):
+
+- PyInstaller bundle (``packaging/avatar_app.spec``): the data sits in
+  ``sys._MEIPASS/avatar_app/assets`` and ``.../avatar_app/models``, the same
+  place as in a wheel; ``sys._MEIPASS/<rel>`` is also accepted (other specs).
+- Installed wheel: pyproject maps the repository's top-level ``assets/`` and
+  ``models/`` into the package, so ``<site-packages>/avatar_app/<rel>``.
+- Source tree / editable install: ``<repository>/<rel>``. Only used when the
+  package's parent directory really is the repository (it holds
+  ``pyproject.toml``), so a stray top-level ``assets/`` folder that some other
+  distribution left in ``site-packages`` is never picked up.
 """
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 
 _PKG_DIR = Path(__file__).resolve().parent
+
+
+def _candidates(rel: PurePath) -> list[Path]:
+    """Where ``rel`` may live, most specific first."""
+    out: list[Path] = []
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle:
+        out.append(Path(bundle) / "avatar_app" / rel)
+        out.append(Path(bundle) / rel)
+    out.append(_PKG_DIR / rel)
+    repo = _PKG_DIR.parent
+    if (repo / "pyproject.toml").is_file():
+        out.append(repo / rel)
+    return out
 
 
 def resource_path(relative: str | Path) -> Path:
@@ -17,19 +43,22 @@ def resource_path(relative: str | Path) -> Path:
     (``avatar_app/assets`` in a wheel), the source tree (repository root).
 
     Args:
-        relative: path below the project root, starting with ``assets/`` or ``models/``.
+        relative: path below the project root, starting with ``assets/`` or
+            ``models/``; ``/`` separators on every platform.
 
     Returns:
         The first existing candidate; if none exists, the source-tree candidate
-        (so error messages name a sensible place).
+        when running from a checkout, else the installed-package one (so error
+        messages name a sensible place).
+
+    Raises:
+        ValueError: ``relative`` is absolute or climbs out with ``..`` (a
+            programming error, not user input).
     """
-    rel = Path(relative)
-    candidates = []
-    bundle = getattr(sys, "_MEIPASS", None)
-    if bundle:
-        candidates.append(Path(bundle) / rel)
-    candidates.append(_PKG_DIR / rel)
-    candidates.append(_PKG_DIR.parent / rel)
+    rel = PurePath(relative)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise ValueError(f"resource path must be relative and inside the project, not {str(relative)!r}")
+    candidates = _candidates(rel)
     for c in candidates:
         if c.exists():
             return c

@@ -47,8 +47,8 @@ logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- proportions
 ORIGIN = np.array([0.0, -0.025, 0.0])  # interior point the skin rays start from
-EYE_R = 0.0135  # eyeball radius (stylised: a little large)
-EYE_C = np.array([0.0330, 0.0, 0.0645])  # left eyeball centre (avatar's left = +X)
+EYE_R = 0.0145  # eyeball radius (stylised: a little large)
+EYE_C = np.array([0.0340, 0.0, 0.0635])  # left eyeball centre (avatar's left = +X)
 LID_GAP = 0.0011  # lid shell radius - eyeball radius
 LID_INNER, LID_OUTER = 0.125, 0.160  # angular radii (from ORIGIN) of the lid-shell blend
 MOUTH_Y = -0.056  # height of the lip line
@@ -115,13 +115,11 @@ def _skin_sdf(p: np.ndarray) -> np.ndarray:
     # flatten the eye area a little (eyelids are placed on a shell around each eyeball later)
     d = smax(d, -sd_ellipsoid(pm, EYE_C + [0.0, 0.002, 0.030], (0.024, 0.018, 0.016)), 0.012)
     # nose: bridge-to-tip round cone, nostril wings
-    d = smin(d, sd_round_cone(p, (0.0, 0.010, 0.074), (0.0, -0.024, 0.0915), 0.0058, 0.0096), 0.012)
-    d = smin(d, sd_ellipsoid(pm, (0.0098, -0.0295, 0.0830), (0.0078, 0.0058, 0.0075)), 0.006)
+    d = smin(d, sd_round_cone(p, (0.0, 0.004, 0.075), (0.0, -0.022, 0.0905), 0.0056, 0.0098), 0.012)
+    d = smin(d, sd_ellipsoid(pm, (0.0098, -0.0275, 0.0825), (0.0078, 0.0058, 0.0075)), 0.006)
     up, lo = _lips_sdf(p)
     d = smin(d, up, 0.0045)
     d = smin(d, lo, 0.0045)
-    # soft corners of the mouth
-    d = smax(d, -sd_sphere(pm, (0.0216, MOUTH_Y + 0.0015, 0.0745), 0.0030), 0.006)
     return d
 
 
@@ -237,8 +235,9 @@ class _SkinBuilder:
         front = EYE_C + np.array([0.0, 0.0, EYE_R + LID_GAP])
         self.theta_eye, self.phi_eye = _dir_angles(front)
         rl = EYE_R + LID_GAP
-        inner = EYE_C + np.array([-0.0112, -0.0006, np.sqrt(rl ** 2 - 0.0112 ** 2)])
-        outer = EYE_C + np.array([0.0116, 0.0016, np.sqrt(rl ** 2 - 0.0116 ** 2 - 0.0016 ** 2)])
+        xi, xo = 0.80 * rl, 0.83 * rl
+        inner = EYE_C + np.array([-xi, -0.0006, np.sqrt(rl ** 2 - xi ** 2)])
+        outer = EYE_C + np.array([xo, 0.0016, np.sqrt(rl ** 2 - xo ** 2 - 0.0016 ** 2)])
         th_in, _ = _dir_angles(inner)
         th_out, _ = _dir_angles(outer)
         _, self.phi_mouth = _dir_angles(np.array([0.0, MOUTH_Y, 0.082]))
@@ -259,8 +258,8 @@ class _SkinBuilder:
         xm = th / self.theta_mouth
         self.mouth_cols = xm < 1.0
         self.mouth_window = np.where(self.mouth_cols, np.clip(1.0 - xm ** 2, 0, None) ** 0.35, 0.0)
-        self.h_up = 0.086
-        self.h_lo = 0.066
+        self.h_up = 0.086 * EYE_R / 0.013
+        self.h_lo = 0.066 * EYE_R / 0.013
 
     # lid shapes ------------------------------------------------------------
     def eye_shape(self, up: float, lo: float, close: float = 0.0, sides=(-1, 1)) -> _EyeShape:
@@ -724,9 +723,12 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     col = col * (1 - lip[:, None]) + np.asarray(style.lips) * lip[:, None]
     deep = np.isin(kind, (K_MOUTH + 2, K_MOUTH + 3))
     col[deep] *= 0.55
+    # a darker line where the lips meet
+    meet = np.isin(kind, (K_MOUTH, K_MOUTH + 5))
+    col[meet] *= (1.0 - 0.45 * np.clip(sb.mouth_window[col_of[meet]] * 3.0, 0, 1))[:, None]
     blush = sum(_gauss(pos, (0.040 * sx, -0.030, 0.060), (0.012, 0.009, 0.03)) for sx in (1, -1))
     col = col * (1 - 0.35 * blush[:, None]) + np.asarray(style.blush) * 0.35 * blush[:, None]
-    nostril = sum(_gauss(pos, (0.0085 * sx, -0.0405, 0.0895), (0.0022, 0.0016, 0.004)) for sx in (1, -1))
+    nostril = sum(_gauss(pos, (0.0085 * sx, -0.0385, 0.0890), (0.0022, 0.0016, 0.004)) for sx in (1, -1))
     col *= (1 - 0.55 * np.clip(nostril, 0, 1))[:, None]
     # lash line: the upper lid edge and its fold, fading at the corners
     eyew = sb.eye_fold_window[col_of]

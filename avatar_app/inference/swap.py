@@ -104,8 +104,8 @@ class EngineSlot:
     def request(self, backend: str | None = None, precision: Precision | str | None = None) -> Future:
         """Build/verify/open the engine for (backend, precision) in the background, then swap.
 
-        A later request supersedes an earlier one still building: the earlier
-        engine is closed unused when it finishes.
+        A later request supersedes an earlier one: a queued request is skipped,
+        one still building is closed unused when it finishes (its build stays cached).
 
         Returns:
             A Future resolving to the :class:`OpenResult` swapped in, or to None when
@@ -119,6 +119,8 @@ class EngineSlot:
 
     def _build_and_swap(self, gen: int, backend, precision) -> OpenResult | None:
         try:
+            if gen != self._generation:  # a newer request is queued: skip this one unbuilt
+                return None
             try:
                 result = self.manager.open_engine(self.model_path, backend, precision, card=self.card)
             except AvatarError as exc:
