@@ -25,7 +25,6 @@ package still comes from the bundle.
 """
 from __future__ import annotations
 
-import functools
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -178,20 +177,9 @@ def add_extra_site_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path,
     return dirs
 
 
-@functools.cache
-def _packages_distributions() -> Mapping[str, list[str]]:
-    return importlib.metadata.packages_distributions()
-
-
-def _dist_version(module: str, location: Path | None) -> str | None:
-    """Version of the distribution that provides top-level ``module`` (found at ``location``)."""
-    names = []
-    if location is not None:  # a package in an extra folder: look there first
-        found = _dists_in(location.parent)
-        names = [n for n in found if n.replace("-", "_").startswith(module)]
-        if names:
-            return found[sorted(names, key=len)[0]]
-    for dist in _packages_distributions().get(module, []):
+def _dist_version(module: str) -> str | None:
+    """Version of the distribution that provides top-level ``module`` (searched over ``sys.path``)."""
+    for dist in importlib.metadata.packages_distributions().get(module, []):
         try:
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:  # pragma: no cover - stale metadata
@@ -216,7 +204,7 @@ def _probe_trt(module: str, label: str) -> GpuRuntime:
     loc = _module_location(module)
     if loc is None:
         return GpuRuntime(module, label, False, reason=f"Python module {module!r} is not installed")
-    return GpuRuntime(module, label, True, _dist_version(module, loc), loc)
+    return GpuRuntime(module, label, True, _dist_version(module), loc)
 
 
 def _probe_ort(import_module: bool) -> GpuRuntime:

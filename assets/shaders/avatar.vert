@@ -1,9 +1,13 @@
 #version 330 core
-// Avatar vertex shader: morph targets (from a float texture) then linear blend skinning.
-// Morph layout: texel (target * u_vertex_total + vertex) * 2 holds the position delta,
-// the next texel the normal delta; texels run row by row, u_morph_width per row.
-#define MAX_ACTIVE 64
+// Avatar vertex shader: sparse morph targets, then linear blend skinning (glTF 2.0 "Skins").
+//
+// Morph deltas are stored sparsely: each vertex has a run of entries (in_morph = first
+// entry, count) in u_morph; entry k occupies texels 2k (position delta xyz, target index
+// in w) and 2k+1 (normal delta xyz). A vertex no target moves has count 0, so the cost
+// is proportional to the (vertex, target) pairs that exist, not to vertices x targets.
+#define MAX_TARGETS 256
 #define MAX_JOINTS 64
+#define MORPH_WIDTH_LOG2 12
 
 in vec3 in_position;
 in vec3 in_normal;
@@ -11,16 +15,12 @@ in vec4 in_color;
 in vec2 in_uv;
 in vec4 in_joints;
 in vec4 in_weights;
+in ivec2 in_morph;
 
 uniform mat4 u_view;
 uniform mat4 u_proj;
 uniform sampler2D u_morph;
-uniform int u_morph_width;
-uniform int u_vertex_base;
-uniform int u_vertex_total;
-uniform int u_num_active;
-uniform int u_active_target[MAX_ACTIVE];
-uniform float u_active_weight[MAX_ACTIVE];
+uniform float u_target_weight[MAX_TARGETS];
 uniform bool u_skinned;
 uniform mat4 u_joints[MAX_JOINTS];
 
@@ -32,13 +32,14 @@ out vec2 v_uv;
 void main() {
     vec3 p = in_position;
     vec3 n = in_normal;
-    int vid = u_vertex_base + gl_VertexID;
-    for (int i = 0; i < u_num_active; ++i) {
-        int texel = (u_active_target[i] * u_vertex_total + vid) * 2;
-        ivec2 c = ivec2(texel % u_morph_width, texel / u_morph_width);
-        float w = u_active_weight[i];
-        p += w * texelFetch(u_morph, c, 0).xyz;
-        n += w * texelFetch(u_morph, c + ivec2(1, 0), 0).xyz;
+    const int mask = (1 << MORPH_WIDTH_LOG2) - 1;
+    for (int i = 0; i < in_morph.y; ++i) {
+        int e = (in_morph.x + i) * 2;
+        ivec2 c = ivec2(e & mask, e >> MORPH_WIDTH_LOG2);
+        vec4 d = texelFetch(u_morph, c, 0);
+        float w = u_target_weight[int(d.w)];
+        p += w * d.xyz;
+        n += w * texelFetch(u_morph, ivec2(c.x + 1, c.y), 0).xyz;
     }
     if (u_skinned) {
         mat4 skin = in_weights.x * u_joints[int(in_joints.x)]

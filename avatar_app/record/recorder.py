@@ -159,20 +159,14 @@ class ClipRecorder:
                     f"cannot record {self.path}: no H.264 or MPEG-4 encoder in this FFmpeg build"
                 )
             _log.warning("video encoder %r is not available; recording with %r", video_codec, codec)
-        options = {
-            "movflags": "frag_keyframe+empty_moov+delay_moov+default_base_moof",
-            "frag_duration": str(int(fragment_s * 1e6)),
-            "flush_packets": "1",
-            # write a stream's packets even if the other stream lags by this much (µs),
-            # so a silent or missing audio track cannot hold back video in memory
-            "max_interleave_delta": str(int(max(1.0, 2 * fragment_s) * 1e6)),
-        }
+        options = self._container_options(fragment_s)
         if not self.path.parent.is_dir():
             raise RecordingError(f"cannot create recording {self.path}: folder does not exist")
         if not os.access(self.path.parent, os.W_OK):
             raise RecordingError(f"cannot create recording {self.path}: folder is not writable")
         try:
-            self._container = av.open(str(self.path), mode="w", format="mp4", options=options)
+            self._container = av.open(str(self.path), mode="w", format=self.container_format,
+                                      options=options)
         except (av.FFmpegError, OSError) as e:
             raise RecordingError(f"cannot create recording {self.path}: {e}") from e
         try:
@@ -187,7 +181,8 @@ class ClipRecorder:
                 self._audio.bit_rate = audio_bitrate
                 self._audio.time_base = Fraction(1, AUDIO_OUT_RATE)
                 self._resampler = av.AudioResampler(
-                    format="fltp", layout=self._audio.layout, rate=AUDIO_OUT_RATE
+                    format=self._audio.codec_context.format.name, layout=self._audio.layout,
+                    rate=AUDIO_OUT_RATE,
                 )
         except (av.FFmpegError, ValueError, OSError) as e:
             self._container.close()
@@ -197,6 +192,37 @@ class ClipRecorder:
             "recording %s: %dx%d @ %.3g fps, %s%s", self.path, width, height, fps,
             self.video_codec, f" + {audio_codec} {audio_sample_rate} Hz" if self._audio else "",
         )
+
+    # ------------------------------------------------------------ format hooks
+    #: FFmpeg muxer name (subclasses for other containers override it).
+    container_format = "mp4"
+    #: Channels of the images ``write_video`` takes: 3 (RGB) here, 4 (RGBA) with alpha.
+    frame_channels = 3
+
+    def _container_options(self, fragment_s: float) -> dict[str, str]:
+        """Muxer options: fragmented MP4 (see the module doc)."""
+        return {
+            "movflags": "frag_keyframe+empty_moov+delay_moov+default_base_moof",
+            "frag_duration": str(int(fragment_s * 1e6)),
+            "flush_packets": "1",
+            # write a stream's packets even if the other stream lags by this much (µs),
+            # so a silent or missing audio track cannot hold back video in memory
+            "max_interleave_delta": str(int(max(1.0, 2 * fragment_s) * 1e6)),
+        }
+
+    def _make_frame(self, image: np.ndarray) -> av.VideoFrame:
+        """An encoder input frame from a checked (height, width, channels) uint8 image."""
+        return av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+
+    @property
+    def frame_shape(self) -> tuple[int, int, int]:
+        """(height, width, channels) of the uint8 images ``write_video`` takes."""
+        return (self.height, self.width, self.frame_channels)
+
+    @property
+    def time_origin_s(self) -> float | None:
+        """Media time that is 0 in the file (None until the first write)."""
+        return self._origin
 
     def _open_video(self, codec, crf, preset, tune, threads, keyframe_interval_s):
         rate = Fraction(self.fps).limit_denominator(1001)
@@ -270,9 +296,11 @@ class ClipRecorder:
                 file size limit); the file written so far stays playable.
         """
         self._check_open()
-        if rgb.shape != (self.height, self.width, 3) or rgb.dtype != np.uint8:
+        rgb = np.asarray(rgb)
+        if rgb.shape != self.frame_shape or rgb.dtype != np.uint8:
+            kind = "RGB" if self.frame_channels == 3 else "RGBA"
             raise InputError(
-                f"recording frames must be ({self.height}, {self.width}, 3) uint8 RGB; "
+                f"recording frames must be {self.frame_shape} uint8 {kind}; "
                 f"got {rgb.shape} {rgb.dtype}"
             )
         t = self._relative(media_time_s)
@@ -286,7 +314,7 @@ class ClipRecorder:
                 f"video frame times must increase: {media_time_s:.6f} s is not after the "
                 f"previous frame ({(self._last_pts * VIDEO_TIME_BASE) + self._origin:.6f} s)"
             )
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+        frame = self._make_frame(rgb)
         frame.pts = pts
         frame.time_base = VIDEO_TIME_BASE
         try:
@@ -411,3 +439,13 @@ class ClipRecorder:
             except RecordingError as e:
                 _log.debug("while closing after an error: %s", e)
 
+
+def __getattr__(name: str):
+    # ``from avatar_app.record.recorder import AsyncRecorder`` (as ui/main_window.py
+    # does) keeps working; the class lives in async_recorder.py, which imports this
+    # module, hence the lazy look-up (PEP 562).
+    if name == "AsyncRecorder":
+        from avatar_app.record.async_recorder import AsyncRecorder
+
+        return AsyncRecorder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -72,6 +72,9 @@ class MainWindow(QMainWindow):
         self.source_label = QLabel("")
         self.source_label.setWordWrap(True)
         lay.addWidget(self.source_label)
+        self.mic_label = QLabel("")
+        self.mic_label.setWordWrap(True)
+        lay.addWidget(self.mic_label)
         self.record_button = QPushButton("● Record")
         self.record_button.setCheckable(True)
         self.record_button.setToolTip("Record the avatar with your voice (Ctrl+R)")
@@ -176,6 +179,7 @@ class MainWindow(QMainWindow):
             self._show_error(str(exc))
             return False
         ok = self._start_pipeline(source, getattr(source, "ring", None), f"File: {path.name}")
+        self.mic_label.setText("Audio: the file's own track" if getattr(source, "ring", None) is not None else "")
         if ok:
             self.settings.setValue("last_file", str(path))
         return ok
@@ -191,10 +195,11 @@ class MainWindow(QMainWindow):
         try:
             self.mic = MicSource(ring=ring)
             self.mic.start()
+            self.mic_label.setText("Microphone: default input")
         except AvatarError as exc:
             self.mic = None
             ring = None
-            self.status.showMessage(f"{exc} Speech is off; tracking continues.", 10000)
+            self.mic_label.setText(f"Microphone: none. {exc} Speech is off; tracking continues.")
             log.warning("%s", exc)
         try:
             source = CameraSource(index)
@@ -296,7 +301,7 @@ class MainWindow(QMainWindow):
 
     def start_recording(self, path: Path | None = None) -> Path | None:
         """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path."""
-        from avatar_app.record.recorder import AsyncRecorder, ClipRecorder
+        from avatar_app.record import AsyncRecorder, ClipRecorder
 
         if self.recorder is not None:
             return None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
@@ -27,8 +28,8 @@ class AvatarViewportWidget(QOpenGLWidget):
     Thread: GUI thread only.
     """
 
-    frame_presented = Signal(object, int)
-    frame_captured = Signal(object, int)
+    frame_presented = Signal(object, object)
+    frame_captured = Signal(object, object)
     gl_failed = Signal(str)
 
     def __init__(self, parent=None, background=(0, 177, 64), msaa: int = 0):
@@ -110,12 +111,17 @@ class AvatarViewportWidget(QOpenGLWidget):
         ratio = self.devicePixelRatioF()
         w, h = max(1, int(self.width() * ratio)), max(1, int(self.height() * ratio))
         fbo = self._ctx.detect_framebuffer(self.defaultFramebufferObject())
+        t0 = now_ns()
         self._renderer.render(state, w, h, fbo)
+        self._ctx.finish()
+        t = now_ns()
         rgb = None
         if self.capture_frames:
             rgb = self._capture(state)
-        self._ctx.finish()
-        t = now_ns()
+        if state.stamps:
+            stamps = dict(state.stamps)
+            stamps["render"] = (t0, t)
+            state = replace(state, stamps=stamps)
         self.frame_presented.emit(state, t)
         if rgb is not None:
             self.frame_captured.emit(rgb, t)
