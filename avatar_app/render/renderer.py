@@ -4,10 +4,12 @@ Works in whatever context is current: a QOpenGLWidget's (create it with
 ``moderngl.create_context()`` inside ``initializeGL``) or a headless EGL one
 (:mod:`avatar_app.render.headless`).
 
-Per frame only uniforms change: morph weights (the active targets' indices and
-weights), joint matrices, camera and lights. Morph deltas live in one float
-texture read in the vertex shader by ``gl_VertexID``; skinning is linear blend
-skinning in the vertex shader (glTF 2.0 "Skins").
+Per frame only uniforms change: morph target weights, joint matrices, camera and
+lights. Morph deltas live in one float texture, stored sparsely: every vertex
+carries (first entry, count) of the (target, delta) pairs that move it, so the
+vertex shader's work is proportional to the pairs that exist (a few per vertex
+on a face, none on hair or clothes) rather than to vertices x targets. Skinning
+is linear blend skinning in the vertex shader (glTF 2.0 "Skins").
 
 Conventions: the virtual camera looks down -Z at the avatar, which faces +Z, so
 the avatar's left (+X) appears on the image's right. ``AvatarState.rotation``
@@ -38,11 +40,13 @@ CHROMA_GREEN: tuple[int, int, int] = (0, 177, 64)
 TRANSPARENT = "transparent"
 #: MSAA sample counts the settings offer.
 MSAA_CHOICES = (0, 2, 4, 8)
-#: Must match MAX_ACTIVE / MAX_JOINTS in assets/shaders/avatar.vert.
-MAX_ACTIVE_TARGETS = 64
+#: Must match MAX_TARGETS / MAX_JOINTS / MORPH_WIDTH_LOG2 in assets/shaders/avatar.vert.
+MAX_TARGETS = 256
 MAX_JOINTS = 64
-_MORPH_TEX_WIDTH = 4096  # even, so a (position, normal) texel pair never straddles rows
-_ACTIVE_EPS = 1e-4  # target weights at or below this are skipped in the shader
+_MORPH_TEX_WIDTH = 4096  # 2**12, even: an entry's two texels never straddle rows
+#: Deltas below these are dropped from the sparse morph table (metres / normal units).
+MORPH_POSITION_EPS_M = 1e-6
+MORPH_NORMAL_EPS = 1e-4
 
 Background = Union[tuple[int, int, int], tuple[int, int, int, int], str]
 
@@ -189,7 +193,8 @@ def perspective(fovy_rad: float, aspect: float, near: float, far: float) -> np.n
 class _GpuPrimitive:
     """GPU resources of one primitive."""
 
-    def __init__(self, ctx: moderngl.Context, prog: moderngl.Program, prim, vertex_base: int, skinned: bool):
+    def __init__(self, ctx: moderngl.Context, prog: moderngl.Program, prim, morph_range: np.ndarray,
+                 skinned: bool):
         v = prim.num_vertices
         data = np.zeros((v, 20), np.float32)
         data[:, 0:3] = prim.positions
@@ -204,17 +209,24 @@ class _GpuPrimitive:
             data[:, 16] = 1.0
         self.vbo = ctx.buffer(data.tobytes())
         self.ibo = ctx.buffer(prim.indices.astype(np.uint32).tobytes())
+        self.morph_vbo = ctx.buffer(np.ascontiguousarray(morph_range, np.int32).tobytes())
         self.vao = ctx.vertex_array(
             prog,
             [(self.vbo, "3f 3f 4f 2f 4f 4f", "in_position", "in_normal", "in_color", "in_uv",
-              "in_joints", "in_weights")],
+              "in_joints", "in_weights"),
+             (self.morph_vbo, "2i", "in_morph")],
             index_buffer=self.ibo,
             index_element_size=4,
             skip_errors=True,  # attributes the compiler dropped are fine
         )
         m = prim.material
         self.material = m
-        self.vertex_base = vertex_base
+        # Blinn-Phong exponent from roughness (Karis' alpha = roughness^2 mapping,
+        # s = 2 / alpha^2 - 2) and the energy normalisation (s + 8) / (8 pi).
+        alpha = max(m.roughness, 0.02) ** 2
+        self.shininess = float(np.clip(2.0 / alpha ** 2 - 2.0, 2.0, 2048.0))
+        self.spec_scale = float(m.specular * 0.25 * (self.shininess + 8.0) / (8.0 * math.pi))
+        self.rim_scale = float(0.3 + 0.7 * min(m.specular * 4.0, 1.0))
         self.skinned = skinned and prim.joints is not None
         self.alpha_code = _ALPHA_CODES[m.alpha_mode]
         self.texture = None
@@ -225,7 +237,7 @@ class _GpuPrimitive:
             self.texture.filter = (moderngl.LINEAR_MIPMAP_LINEAR, moderngl.LINEAR)
 
     def release(self) -> None:
-        for obj in (self.vao, self.vbo, self.ibo, self.texture):
+        for obj in (self.vao, self.vbo, self.ibo, self.morph_vbo, self.texture):
             if obj is not None:
                 obj.release()
 
@@ -279,8 +291,7 @@ class Renderer:
         self._uniform_set("u_morph", 0)
         self._uniform_set("u_texture", 1)
         self._blit_prog["u_image"].value = 0
-        self._active_idx = np.zeros(MAX_ACTIVE_TARGETS, np.int32)
-        self._active_w = np.zeros(MAX_ACTIVE_TARGETS, np.float32)
+        self._target_w = np.zeros(MAX_TARGETS, np.float32)
         self._joint_buf = np.zeros((MAX_JOINTS, 4, 4), np.float32)
         self._joint_buf[:] = np.eye(4, dtype=np.float32)
         self._prims: list[_GpuPrimitive] = []
@@ -290,12 +301,11 @@ class Renderer:
         self._msaa_fbo: moderngl.Framebuffer | None = None
         self._resolve_fbo: moderngl.Framebuffer | None = None
         self._fb_cache: dict[int, moderngl.Framebuffer] = {}
-        self._warned_active = False
         self.fovy_deg = float(fovy_deg)
-        #: Force the shader to loop over every target (for benchmarks), not just non-zero ones.
-        self.loop_all_targets = False
-        #: Number of morph targets the last frame blended.
+        #: Number of morph targets with a non-zero weight in the last frame.
         self.last_active_targets = 0
+        #: Number of (vertex, target) deltas of the current avatar.
+        self.morph_entries = 0
         self.msaa = msaa
         self.background = background
         self.lighting = lighting
@@ -374,38 +384,61 @@ class Renderer:
         if skel is not None and len(skel) > MAX_JOINTS:
             raise InputError(f"avatar '{mesh.name}' has {len(skel)} joints; the renderer supports {MAX_JOINTS}")
         names = mesh.target_names
-        total = mesh.num_vertices
-        texels = max(len(names) * total * 2, 2)
-        height = -(-texels // _MORPH_TEX_WIDTH)
-        if height > int(self.ctx.info.get("GL_MAX_TEXTURE_SIZE", 16384)):
-            raise InputError(
-                f"avatar '{mesh.name}': {len(names)} morph targets x {total} vertices are too many for one texture"
-            )
-        morph = np.zeros((height * _MORPH_TEX_WIDTH, 3), np.float32)
-        view = morph[: len(names) * total * 2].reshape(len(names), total, 2, 3)
-        base = 0
+        if len(names) > MAX_TARGETS:
+            raise InputError(f"avatar '{mesh.name}' has {len(names)} morph targets; the renderer supports {MAX_TARGETS}")
+        entries, ranges = [], []
+        count = 0
         for prim in mesh.primitives:
             v = prim.num_vertices
+            vert_ids, tgt_ids, dpos, dnrm = [], [], [], []
             for t, name in enumerate(names):
-                if name in prim.morph_targets:
-                    view[t, base:base + v, 0] = prim.morph_targets[name]
-                    if name in prim.morph_normals:
-                        view[t, base:base + v, 1] = prim.morph_normals[name]
-            base += v
+                d = prim.morph_targets.get(name)
+                if d is None:
+                    continue
+                dn = prim.morph_normals.get(name)
+                moved = np.abs(d).max(axis=1) > MORPH_POSITION_EPS_M
+                if dn is not None:
+                    moved |= np.abs(dn).max(axis=1) > MORPH_NORMAL_EPS
+                ids = np.flatnonzero(moved)
+                vert_ids.append(ids)
+                tgt_ids.append(np.full(ids.size, t))
+                dpos.append(d[ids])
+                dnrm.append(dn[ids] if dn is not None else np.zeros((ids.size, 3), np.float32))
+            rng = np.zeros((v, 2), np.int32)
+            if vert_ids:
+                vid = np.concatenate(vert_ids)
+                order = np.argsort(vid, kind="stable")
+                vid = vid[order]
+                e = np.zeros((vid.size, 2, 4), np.float32)
+                e[:, 0, :3] = np.concatenate(dpos)[order]
+                e[:, 0, 3] = np.concatenate(tgt_ids)[order]
+                e[:, 1, :3] = np.concatenate(dnrm)[order]
+                counts = np.bincount(vid, minlength=v)
+                rng[:, 1] = counts
+                rng[:, 0] = count + np.concatenate([[0], np.cumsum(counts)[:-1]])
+                entries.append(e.reshape(-1, 4))
+                count += vid.size
+            ranges.append(rng)
+        texels = max(count * 2, 2)
+        height = -(-texels // _MORPH_TEX_WIDTH)
+        if height > int(self.ctx.info.get("GL_MAX_TEXTURE_SIZE", 16384)):
+            raise InputError(f"avatar '{mesh.name}': {count} morph deltas are too many for one texture")
+        morph = np.zeros((height * _MORPH_TEX_WIDTH, 4), np.float32)
+        if entries:
+            morph[: count * 2] = np.concatenate(entries)
 
         self._release_avatar()
-        self._morph_tex = self.ctx.texture((_MORPH_TEX_WIDTH, height), 3, morph.tobytes(), dtype="f4")
+        self._morph_tex = self.ctx.texture((_MORPH_TEX_WIDTH, height), 4, morph.tobytes(), dtype="f4")
         self._morph_tex.filter = (moderngl.NEAREST, moderngl.NEAREST)
         self._morph_tex.repeat_x = self._morph_tex.repeat_y = False
         order = sorted(range(len(mesh.primitives)), key=lambda i: mesh.primitives[i].material.alpha_mode == "BLEND")
-        bases = np.cumsum([0] + [p.num_vertices for p in mesh.primitives])
         self._prims = [
-            _GpuPrimitive(self.ctx, self._prog, mesh.primitives[i], int(bases[i]), skel is not None)
+            _GpuPrimitive(self.ctx, self._prog, mesh.primitives[i], ranges[i], skel is not None)
             for i in order
         ]
+        self.morph_entries = count
         self._avatar = mesh
         self._map = mesh.mapping_matrix()
-        self._vertex_total = total
         self._head = skel.index(mesh.head_joint) if skel is not None and mesh.head_joint else None
         self._neck = skel.index(mesh.neck_joint) if skel is not None and mesh.neck_joint else None
         self._eyes = tuple(skel.index(n) for n in mesh.gaze_joints) if skel is not None and mesh.gaze_joints else ()
@@ -413,10 +446,9 @@ class Renderer:
         self._view_center = (np.asarray(mesh.view_center, np.float64) if mesh.view_center is not None
                              else (lo + hi) / 2.0)
         self._view_height = float(mesh.view_height_m or 1.15 * (hi[1] - lo[1]))
-        self._uniform_set("u_vertex_total", total)
-        self._uniform_set("u_morph_width", _MORPH_TEX_WIDTH)
-        logger.info("avatar '%s' uploaded: %d primitives, %d vertices, %d triangles, %d morph targets",
-                    mesh.name, len(self._prims), total, mesh.num_triangles, len(names))
+        logger.info("avatar '%s' uploaded: %d primitives, %d vertices, %d triangles, %d morph targets, "
+                    "%d morph deltas", mesh.name, len(self._prims), mesh.num_vertices, mesh.num_triangles,
+                    len(names), count)
 
     # ------------------------------------------------------------------ frame
     def render(
@@ -492,11 +524,11 @@ class Renderer:
                                   moderngl.ONE, moderngl.ONE_MINUS_SRC_ALPHA)
             ctx.enable_only(flags)
             ctx.depth_mask = gp.alpha_code != 2
-            self._uniform_set("u_vertex_base", gp.vertex_base)
             self._uniform_set("u_skinned", gp.skinned)
             self._uniform_set("u_base_color", tuple(m.base_color))
-            self._uniform_set("u_roughness", float(m.roughness))
-            self._uniform_set("u_specular", float(m.specular))
+            self._uniform_set("u_shininess", gp.shininess)
+            self._uniform_set("u_spec_scale", gp.spec_scale)
+            self._uniform_set("u_rim_scale", gp.rim_scale)
             self._uniform_set("u_alpha_mode", gp.alpha_code)
             self._uniform_set("u_alpha_cutoff", float(m.alpha_cutoff))
             self._uniform_set("u_interior_color", tuple(m.interior_color))
@@ -507,28 +539,16 @@ class Renderer:
         ctx.depth_mask = True
 
     def _update_weights(self, weights: np.ndarray) -> None:
-        w = np.asarray(weights, np.float32)
+        w = np.asarray(weights, np.float32).reshape(-1)
         if w.shape != (NUM_BLENDSHAPES,) or not np.all(np.isfinite(w)):
-            w = np.nan_to_num(w.reshape(-1)[:NUM_BLENDSHAPES], nan=0.0, posinf=1.0, neginf=0.0) \
-                if w.size >= NUM_BLENDSHAPES else np.zeros(NUM_BLENDSHAPES, np.float32)
+            fixed = np.zeros(NUM_BLENDSHAPES, np.float32)
+            n = min(w.size, NUM_BLENDSHAPES)
+            fixed[:n] = np.nan_to_num(w[:n], nan=0.0, posinf=1.0, neginf=0.0)
+            w = fixed
         tw = np.clip(w @ self._map, 0.0, 1.0)
-        if self.loop_all_targets:
-            active = np.arange(tw.size)
-        else:
-            active = np.flatnonzero(tw > _ACTIVE_EPS)
-        if active.size > MAX_ACTIVE_TARGETS:
-            if not self._warned_active:
-                logger.warning("%d morph targets active; blending the %d strongest",
-                               active.size, MAX_ACTIVE_TARGETS)
-                self._warned_active = True
-            active = active[np.argsort(-tw[active])[:MAX_ACTIVE_TARGETS]]
-        n = active.size
-        self._active_idx[:n] = active
-        self._active_w[:n] = tw[active]
-        self._uniform_set("u_num_active", int(n))
-        self._uniform_write("u_active_target", self._active_idx)
-        self._uniform_write("u_active_weight", self._active_w)
-        self.last_active_targets = int(n)
+        self._target_w[: tw.size] = tw
+        self._uniform_write("u_target_weight", self._target_w)
+        self.last_active_targets = int(np.count_nonzero(tw))
 
     def _update_joints(self, state: AvatarState) -> None:
         skel = self._avatar.skeleton
