@@ -35,7 +35,9 @@ void main() {
         vec4 t = texture(u_texture, v_uv);
         base *= vec4(t.rgb * t.rgb, t.a);
     }
-    if (u_alpha_mode == 1 && base.a < u_alpha_cutoff) discard;
+#ifdef ALPHA_MASK
+    if (base.a < u_alpha_cutoff) discard;  // only in the MASK variant: discard disables early depth tests
+#endif
     float alpha = (u_alpha_mode == 2) ? base.a : 1.0;
     if (!gl_FrontFacing) {
         f_color = vec4(sqrt(u_interior_color), alpha);

@@ -124,7 +124,7 @@ def _skin_sdf(p: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- skin grid
-_N_HALF_COLS = 88
+_N_HALF_COLS = 64
 
 
 def _columns() -> np.ndarray:
@@ -154,39 +154,39 @@ PHI_EYE_BAND_UP = 0.17
 PHI_EYE_BAND_LO = 0.13
 
 
-def _rows(phi_eye: float, phi_mouth: float) -> _Rows:
-    phi, kind, t = [], [], []
+#: Rows per skin band: crown, upper lid, lower lid, mid face, lower face, neck.
+_ROW_COUNTS = (13, 10, 7, 17, 15, 9)
 
-    def seg(a: float, b: float, n: int, k: int, band: float | None = None, include_end: bool = False):
-        m = n + 1 if include_end else n
-        for i in range(m):
-            f = a + (b - a) * i / n
-            phi.append(f)
+
+def _rows(phi_eye: float, phi_mouth: float) -> _Rows:
+    n_crown, n_up, n_lo, n_mid, n_low, n_neck = _ROW_COUNTS
+    phi: list[float] = []
+    kind: list[int] = []
+    t: list[float] = []
+
+    def add(values, k: int, band: float | None = None) -> None:
+        for f in values:
+            phi.append(float(f))
             kind.append(k)
             t.append(abs(f - phi_eye) / band if band else 0.0)
 
-    seg(np.pi / 2, phi_eye + PHI_EYE_BAND_UP, 22, K_NORMAL)
-    seg(phi_eye + PHI_EYE_BAND_UP, phi_eye, 12, K_EYE_UP, PHI_EYE_BAND_UP, include_end=True)
+    top = phi_eye + PHI_EYE_BAND_UP
+    u = np.linspace(0.0, 1.0, n_crown, endpoint=False)
+    add(top + (np.pi / 2 - top) * np.cos(u * np.pi / 2), K_NORMAL)  # denser toward the forehead
+    add(np.linspace(top, phi_eye, n_up), K_EYE_UP, PHI_EYE_BAND_UP)  # ends with the upper lid edge
     eye_up_fold = len(phi)
-    phi.append(phi_eye), kind.append(K_EYE_UP_FOLD), t.append(0.0)
+    add([phi_eye], K_EYE_UP_FOLD)
     eye_lo_fold = len(phi)
-    phi.append(phi_eye), kind.append(K_EYE_LO_FOLD), t.append(0.0)
-    seg(phi_eye, phi_eye - PHI_EYE_BAND_LO, 9, K_EYE_LO, PHI_EYE_BAND_LO, include_end=True)
-    seg(phi_eye - PHI_EYE_BAND_LO, phi_mouth, 23, K_NORMAL)
-    phi.pop(len(phi) - 23)  # first row duplicates the band end
-    kind.pop(len(kind) - 23)
-    t.pop(len(t) - 23)
+    add([phi_eye], K_EYE_LO_FOLD)
+    add(np.linspace(phi_eye, phi_eye - PHI_EYE_BAND_LO, n_lo), K_EYE_LO, PHI_EYE_BAND_LO)
+    add(np.linspace(phi_eye - PHI_EYE_BAND_LO, phi_mouth, n_mid + 1)[1:-1], K_NORMAL)
     mouth0 = len(phi)
     for k in range(6):
-        phi.append(phi_mouth), kind.append(K_MOUTH + k), t.append(0.0)
-    seg(phi_mouth, -0.98, 20, K_NORMAL)
-    phi.pop(mouth0 + 6)
-    kind.pop(mouth0 + 6)
-    t.pop(mouth0 + 6)
-    seg(-0.98, -np.pi / 2, 14, K_NORMAL, include_end=True)
-    mouth_rows = tuple(range(mouth0, mouth0 + 6))
+        add([phi_mouth], K_MOUTH + k)
+    add(np.linspace(phi_mouth, -0.98, n_low + 1)[1:], K_NORMAL)
+    add(np.linspace(-0.98, -np.pi / 2, n_neck + 1)[1:], K_NORMAL)
     return _Rows(np.array(phi), np.array(kind), np.array(t), eye_up_fold, eye_lo_fold,
-                 mouth0 + 2, mouth0 + 3, mouth_rows)
+                 mouth0 + 2, mouth0 + 3, tuple(range(mouth0, mouth0 + 6)))
 
 
 def _dir_angles(point: np.ndarray) -> tuple[float, float]:
@@ -375,8 +375,8 @@ def _eyeball(center: np.ndarray, style: HeadStyle) -> tuple[np.ndarray, np.ndarr
     rings = [(0.0, "pupil"), (0.12, "pupil"), (a_pupil, "pupil"), (a_pupil, "iris")]
     rings += [(a_pupil + (a_iris - a_pupil) * f, "iris") for f in (0.2, 0.4, 0.6, 0.8, 0.92)]
     rings += [(a_iris, "iris_edge"), (a_iris, "sclera")]
-    rings += [(a_iris + (np.pi - a_iris) * f, "sclera") for f in np.linspace(0.06, 1.0, 14)]
-    n_seg = 56
+    rings += [(a_iris + (np.pi - a_iris) * f, "sclera") for f in (0.06, 0.14, 0.24, 0.36, 0.52, 0.75, 1.0)]
+    n_seg = 40
     alpha = np.array([r[0] for r in rings])
     beta = np.linspace(0.0, 2 * np.pi, n_seg, endpoint=False)
     a, b = np.meshgrid(alpha, beta, indexing="ij")
@@ -419,7 +419,7 @@ def _arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float
     y_lo = np.broadcast_to(np.asarray(y_lo, np.float64), s.shape)
     y_hi = np.broadcast_to(np.asarray(y_hi, np.float64), s.shape)
     # rounded-rectangle cross-section (outward offset u, height v in [0, 1])
-    ang = np.linspace(0, 2 * np.pi, 16, endpoint=False)
+    ang = np.linspace(0, 2 * np.pi, 10, endpoint=False)
     cu = 0.5 * np.sign(np.cos(ang)) * np.abs(np.cos(ang)) ** 0.4
     cv = 0.5 + 0.5 * np.sign(np.sin(ang)) * np.abs(np.sin(ang)) ** 0.4
     taper = np.sqrt(np.clip(1.0 - np.abs(s) ** 8, 0.0, 1.0))[:, None]  # close the band's ends
@@ -444,7 +444,7 @@ def _arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float
 
 def _ear(side: float) -> tuple[np.ndarray, np.ndarray]:
     """A stylised ear: rim (helix), bowl (concha) and lobe as a closed pillow."""
-    n_r, n_t = 11, 44
+    n_r, n_t = 8, 32
     s = np.linspace(0.0, 1.0, n_r)
     t = np.linspace(0.0, 2 * np.pi, n_t, endpoint=False)
     S, T = np.meshgrid(s, t, indexing="ij")
@@ -501,7 +501,7 @@ def _hairline(theta: np.ndarray) -> np.ndarray:
 
 def _hair(style: HeadStyle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hair cap: a shell over the skull with volume on top and a rounded edge."""
-    n_cols, n_rows = 112, 30
+    n_cols, n_rows = 84, 24
     theta = np.linspace(-np.pi, np.pi, n_cols, endpoint=False)
     ph_h = smooth_periodic(_hairline(theta), 3)
     u = np.linspace(0.0, 1.0, n_rows)
@@ -556,6 +556,35 @@ def _brow(side: float) -> tuple[np.ndarray, np.ndarray]:
     return pos, tri.reshape(-1).astype(np.uint32)
 
 
+def _lining() -> tuple[np.ndarray, np.ndarray]:
+    n_c, n_r = 32, 18
+    theta = np.linspace(-np.pi, np.pi, n_c, endpoint=False)
+    phi = np.linspace(np.pi / 2, -np.pi / 2, n_r)
+    PH, TH = np.meshgrid(phi, theta, indexing="ij")
+    dirs = sphere_dirs(TH, PH).reshape(-1, 3)
+    dist = raycast_first_exit(_head_core_sdf, ORIGIN, dirs)
+    pos = ORIGIN + dirs * (dist - 0.006)[:, None]
+    idx = _orient_outward(pos, grid_indices(n_r, n_c, wrap=True), ORIGIN, inward=True)
+    return pos, idx
+
+
+def _collar() -> tuple[np.ndarray, np.ndarray]:
+    """A crew-neck collar: a torus (slightly oval) where the neck enters the shirt."""
+    n_a, n_b = 8, 36
+    a_ = np.repeat(np.linspace(0, 2 * np.pi, n_a), n_b)
+    b_ = np.tile(np.linspace(0, 2 * np.pi, n_b, endpoint=False), n_a)
+    ring_c = np.array([0.0, -0.176, -0.021])
+    major, minor, oval = 0.0495, 0.0062, 1.08
+    ring = (major + minor * np.cos(a_))
+    pos = np.stack([ring * np.sin(b_), minor * np.sin(a_), ring * np.cos(b_) * oval], 1) + ring_c
+    tri = grid_indices(n_a, n_b, wrap=True).reshape(-1, 3).copy()
+    fn = np.cross(pos[tri[:, 1]] - pos[tri[:, 0]], pos[tri[:, 2]] - pos[tri[:, 0]])
+    tube_c = ring_c + np.stack([major * np.sin(b_), np.zeros_like(b_), major * np.cos(b_) * oval], 1)
+    flip = np.einsum("ij,ij->i", fn, pos[tri[:, 0]] - tube_c[tri[:, 0]]) < 0
+    tri[flip] = tri[flip][:, ::-1]
+    return pos, tri.reshape(-1).astype(np.uint32)
+
+
 def _torso_sdf(p: np.ndarray) -> np.ndarray:
     pm = _mirror(p)
     d = sd_capsule(pm, (0.0, -0.232, -0.025), (0.150, -0.244, -0.030), 0.050)
@@ -565,7 +594,7 @@ def _torso_sdf(p: np.ndarray) -> np.ndarray:
 
 
 def _torso() -> tuple[np.ndarray, np.ndarray]:
-    n_c, n_r = 72, 30
+    n_c, n_r = 64, 20
     theta = np.linspace(-np.pi, np.pi, n_c, endpoint=False)
     phi = np.linspace(np.pi / 2, -np.pi / 2, n_r)
     PH, TH = np.meshgrid(phi, theta, indexing="ij")
@@ -744,8 +773,7 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     info = _PartInfo(pos, jaw, np.ones(len(pos)), upper_lip, lower_lip)
     prim = MeshPrimitive(
         "skin", pos.astype(np.float32), compute_normals(pos, idx), idx,
-        Material("skin", (1.0, 1.0, 1.0, 1.0), roughness=0.62, specular=0.22, double_sided=True,
-                 interior_color=(0.05, 0.012, 0.014)),
+        Material("skin", (1.0, 1.0, 1.0, 1.0), roughness=0.62, specular=0.22),
         colors=colors,
     )
     return prim, info, lid_targets
@@ -806,7 +834,7 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     add(_simple_prim("hair", pos, idx, Material("hair", roughness=0.48, specular=0.35), col), "head")
     # mouth interior: teeth, tongue, cavity
     z_lip = MOUTH_Z
-    n_along = 72
+    n_along = 48
     s = np.linspace(-1.0, 1.0, n_along)
     arc_len = np.abs(s) * 1.35 * 0.0245
     tooth = np.abs(((arc_len / 0.0072) + 0.5) % 1.0 - 0.5)  # 0 at a tooth centre, 0.5 at a gap
@@ -814,7 +842,7 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     pos, idx, sp = _arc_band(MOUTH_Y - 0.0022 + notch, MOUTH_Y + 0.0085, z_lip - 0.0095, 0.0245, 0.019,
                              1.35, 0.0030, n_along)
     ao = 1.0 - 0.6 * np.abs(sp) ** 1.4
-    gap = np.repeat(1.0 - 0.30 * smoothstep(0.36, 0.5, tooth), 16)
+    gap = np.repeat(1.0 - 0.30 * smoothstep(0.36, 0.5, tooth), 10)
     tcol = np.array([0.86, 0.84, 0.76])[None, :] * (ao * gap)[:, None]
     mat_teeth = Material("teeth", roughness=0.35, specular=0.45)
     add(_simple_prim("teeth_upper", pos, idx, mat_teeth, tcol), "head", jaw=0.0)
@@ -824,33 +852,27 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     tcol = np.array([0.82, 0.80, 0.72])[None, :] * (ao * gap)[:, None]
     add(_simple_prim("teeth_lower", pos, idx, mat_teeth, tcol), "head", jaw=1.0)
     tc = np.array([0.0, MOUTH_Y - 0.0105, z_lip - 0.031])
-    pos, idx, _ = _lathe(tc, (0.0170, 0.0062, 0.0215), 18, 28)
+    pos, idx, _ = _lathe(tc, (0.0170, 0.0062, 0.0215), 12, 20)
     idx = _orient_outward(pos, idx, tc)
     tcol = np.array([0.52, 0.14, 0.15])[None, :] * (0.45 + 0.55 * smoothstep(tc[2] - 0.02, tc[2] + 0.02, pos[:, 2]))[:, None]
     add(_simple_prim("tongue", pos, idx, Material("tongue", roughness=0.4, specular=0.3), tcol), "head", jaw=1.0)
     bc = np.array([0.0, MOUTH_Y - 0.004, z_lip - 0.036])
-    pos, idx, _ = _lathe(bc, (0.0250, 0.0185, 0.0290), 20, 32)
+    pos, idx, _ = _lathe(bc, (0.0250, 0.0185, 0.0290), 12, 20)
     idx = _orient_outward(pos, idx, bc, inward=True)
     bag_jaw = smoothstep(MOUTH_Y + 0.004, MOUTH_Y - 0.008, pos[:, 1])
     add(_simple_prim("mouth", pos, idx, Material("mouth", (0.10, 0.022, 0.028, 1.0), roughness=0.9, specular=0.05)),
         "head", jaw=bag_jaw)
+    # interior lining: an inward-facing shell a little inside the skull and jaw. Inward
+    # faces are culled from outside, so it only shows through openings (mouth, lid
+    # corners) from any angle, as a dark interior instead of the background.
+    pos, idx = _lining()
+    add(_simple_prim("interior", pos, idx, Material("interior", (0.06, 0.014, 0.018, 1.0), roughness=1.0,
+                                                    specular=0.0)), "head")
     # shoulders and collar
     pos, idx = _torso()
     add(_simple_prim("torso", pos, idx, Material("shirt", (*style.shirt, 1.0), roughness=0.85, specular=0.08)), "root")
-    cpos, cidx, _ = _lathe((0, 0, 0), (1, 1, 1), 12, 48)
-    a_ = np.repeat(np.linspace(0, 2 * np.pi, 12), 48)
-    b_ = np.tile(np.linspace(0, 2 * np.pi, 48, endpoint=False), 12)
-    ring_c = np.array([0.0, -0.176, -0.021])
-    major, minor = 0.0495, 0.0062
-    cpos = np.stack([(major + minor * np.cos(a_)) * np.sin(b_), minor * np.sin(a_), (major + minor * np.cos(a_)) * np.cos(b_)], 1)
-    cpos = cpos * [1.0, 1.0, 1.08] + ring_c
-    cidx = grid_indices(12, 48, wrap=True)
-    tri = cidx.reshape(-1, 3).copy()
-    fn = np.cross(cpos[tri[:, 1]] - cpos[tri[:, 0]], cpos[tri[:, 2]] - cpos[tri[:, 0]])
-    tube_c = ring_c + np.stack([major * np.sin(b_), np.zeros_like(b_), major * np.cos(b_) * 1.08], 1)
-    flip = np.einsum("ij,ij->i", fn, cpos[tri[:, 0]] - tube_c[tri[:, 0]]) < 0
-    tri[flip] = tri[flip][:, ::-1]
-    add(_simple_prim("collar", cpos, tri.reshape(-1).astype(np.uint32),
+    cpos, cidx = _collar()
+    add(_simple_prim("collar", cpos, cidx,
                      Material("collar", (*style.collar, 1.0), roughness=0.8, specular=0.08)), "root")
 
     # skeleton

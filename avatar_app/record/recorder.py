@@ -41,6 +41,7 @@ _log = logging.getLogger(__name__)
 VIDEO_TIME_BASE = Fraction(1, 90000)
 #: Sample rate of the AAC track, Hz.
 AUDIO_OUT_RATE = 48000
+_AUDIO_TIME_BASE = Fraction(1, AUDIO_OUT_RATE)
 #: Audio timestamp jitter tolerated before a gap is filled or an overlap trimmed, s.
 AUDIO_JITTER_S = 0.02
 _VIDEO_FALLBACKS = ("libx264", "mpeg4")
@@ -179,7 +180,7 @@ class ClipRecorder:
                     layout="mono" if audio_channels == 1 else "stereo",
                 )
                 self._audio.bit_rate = audio_bitrate
-                self._audio.time_base = Fraction(1, AUDIO_OUT_RATE)
+                self._audio.time_base = _AUDIO_TIME_BASE
                 self._resampler = av.AudioResampler(
                     format=self._audio.codec_context.format.name, layout=self._audio.layout,
                     rate=AUDIO_OUT_RATE,
@@ -386,7 +387,9 @@ class ClipRecorder:
     def _push_audio(self, frames) -> None:
         for f in frames:
             f.pts = self._audio_out_pts
-            f.time_base = self._audio.time_base
+            # a constant: some muxers (Matroska) change the stream's time base to 1/1000
+            # when they write the header, after the first frames were stamped
+            f.time_base = _AUDIO_TIME_BASE
             self._audio_out_pts += f.samples
             try:
                 packets = self._audio.encode(f)

@@ -190,11 +190,34 @@ def perspective(fovy_rad: float, aspect: float, near: float, far: float) -> np.n
     return m
 
 
+class _Program:
+    """A compiled program with its uniforms looked up once (absent ones are ignored)."""
+
+    def __init__(self, ctx: moderngl.Context, vertex: str, fragment: str):
+        self.prog = ctx.program(vertex_shader=vertex, fragment_shader=fragment)
+        self.uniforms = {name: self.prog[name] for name in self.prog}
+
+    def set(self, name: str, value) -> None:
+        u = self.uniforms.get(name)
+        if u is not None:
+            u.value = value
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        u = self.uniforms.get(name)
+        if u is not None:
+            u.write(array.tobytes())
+
+    def release(self) -> None:
+        self.prog.release()
+
+
 class _GpuPrimitive:
     """GPU resources of one primitive."""
 
-    def __init__(self, ctx: moderngl.Context, prog: moderngl.Program, prim, morph_range: np.ndarray,
+    def __init__(self, ctx: moderngl.Context, program: _Program, prim, morph_range: np.ndarray,
                  skinned: bool):
+        self.program = program
+        prog = program.prog
         v = prim.num_vertices
         data = np.zeros((v, 20), np.float32)
         data[:, 0:3] = prim.positions
@@ -279,15 +302,17 @@ class Renderer:
                 f"{ctx.version_code % 100 // 10} ({ctx.info.get('GL_RENDERER', '?')})"
             )
         self.ctx = ctx
+        vert, frag = _read_shader("avatar.vert"), _read_shader("avatar.frag")
+        mask_frag = frag.replace("#version 330 core\n", "#version 330 core\n#define ALPHA_MASK\n", 1)
         try:
-            self._prog = ctx.program(vertex_shader=_read_shader("avatar.vert"),
-                                     fragment_shader=_read_shader("avatar.frag"))
+            # Two variants: only the MASK one contains `discard`, which would turn off
+            # early depth testing (and cost every hidden fragment) for all materials.
+            self._programs = {"opaque": _Program(ctx, vert, frag), "mask": _Program(ctx, vert, mask_frag)}
             self._blit_prog = ctx.program(vertex_shader=_read_shader("blit.vert"),
                                           fragment_shader=_read_shader("blit.frag"))
         except moderngl.Error as exc:
             raise BackendUnavailableError(f"OpenGL shaders failed to compile: {exc}") from exc
         self._blit_vao = ctx.vertex_array(self._blit_prog, [])
-        self._u = {name: self._prog[name] for name in self._prog}
         self._uniform_set("u_morph", 0)
         self._uniform_set("u_texture", 1)
         self._blit_prog["u_image"].value = 0
@@ -433,7 +458,9 @@ class Renderer:
         self._morph_tex.repeat_x = self._morph_tex.repeat_y = False
         order = sorted(range(len(mesh.primitives)), key=lambda i: mesh.primitives[i].material.alpha_mode == "BLEND")
         self._prims = [
-            _GpuPrimitive(self.ctx, self._prog, mesh.primitives[i], ranges[i], skel is not None)
+            _GpuPrimitive(self.ctx, self._programs["mask" if mesh.primitives[i].material.alpha_mode == "MASK"
+                                                   else "opaque"],
+                          mesh.primitives[i], ranges[i], skel is not None)
             for i in order
         ]
         self.morph_entries = count
@@ -524,15 +551,16 @@ class Renderer:
                                   moderngl.ONE, moderngl.ONE_MINUS_SRC_ALPHA)
             ctx.enable_only(flags)
             ctx.depth_mask = gp.alpha_code != 2
-            self._uniform_set("u_skinned", gp.skinned)
-            self._uniform_set("u_base_color", tuple(m.base_color))
-            self._uniform_set("u_shininess", gp.shininess)
-            self._uniform_set("u_spec_scale", gp.spec_scale)
-            self._uniform_set("u_rim_scale", gp.rim_scale)
-            self._uniform_set("u_alpha_mode", gp.alpha_code)
-            self._uniform_set("u_alpha_cutoff", float(m.alpha_cutoff))
-            self._uniform_set("u_interior_color", tuple(m.interior_color))
-            self._uniform_set("u_has_texture", gp.texture is not None)
+            pr = gp.program
+            pr.set("u_skinned", gp.skinned)
+            pr.set("u_base_color", tuple(m.base_color))
+            pr.set("u_shininess", gp.shininess)
+            pr.set("u_spec_scale", gp.spec_scale)
+            pr.set("u_rim_scale", gp.rim_scale)
+            pr.set("u_alpha_mode", gp.alpha_code)
+            pr.set("u_alpha_cutoff", float(m.alpha_cutoff))
+            pr.set("u_interior_color", tuple(m.interior_color))
+            pr.set("u_has_texture", gp.texture is not None)
             if gp.texture is not None:
                 gp.texture.use(1)
             gp.vao.render(moderngl.TRIANGLES)
@@ -592,14 +620,12 @@ class Renderer:
 
     # ------------------------------------------------------------------ helpers
     def _uniform_set(self, name: str, value) -> None:
-        u = self._u.get(name)
-        if u is not None:
-            u.value = value
+        for pr in self._programs.values():
+            pr.set(name, value)
 
     def _uniform_write(self, name: str, array: np.ndarray) -> None:
-        u = self._u.get(name)
-        if u is not None:
-            u.write(array.tobytes())
+        for pr in self._programs.values():
+            pr.write(name, array)
 
     def _current_framebuffer(self) -> moderngl.Framebuffer:
         fb = self.ctx.detect_framebuffer()
@@ -644,9 +670,12 @@ class Renderer:
         """Free every GL object (call with the context current). Idempotent."""
         self._release_avatar()
         self._release_targets()
-        for obj in ("_blit_vao", "_blit_prog", "_prog"):
+        for obj in ("_blit_vao", "_blit_prog"):
             o = getattr(self, obj, None)
             if o is not None:
                 o.release()
                 setattr(self, obj, None)
+        for pr in getattr(self, "_programs", {}).values():
+            pr.release()
+        self._programs = {}
         self._avatar = None
