@@ -1,9 +1,24 @@
 """Fusion of vision and audio blendshapes, smoothing and the sanity guard.
 
-Vision gives the whole face; audio gives mouth/jaw weights. While the face is
-tracked, audio refines the vision mouth by ``audio_mix`` (0 = vision only,
-1 = the larger of the two); while the face is lost, audio drives the mouth
-alone. Smoothing is the One Euro filter (Casiez, Roussel, Vogel, CHI 2012).
+Vision gives the whole face; audio gives mouth/jaw weights. Per blendshape:
+
+- while the face is tracked, audio refines the vision mouth: each mouth shape
+  moves from the vision value toward the audio value by
+  ``audio_mix * AUDIO_TRUST[shape] * activity`` (``audio_mix`` 0..1 is the
+  user's setting; :data:`AUDIO_TRUST` says how much audio knows about each
+  shape: much about lip closure, rounding and the tongue, some about jaw
+  opening, little about smiles and nothing about sideways motions;
+  ``activity`` is 0 while the audio drive is silent, so silence never pulls an
+  open mouth shut);
+- a mouth that vision sees closed (vision jawOpen below
+  ``closed_jaw``) suppresses the audio drive, fading back in up to
+  ``open_jaw``: speech from other people or loudspeakers does not open a
+  closed mouth;
+- while the face is lost, or the user marks the mouth as covered
+  (``mouth_covered``, e.g. behind a microphone arm), audio drives the mouth
+  alone.
+
+Smoothing is the One Euro filter (Casiez, Roussel, Vogel, CHI 2012).
 """
 from __future__ import annotations
 
@@ -16,6 +31,26 @@ from avatar_app.core.types import FaceParams
 from avatar_app.tracking.filters import OneEuroFilter
 
 _MOUTH_MASK = np.array([n in MOUTH_BLENDSHAPES for n in BLENDSHAPE_NAMES])
+_JAW = BLENDSHAPE_NAMES.index("jawOpen")
+
+
+def _trust(name: str) -> float:
+    if name in ("mouthClose", "tongueOut") or name.startswith(("mouthPress", "mouthRoll")):
+        return 1.0
+    if name in ("mouthFunnel", "mouthPucker") or name.startswith(("mouthLowerDown", "mouthUpperUp")):
+        return 0.8
+    if name == "jawOpen" or name.startswith("mouthShrug"):
+        return 0.6
+    if name.startswith(("mouthSmile", "mouthStretch")):
+        return 0.3
+    return 0.0  # sideways jaw/mouth, frown, dimple, cheeks: audio does not know them
+
+
+#: (52,) float32: how far audio may pull each mouth shape from vision at audio_mix 1
+#: (0 outside the mouth). Closure, rounding and tongue are audible but hard to see
+#: precisely; jaw opening is both; smiles and sideways motions are seen, not heard.
+AUDIO_TRUST: np.ndarray = np.array(
+    [_trust(n) if m else 0.0 for n, m in zip(BLENDSHAPE_NAMES, _MOUTH_MASK)], np.float32)
 
 
 @dataclass
@@ -24,12 +59,24 @@ class FusionSettings:
 
     Attributes:
         audio_mix: 0..1, how much audio refines the vision mouth while the face is tracked.
+        mouth_covered: the user marked the mouth as covered (microphone arm, hand):
+            audio drives the mouth alone even while the face is tracked.
+        closed_jaw: vision jawOpen at or below which the mouth counts as seen
+            closed (audio drive fully suppressed).
+        open_jaw: vision jawOpen at or above which the audio drive is not
+            suppressed at all (linear in between).
+        activity_level: sum of the audio mouth weights at which the audio
+            refinement reaches full strength (less: proportionally weaker).
         smoothing: apply One Euro smoothing to the fused weights and pose.
         min_cutoff_hz: One Euro minimum cutoff (Hz); lower = smoother at rest.
         beta: One Euro speed coefficient; higher = less lag on fast motion.
     """
 
     audio_mix: float = 0.5
+    mouth_covered: bool = False
+    closed_jaw: float = 0.04
+    open_jaw: float = 0.12
+    activity_level: float = 0.15
     smoothing: bool = True
     min_cutoff_hz: float = 3.0
     beta: float = 0.5
@@ -43,6 +90,35 @@ def orthonormalise(m: np.ndarray) -> np.ndarray:
         u[:, -1] *= -1
         r = u @ vt
     return r.astype(np.float32)
+
+
+def fuse_mouth(vision: np.ndarray, audio: np.ndarray, face_found: bool,
+               settings: FusionSettings) -> np.ndarray:
+    """Per-blendshape fusion of the mouth (no smoothing); see the module docstring.
+
+    Args:
+        vision: (52,) float32 vision weights.
+        audio: (52,) float32 audio-only weights.
+        face_found: whether vision saw the face this frame.
+        settings: FusionSettings.
+
+    Returns:
+        (52,) float32: ``vision`` with its mouth shapes fused.
+    """
+    v = np.asarray(vision, np.float32)
+    a = np.asarray(audio, np.float32)
+    w = v.copy()
+    if not face_found or settings.mouth_covered:
+        w[_MOUTH_MASK] = a[_MOUTH_MASK]
+        return w
+    span = max(settings.open_jaw - settings.closed_jaw, 1e-6)
+    seen_open = float(np.clip((v[_JAW] - settings.closed_jaw) / span, 0.0, 1.0))
+    a_eff = a * seen_open
+    activity = float(np.clip(a_eff[_MOUTH_MASK].sum() / max(settings.activity_level, 1e-6), 0.0, 1.0))
+    mix = float(np.clip(settings.audio_mix, 0.0, 1.0))
+    k = mix * activity * AUDIO_TRUST
+    w[_MOUTH_MASK] = v[_MOUTH_MASK] + k[_MOUTH_MASK] * (a_eff[_MOUTH_MASK] - v[_MOUTH_MASK])
+    return w
 
 
 class Fusion:
@@ -86,12 +162,7 @@ class Fusion:
         """
         v = np.asarray(vision.blendshapes, np.float32)
         a = np.asarray(audio, np.float32)
-        w = v.copy()
-        if face_found:
-            mix = float(np.clip(self.settings.audio_mix, 0.0, 1.0))
-            w[_MOUTH_MASK] = (1 - mix) * v[_MOUTH_MASK] + mix * np.maximum(v[_MOUTH_MASK], a[_MOUTH_MASK])
-        else:
-            w[_MOUTH_MASK] = np.maximum(v[_MOUTH_MASK], a[_MOUTH_MASK])
+        w = fuse_mouth(v, a, face_found, self.settings)
         rot = np.asarray(vision.rotation, np.float32)
         trans = np.asarray(vision.translation, np.float32)
         if self.settings.smoothing:

@@ -629,6 +629,49 @@ class LivePipeline:
         self._thread: threading.Thread | None = None
         self.on_state: Callable[[AvatarState], None] | None = None
         self.last_frame: Frame | None = None
+        self._post_process: Callable[[AvatarState], AvatarState] | None = None
+        self._max_fps = 0.0
+
+    # -- settings the UI may change while running (thread-safe) -------------------------
+    def set_post_process(self, fn: Callable[[AvatarState], AvatarState] | None) -> None:
+        """Install a step applied to every state on the processing thread before it is published.
+
+        Its time is recorded as the stage ``"tune"``. An AvatarError it raises is
+        reported in :attr:`error` and the untuned state is published.
+
+        Args:
+            fn: ``fn(state) -> state`` (e.g. the window's tracking tuner), or None.
+
+        Thread: any; takes effect from the next frame.
+        """
+        with self._lock:
+            self._post_process = fn
+
+    @property
+    def post_process(self) -> Callable[[AvatarState], AvatarState] | None:
+        """The installed post-processing step, or None."""
+        return self._post_process
+
+    def set_max_fps(self, fps: float | None) -> None:
+        """Cap the processing rate (frame-rate cap / CPU budget); None or 0 removes the cap.
+
+        Args:
+            fps: the most frames processed per second, Hz.
+
+        Raises:
+            InputError: negative or non-finite ``fps``.
+
+        Thread: any; takes effect from the next frame.
+        """
+        value = float(fps or 0.0)
+        if not math.isfinite(value) or value < 0:
+            raise InputError(f"frame-rate cap must be a positive number of frames per second, got {fps!r}")
+        self._max_fps = value
+
+    @property
+    def max_fps(self) -> float:
+        """The processing-rate cap in Hz (0 = uncapped)."""
+        return self._max_fps
 
     def start(self) -> None:
         """Start the source and the processing thread.
@@ -676,7 +719,13 @@ class LivePipeline:
 
     def _run(self) -> None:
         last_index = -1
+        last_start_ns = 0
         while not self._stop.is_set():
+            cap = self._max_fps
+            if cap > 0 and last_start_ns:
+                wait_s = (last_start_ns + 1e9 / cap - now_ns()) / 1e9
+                if wait_s > 0 and self._stop.wait(wait_s):
+                    break
             src_error = getattr(self.source, "error", None)
             if src_error is not None:
                 self.error = str(src_error)
@@ -688,6 +737,7 @@ class LivePipeline:
                     break
                 continue
             last_index = frame.index
+            last_start_ns = now_ns()
             frame.stamps["capture"] = (frame.t_capture_ns, now_ns())
             window = None
             speech = self.processor.speech
@@ -699,6 +749,17 @@ class LivePipeline:
                 self.error = str(exc)
                 log.warning("frame %d failed: %s", frame.index, exc)
                 continue
+            post = self._post_process
+            if post is not None:
+                t0 = now_ns()
+                try:
+                    tuned = post(state)
+                    stamps = dict(tuned.stamps)
+                    stamps["tune"] = (t0, now_ns())
+                    state = replace(tuned, stamps=stamps)
+                except AvatarError as exc:
+                    self.error = str(exc)
+                    log.warning("post-processing of frame %d failed: %s", frame.index, exc)
             self.last_frame = frame
             with self._lock:
                 self._state = state

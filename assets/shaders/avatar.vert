@@ -1,10 +1,12 @@
 #version 330 core
-// Avatar vertex shader: sparse morph targets, then linear blend skinning (glTF 2.0 "Skins").
+// Avatar vertex shader: sparse morph targets, linear blend skinning (glTF 2.0 "Skins"),
+// per-vertex diffuse lighting.
 //
 // Morph deltas are stored sparsely: each vertex has a run of entries (in_morph = first
 // entry, count) in u_morph; entry k occupies texels 2k (position delta xyz, target index
 // in w) and 2k+1 (normal delta xyz). A vertex no target moves has count 0, so the cost
 // is proportional to the (vertex, target) pairs that exist, not to vertices x targets.
+// Variants (#define, prepended by the renderer): TEXTURED.
 #define MAX_TARGETS 256
 #define MAX_JOINTS 64
 #define MORPH_WIDTH_LOG2 12
@@ -24,10 +26,21 @@ uniform float u_target_weight[MAX_TARGETS];
 uniform bool u_skinned;
 uniform mat4 u_joints[MAX_JOINTS];
 
-out vec3 v_pos;
+// lights (view space), for the per-vertex diffuse term
+uniform vec3 u_key_dir;
+uniform vec3 u_key_color;
+uniform vec3 u_fill_dir;
+uniform vec3 u_fill_color;
+uniform vec3 u_sky_color;
+uniform vec3 u_ground_color;
+uniform float u_wrap;
+
 out vec3 v_normal;
+out vec3 v_diffuse;
 out vec4 v_color;
+#ifdef TEXTURED
 out vec2 v_uv;
+#endif
 
 void main() {
     vec3 p = in_position;
@@ -50,9 +63,17 @@ void main() {
         n = mat3(skin) * n;
     }
     vec4 pv = u_view * vec4(p, 1.0);
-    v_pos = pv.xyz;
-    v_normal = mat3(u_view) * n;
+    vec3 nv = normalize(mat3(u_view) * n);
+    v_normal = nv;
+    // Diffuse light per vertex (smooth at this mesh density, and far cheaper than per
+    // pixel on a software rasteriser): wrapped Lambert key + fill, hemisphere ambient.
+    float inv_wrap = 1.0 / (1.0 + u_wrap);
+    float kd = max((dot(nv, u_key_dir) + u_wrap) * inv_wrap, 0.0);
+    float fd = max((dot(nv, u_fill_dir) + u_wrap) * inv_wrap, 0.0);
+    v_diffuse = kd * u_key_color + fd * u_fill_color + mix(u_ground_color, u_sky_color, 0.5 + 0.5 * nv.y);
     v_color = in_color;
+#ifdef TEXTURED
     v_uv = in_uv;
+#endif
     gl_Position = u_proj * pv;
 }

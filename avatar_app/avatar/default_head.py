@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 ORIGIN = np.array([0.0, -0.025, 0.0])  # interior point the skin rays start from
 EYE_R = 0.0145  # eyeball radius (stylised: a little large)
 EYE_C = np.array([0.0340, 0.0, 0.0635])  # left eyeball centre (avatar's left = +X)
-LID_GAP = 0.0011  # lid shell radius - eyeball radius
+LID_GAP = 0.0015  # lid shell radius - eyeball radius
 LID_INNER, LID_OUTER = 0.125, 0.160  # angular radii (from ORIGIN) of the lid-shell blend
 MOUTH_Y = -0.056  # height of the lip line
 MOUTH_Z = 0.083  # depth of the lip line at the centre (where the lips meet)
@@ -113,7 +113,7 @@ def _skin_sdf(p: np.ndarray) -> np.ndarray:
     d = smin(d, sd_ellipsoid(p, (0.0, 0.026, 0.056), (0.056, 0.013, 0.024)), 0.02)  # brow ridge
     d = smin(d, sd_capsule(p, (0.0, -0.040, -0.018), (0.0, -0.33, -0.022), 0.046), 0.03)  # neck
     # flatten the eye area a little (eyelids are placed on a shell around each eyeball later)
-    d = smax(d, -sd_ellipsoid(pm, EYE_C + [0.0, 0.002, 0.030], (0.024, 0.018, 0.016)), 0.012)
+    d = smax(d, -sd_ellipsoid(pm, EYE_C + [0.0, 0.0, 0.030], (0.023, 0.0145, 0.016)), 0.014)
     # nose: bridge-to-tip round cone, nostril wings
     d = smin(d, sd_round_cone(p, (0.0, 0.004, 0.075), (0.0, -0.022, 0.0905), 0.0056, 0.0098), 0.012)
     d = smin(d, sd_ellipsoid(pm, (0.0098, -0.0275, 0.0825), (0.0078, 0.0058, 0.0075)), 0.006)
@@ -202,15 +202,15 @@ class _EyeShape:
     lower: np.ndarray  # (C,) offset of the lower lid edge (negative = below)
 
 
-def _onto_lids(p: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+def _onto_lids(p: np.ndarray, dirs: np.ndarray, extra: float = 0.0, extra_sides=(-1, 1)) -> np.ndarray:
     """Blend skin points near each eye onto the lid shell (sphere of radius EYE_R + LID_GAP).
 
     A ray from ORIGIN that points within ``LID_INNER`` rad of an eye centre lands on
     the shell (where it leaves the sphere); the blend fades out by ``LID_OUTER``.
     """
     out = p.copy()
-    rl = EYE_R + LID_GAP
     for sx in (1.0, -1.0):
+        rl = EYE_R + LID_GAP + (extra if sx in extra_sides else 0.0)
         e = EYE_C * [sx, 1, 1] - ORIGIN
         dist_e = np.linalg.norm(e)
         b = dirs @ e
@@ -297,15 +297,20 @@ class _SkinBuilder:
         phi += curve[None, :] * fall_m[:, None]
         return theta, phi
 
-    def positions(self, eyes: _EyeShape, rows_subset: np.ndarray | None = None) -> np.ndarray:
-        """(R, C, 3) skin positions (or only ``rows_subset`` rows, (r, C, 3))."""
+    def positions(self, eyes: _EyeShape, rows_subset: np.ndarray | None = None,
+                  shell_extra: float = 0.0, sides=(-1, 1)) -> np.ndarray:
+        """(R, C, 3) skin positions (or only ``rows_subset`` rows, (r, C, 3)).
+
+        ``shell_extra`` (metres) enlarges the lid shell: closed lids sit a little
+        further out, so the straight-line path of a linear morph clears the eyeball.
+        """
         theta, phi = self.params(eyes)
         rows = np.arange(len(self.rows.phi)) if rows_subset is None else rows_subset
         theta, phi = theta[rows], phi[rows]
         dirs = sphere_dirs(theta, phi).reshape(-1, 3)
         dist = raycast_first_exit(_skin_sdf, ORIGIN, dirs)
         p = ORIGIN + dirs * dist[:, None]
-        p = _onto_lids(p, dirs).reshape(len(rows), len(self.cols), 3)
+        p = _onto_lids(p, dirs, shell_extra, sides).reshape(len(rows), len(self.cols), 3)
         kind = self.rows.kind[rows]
         # lid folds: toward the eyeball centre, under the eyeball surface
         fold = np.isin(kind, (K_EYE_UP_FOLD, K_EYE_LO_FOLD))
@@ -519,8 +524,7 @@ def _hair(style: HeadStyle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     edge = smoothstep(1.0, 0.93, tt)
     off = thick * np.sqrt(edge) - 0.0015 * (1.0 - edge)
     pos = surf + nrm * off[:, None]
-    idx = grid_indices(n_rows, n_cols, wrap=True)
-    idx = _orient_outward(pos, idx, ORIGIN + [0, 0.04, -0.01])
+    idx = grid_indices(n_rows, n_cols, wrap=True)  # winds outward: rows crown to edge, longitude up
     rng = np.random.default_rng(3)
     streak = smooth_periodic(rng.uniform(-1, 1, n_cols), 1)
     shade = 1.0 + 0.14 * np.tile(streak, n_rows) - 0.10 * tt
@@ -556,16 +560,24 @@ def _brow(side: float) -> tuple[np.ndarray, np.ndarray]:
     return pos, tri.reshape(-1).astype(np.uint32)
 
 
+def _lining_sdf(p: np.ndarray) -> np.ndarray:
+    """Skull, face, cheeks and lips: the volume the interior lining follows (no neck, no nose)."""
+    d = smin(_head_core_sdf(p), sd_ellipsoid(_mirror(p), (0.037, -0.025, 0.047), (0.028, 0.024, 0.027)), 0.02)
+    up, lo = _lips_sdf(p)
+    return smin(smin(d, up, 0.0045), lo, 0.0045)
+
+
 def _lining() -> tuple[np.ndarray, np.ndarray]:
-    n_c, n_r = 32, 18
+    n_c, n_r = 44, 26
     theta = np.linspace(-np.pi, np.pi, n_c, endpoint=False)
     phi = np.linspace(np.pi / 2, -np.pi / 2, n_r)
     PH, TH = np.meshgrid(phi, theta, indexing="ij")
     dirs = sphere_dirs(TH, PH).reshape(-1, 3)
-    dist = raycast_first_exit(_head_core_sdf, ORIGIN, dirs)
-    pos = ORIGIN + dirs * (dist - 0.006)[:, None]
-    idx = _orient_outward(pos, grid_indices(n_r, n_c, wrap=True), ORIGIN, inward=True)
-    return pos, idx
+    dist = raycast_first_exit(_lining_sdf, ORIGIN, dirs)
+    pos = ORIGIN + dirs * (dist - 0.0025)[:, None]
+    # the grid winds outward (rows top to bottom, longitude increasing): reverse it
+    idx = grid_indices(n_r, n_c, wrap=True).reshape(-1, 3)[:, ::-1]
+    return pos, idx.reshape(-1).astype(np.uint32)
 
 
 def _collar() -> tuple[np.ndarray, np.ndarray]:
@@ -662,9 +674,10 @@ def _expression_deltas(info: _PartInfo) -> dict[str, np.ndarray]:
         nose = _gauss(p, (0.011 * sx, -0.030, 0.088), (0.008, 0.008, 0.012))[:, None] * f
         out[f"noseSneer{name}"] = nose * [0.0008 * sx, 0.0032, 0.0004]
         brow_band = smoothstep(0.0125, 0.019, p[:, 1:2])  # keep the lids out of brow fields
-        g_brow = _gauss(p, (0.034 * sx, 0.026, 0.074), (0.022, 0.014, 0.03))[:, None] * f * brow_band
+        own_side = smoothstep(-0.004, 0.008, x * sx)
+        g_brow = _gauss(p, (0.034 * sx, 0.026, 0.074), (0.020, 0.014, 0.03))[:, None] * f * brow_band * own_side
         out[f"browDown{name}"] = g_brow * [-0.0016 * sx, -0.0042, 0.0010]
-        g_out = _gauss(p, (0.048 * sx, 0.026, 0.062), (0.016, 0.015, 0.03))[:, None] * f * brow_band
+        g_out = _gauss(p, (0.048 * sx, 0.026, 0.062), (0.016, 0.015, 0.03))[:, None] * f * brow_band * own_side
         out[f"browOuterUp{name}"] = g_out * [0.0, 0.0055, 0.0]
     mouth_side = np.tanh(x / 0.012)
     out["mouthLeft"] = lips_region * [0.0062, 0.0, -0.0008]
@@ -692,6 +705,24 @@ def _normals_with(base_pos: np.ndarray, delta: np.ndarray, idx: np.ndarray, base
     return compute_normals(base_pos + delta, idx) - base_nrm
 
 
+def _jaw_spatial(pos: np.ndarray) -> np.ndarray:
+    """How much each point follows the jaw, from position alone (0..1).
+
+    1 below the line from the mouth corner to the jaw hinge (side view), fading
+    out behind the hinge and down the neck.
+    """
+    y, z = pos[:, 1], pos[:, 2]
+    a = np.array([MOUTH_Y + 0.004, 0.078])
+    b = np.array([HINGE[1] - 0.004, HINGE[2]])
+    dvec = b - a
+    nline = np.array([dvec[1], -dvec[0]]) / np.linalg.norm(dvec)
+    if nline[0] > 0:  # make it point down (toward -y)
+        nline = -nline
+    below = (np.stack([y, z], axis=1) - a) @ nline
+    jaw = smoothstep(-0.004, 0.010, below) * smoothstep(-0.02, 0.005, z)
+    return jaw * smoothstep(0.028, 0.0, _jaw_volume_sdf(pos))
+
+
 def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     sb = _SkinBuilder(style)
     rest_shape = sb.eye_shape_rest()
@@ -708,11 +739,11 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     eye_rows = np.flatnonzero(np.isin(rows.kind, (K_EYE_UP, K_EYE_LO, K_EYE_UP_FOLD, K_EYE_LO_FOLD)))
     lid_targets = {}
     for name, sides in (("Left", (1,)), ("Right", (-1,))):
-        for tname, kw in (("eyeBlink", dict(up=1.0, lo=1.0, close=1.0)),
-                          ("eyeWide", dict(up=1.38, lo=1.10)),
-                          ("eyeSquint", dict(up=0.90, lo=0.50))):
+        for tname, kw, extra in (("eyeBlink", dict(up=1.0, lo=1.0, close=1.0), 0.0006),
+                                 ("eyeWide", dict(up=1.38, lo=1.10), 0.0),
+                                 ("eyeSquint", dict(up=0.90, lo=0.50), 0.0002)):
             shape = sb.eye_shape(sides=sides, **kw)
-            moved = sb.positions(shape, eye_rows)
+            moved = sb.positions(shape, eye_rows, extra, sides)
             d = np.zeros_like(grid)
             d[eye_rows] = moved - grid[eye_rows]
             lid_targets[f"{tname}{name}"] = d.reshape(-1, 3)
@@ -725,16 +756,7 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     lip_x = smoothstep(0.030, 0.020, mouth_x)
     upper_lip = np.where(above_split, 1.0, 0.0) * lipzone_y * lip_x * (z > 0.05)
     lower_lip = np.where(~above_split, 1.0, 0.0) * lipzone_y * lip_x * (z > 0.05)
-    # jaw: below the line from the mouth corner to the hinge, fading down the neck
-    a = np.array([MOUTH_Y + 0.004, 0.078])
-    b = np.array([HINGE[1] - 0.004, HINGE[2]])
-    dvec = b - a
-    nline = np.array([dvec[1], -dvec[0]]) / np.linalg.norm(dvec)  # points down (y-)
-    if nline[0] > 0:
-        nline = -nline
-    below = (np.stack([y, z], axis=1) - a) @ nline
-    jaw = smoothstep(-0.004, 0.010, below) * smoothstep(-0.02, 0.005, z)
-    jaw *= smoothstep(0.028, 0.0, _jaw_volume_sdf(pos))
+    jaw = _jaw_spatial(pos)
     # inside the mouth the split decides: upper lip stays, lower lip goes with the jaw
     # (both lips follow the jaw halfway at the corners, so the mouth opens as an oval)
     split_w = smoothstep(0.032, 0.021, mouth_x) * smoothstep(0.014, 0.006, np.abs(y - MOUTH_Y)) * (z > 0.05)
@@ -867,7 +889,7 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     # corners) from any angle, as a dark interior instead of the background.
     pos, idx = _lining()
     add(_simple_prim("interior", pos, idx, Material("interior", (0.06, 0.014, 0.018, 1.0), roughness=1.0,
-                                                    specular=0.0)), "head")
+                                                    specular=0.0)), "face", jaw=_jaw_spatial(pos))
     # shoulders and collar
     pos, idx = _torso()
     add(_simple_prim("torso", pos, idx, Material("shirt", (*style.shirt, 1.0), roughness=0.85, specular=0.08)), "root")
@@ -931,6 +953,10 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
         prim.joints = joints_a
         prim.weights = weights_a
         out_prims.append(prim)
+    # Draw order: big near occluders first, so hidden pixels fail the early depth test
+    # instead of being shaded and overwritten (matters on software OpenGL).
+    first = {"hair": 0, "skin": 1}
+    out_prims.sort(key=lambda q: first.get(q.name, 2))
 
     lo = np.array([0.0, -0.035, 0.0])
     mesh = AvatarMesh(

@@ -414,8 +414,8 @@ def compute_normals(positions: np.ndarray, indices: np.ndarray, weld: bool = Tru
     Args:
         positions: (V, 3) float32/float64 vertex positions.
         indices: (F*3,) integer triangle list, counter-clockwise front faces.
-        weld: average normals of vertices at the same position (within 1e-6 m), so
-            seams of duplicated vertices shade smoothly.
+        weld: average normals of vertices at the same position (rounded to 1e-6 m,
+            positions within +-1 m), so seams of duplicated vertices shade smoothly.
 
     Returns:
         (V, 3) float32 unit normals (+Y for vertices of zero-area faces only).
@@ -428,9 +428,9 @@ def compute_normals(positions: np.ndarray, indices: np.ndarray, weld: bool = Tru
         for c in range(3):
             n[:, c] += np.bincount(tri[:, k], weights=fn[:, c], minlength=len(p))
     if weld:
-        key = np.round(p * 1e6).astype(np.int64)
-        _, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
+        q = np.round(p * 1e6).astype(np.int64) + (1 << 20)  # micrometres, offset to >= 0 within +-1 m
+        key = (q[:, 0] << 42) | (q[:, 1] << 21) | q[:, 2]
+        _, inv = np.unique(key, return_inverse=True)
         summed = np.zeros((inv.max() + 1, 3))
         for c in range(3):
             summed[:, c] = np.bincount(inv, weights=n[:, c])

@@ -16,15 +16,17 @@ Sdf = Callable[[np.ndarray], np.ndarray]
 
 def sd_sphere(p: np.ndarray, center, radius: float) -> np.ndarray:
     """Exact distance to a sphere."""
-    return np.linalg.norm(p - np.asarray(center), axis=1) - radius
+    q = p - np.asarray(center)
+    return np.sqrt(np.einsum("ij,ij->i", q, q)) - radius
 
 
 def sd_ellipsoid(p: np.ndarray, center, radii) -> np.ndarray:
     """Approximate distance to an axis-aligned ellipsoid (Quilez's k0 (k0 - 1) / k1 bound)."""
     r = np.asarray(radii, np.float64)
     q = (p - np.asarray(center)) / r
-    k0 = np.linalg.norm(q, axis=1)
-    k1 = np.linalg.norm(q / r, axis=1)
+    k0 = np.sqrt(np.einsum("ij,ij->i", q, q))
+    q /= r
+    k1 = np.sqrt(np.einsum("ij,ij->i", q, q))
     return k0 * (k0 - 1.0) / np.maximum(k1, 1e-12)
 
 
@@ -34,7 +36,8 @@ def sd_capsule(p: np.ndarray, a, b, radius: float) -> np.ndarray:
     ba = np.asarray(b, np.float64) - a
     pa = p - a
     h = np.clip(pa @ ba / (ba @ ba), 0.0, 1.0)
-    return np.linalg.norm(pa - h[:, None] * ba, axis=1) - radius
+    q = pa - h[:, None] * ba
+    return np.sqrt(np.einsum("ij,ij->i", q, q)) - radius
 
 
 def sd_round_cone(p: np.ndarray, a, b, ra: float, rb: float) -> np.ndarray:
@@ -100,8 +103,9 @@ def raycast_first_exit(
 ) -> np.ndarray:
     """Distance along each ray from an interior ``origin`` to where it first leaves the surface.
 
-    Sphere tracing from inside (steps of 0.8 |d|, at least 0.25 mm), then 14
-    bisection steps between the last inside and first outside point.
+    Sphere tracing from inside (steps of 0.8 |d|, at least 0.25 mm), then 11
+    bisection steps between the last inside and first outside point (bracket
+    below 0.2 micrometres for steps up to 0.4 mm).
 
     Args:
         sdf: the field; ``origin`` must be inside (sdf < 0).
@@ -131,7 +135,7 @@ def raycast_first_exit(
         t[grow] = np.minimum(t[grow] + step[inside], max_dist)
         active[grow[t[grow] >= max_dist]] = False
     lo, hi = t_in, np.maximum(t, t_in)
-    for _ in range(14):
+    for _ in range(11):
         mid = 0.5 * (lo + hi)
         inside = sdf(o + dirs * mid[:, None]) < 0
         lo = np.where(inside, mid, lo)

@@ -24,7 +24,9 @@ class AsyncRecorder:
     writer is stuck), with a warning.
 
     Args:
-        recorder: an open ClipRecorder; this object takes ownership and closes it.
+        recorder: an open ClipRecorder, AlphaClipRecorder or SyncedRecorder (then
+            the times given are capture timestamps, see record/synced.py); this
+            object takes ownership and closes it.
         max_video_frames: most frames waiting for the encoder.
         max_audio_s: most audio waiting, seconds.
 
@@ -75,7 +77,8 @@ class AsyncRecorder:
         """Queue a copy of one frame.
 
         Args:
-            rgb: (height, width, 3) uint8 RGB (copied; the caller may reuse it).
+            rgb: (height, width, 3) uint8 RGB, or (height, width, 4) RGBA for an
+                alpha recorder (copied; the caller may reuse it).
             media_time_s: presentation time, s.
 
         Returns:
@@ -86,10 +89,11 @@ class AsyncRecorder:
             RecordingError: the writer thread failed earlier, or closed.
         """
         rec = self.recorder
-        if np.shape(rgb) != (rec.height, rec.width, 3) or np.asarray(rgb).dtype != np.uint8:
+        shape = getattr(rec, "frame_shape", (rec.height, rec.width, 3))
+        if np.shape(rgb) != shape or np.asarray(rgb).dtype != np.uint8:
             raise InputError(
-                f"recording frames must be ({rec.height}, {rec.width}, 3) uint8 RGB; "
-                f"got {np.shape(rgb)} {np.asarray(rgb).dtype}"
+                f"recording frames must be {shape} uint8 "
+                f"{'RGB' if shape[2] == 3 else 'RGBA'}; got {np.shape(rgb)} {np.asarray(rgb).dtype}"
             )
         with self._cond:
             self._check()

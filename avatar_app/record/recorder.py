@@ -102,6 +102,11 @@ class ClipRecorder:
         RecordingError: the file cannot be created or no encoder can be opened.
 
     Thread: not thread-safe; use from one thread (see :class:`AsyncRecorder`).
+
+    Subclasses change the container and pixel format through ``container_format``,
+    ``frame_channels``, ``_container_options``, ``_open_video`` and ``_make_frame``
+    (:class:`~avatar_app.record.alpha.AlphaClipRecorder`); for live capture with
+    drifting clocks wrap it in :class:`~avatar_app.record.synced.SyncedRecorder`.
     """
 
     def __init__(

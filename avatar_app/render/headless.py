@@ -102,21 +102,24 @@ class HeadlessRenderer:
         """
         if self.fbo is None:
             raise InputError("HeadlessRenderer.render called after close()")
-        self.renderer.render(state, self.width, self.height, self.fbo, flip_y=True)
-        self.fbo.read_into(self._out, components=self._components, alignment=1)
+        with self.ctx:  # make this context current (several renderers may coexist)
+            self.renderer.render(state, self.width, self.height, self.fbo, flip_y=True)
+            self.fbo.read_into(self._out, components=self._components, alignment=1)
         return self._out
 
     def set_avatar(self, avatar: AvatarMesh) -> None:
         """Replace the avatar (see :meth:`Renderer.set_avatar`)."""
-        self.renderer.set_avatar(avatar)
+        with self.ctx:
+            self.renderer.set_avatar(avatar)
 
     def close(self) -> None:
         """Release the GL objects and the context. Idempotent."""
         if self.fbo is None:
             return
-        self.renderer.release()
-        for obj in (self.fbo, self._color, self._depth):
-            obj.release()
+        with self.ctx:
+            self.renderer.release()
+            for obj in (self.fbo, self._color, self._depth):
+                obj.release()
         self.fbo = None
         self.ctx.release()
 

@@ -190,6 +190,19 @@ def perspective(fovy_rad: float, aspect: float, near: float, far: float) -> np.n
     return m
 
 
+def _variant(prim) -> tuple[str, ...]:
+    """Shader #defines a primitive needs (see assets/shaders/avatar.frag)."""
+    m = prim.material
+    defines = []
+    if m.texture is not None and prim.uvs is not None:
+        defines.append("TEXTURED")
+    if m.alpha_mode == "MASK":
+        defines.append("ALPHA_MASK")
+    if m.double_sided:
+        defines.append("DOUBLE_SIDED")
+    return tuple(defines)
+
+
 class _Program:
     """A compiled program with its uniforms looked up once (absent ones are ignored)."""
 
@@ -253,7 +266,7 @@ class _GpuPrimitive:
         self.skinned = skinned and prim.joints is not None
         self.alpha_code = _ALPHA_CODES[m.alpha_mode]
         self.texture = None
-        if m.texture is not None:
+        if m.texture is not None and prim.uvs is not None:
             h, w = m.texture.shape[:2]
             self.texture = ctx.texture((w, h), 4, np.ascontiguousarray(m.texture).tobytes())
             self.texture.build_mipmaps()
@@ -302,12 +315,10 @@ class Renderer:
                 f"{ctx.version_code % 100 // 10} ({ctx.info.get('GL_RENDERER', '?')})"
             )
         self.ctx = ctx
-        vert, frag = _read_shader("avatar.vert"), _read_shader("avatar.frag")
-        mask_frag = frag.replace("#version 330 core\n", "#version 330 core\n#define ALPHA_MASK\n", 1)
+        self._sources = (_read_shader("avatar.vert"), _read_shader("avatar.frag"))
+        self._programs: dict[tuple[str, ...], _Program] = {}
         try:
-            # Two variants: only the MASK one contains `discard`, which would turn off
-            # early depth testing (and cost every hidden fragment) for all materials.
-            self._programs = {"opaque": _Program(ctx, vert, frag), "mask": _Program(ctx, vert, mask_frag)}
+            self._program(())
             self._blit_prog = ctx.program(vertex_shader=_read_shader("blit.vert"),
                                           fragment_shader=_read_shader("blit.frag"))
         except moderngl.Error as exc:
@@ -384,6 +395,9 @@ class Renderer:
             d = np.asarray(getattr(value, f"{name}_dir"), np.float64)
             self._uniform_set(f"u_{name}_dir", tuple(d / np.linalg.norm(d)))
             self._uniform_set(f"u_{name}_color", tuple(getattr(value, f"{name}_color")))
+        key = np.asarray(value.key_dir, np.float64)
+        half = key / np.linalg.norm(key) + [0.0, 0.0, 1.0]
+        self._uniform_set("u_key_half", tuple(half / np.linalg.norm(half)))
         self._uniform_set("u_sky_color", tuple(value.sky_color))
         self._uniform_set("u_ground_color", tuple(value.ground_color))
         self._uniform_set("u_wrap", float(value.wrap))
@@ -458,11 +472,11 @@ class Renderer:
         self._morph_tex.repeat_x = self._morph_tex.repeat_y = False
         order = sorted(range(len(mesh.primitives)), key=lambda i: mesh.primitives[i].material.alpha_mode == "BLEND")
         self._prims = [
-            _GpuPrimitive(self.ctx, self._programs["mask" if mesh.primitives[i].material.alpha_mode == "MASK"
-                                                   else "opaque"],
-                          mesh.primitives[i], ranges[i], skel is not None)
+            _GpuPrimitive(self.ctx, self._program(_variant(mesh.primitives[i])), mesh.primitives[i], ranges[i],
+                          skel is not None)
             for i in order
         ]
+        self._refresh_uniforms()
         self.morph_entries = count
         self._avatar = mesh
         self._map = mesh.mapping_matrix()
@@ -560,7 +574,6 @@ class Renderer:
             pr.set("u_alpha_mode", gp.alpha_code)
             pr.set("u_alpha_cutoff", float(m.alpha_cutoff))
             pr.set("u_interior_color", tuple(m.interior_color))
-            pr.set("u_has_texture", gp.texture is not None)
             if gp.texture is not None:
                 gp.texture.use(1)
             gp.vao.render(moderngl.TRIANGLES)
@@ -603,22 +616,72 @@ class Renderer:
         self._joint_buf[: len(mats)] = mats.transpose(0, 2, 1)  # column-major for GLSL
         self._uniform_write("u_joints", self._joint_buf)
 
-    def _update_camera(self, width: int, height: int, flip_y: bool) -> None:
+    def camera(self, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
+        """View and projection matrices of the virtual camera for a drawable size.
+
+        The camera looks down -Z at the avatar's ``view_center`` from a distance that
+        fits ``view_height_m`` vertically (and horizontally in portrait sizes).
+
+        Returns:
+            (view (4, 4), projection (4, 4)) float64, column-vector convention.
+
+        Raises:
+            InputError: no avatar was set.
+        """
+        if self._avatar is None:
+            raise InputError("Renderer.camera called before set_avatar")
         aspect = width / height
         fovy = math.radians(self.fovy_deg)
-        # Distance so that view_height fits vertically; in portrait keep it within the width.
         dist = self._view_height / (2.0 * math.tan(fovy / 2.0)) / min(1.0, aspect)
         c = self._view_center
         view = np.eye(4)
         view[:3, 3] = -np.array([c[0], c[1], c[2] + dist])
         near = max(dist - 0.35, 0.02)  # 0.35 m in front of the centre
-        proj = perspective(fovy, aspect, near, dist + 0.6)
+        return view, perspective(fovy, aspect, near, dist + 0.6)
+
+    def project(self, points: np.ndarray, width: int, height: int) -> np.ndarray:
+        """Pixel positions of model-space points (rest pose, no skinning or morphs).
+
+        Args:
+            points: (N, 3) model-space positions, metres.
+            width, height: drawable size in pixels.
+
+        Returns:
+            (N, 2) float64 (x, y) pixels, origin at the top-left corner, y down.
+        """
+        view, proj = self.camera(width, height)
+        p = np.c_[np.asarray(points, np.float64).reshape(-1, 3), np.ones(len(points))]
+        clip = p @ (proj @ view).T
+        ndc = clip[:, :2] / clip[:, 3:4]
+        return np.c_[(ndc[:, 0] + 1.0) * 0.5 * width, (1.0 - ndc[:, 1]) * 0.5 * height]
+
+    def _update_camera(self, width: int, height: int, flip_y: bool) -> None:
+        view, proj = self.camera(width, height)
         if flip_y:
             proj = np.diag([1.0, -1.0, 1.0, 1.0]) @ proj
         self._uniform_set("u_view", tuple(view.T.astype(np.float32).reshape(-1)))
         self._uniform_set("u_proj", tuple(proj.T.astype(np.float32).reshape(-1)))
 
     # ------------------------------------------------------------------ helpers
+    def _program(self, defines: tuple[str, ...]) -> _Program:
+        """The shader variant with these #defines (compiled on first use)."""
+        prog = self._programs.get(defines)
+        if prog is None:
+            header = "#version 330 core\n" + "".join(f"#define {d}\n" for d in defines)
+            vert, frag = (src.replace("#version 330 core\n", header, 1) for src in self._sources)
+            try:
+                prog = _Program(self.ctx, vert, frag)
+            except moderngl.Error as exc:
+                raise BackendUnavailableError(f"OpenGL shader variant {defines} failed to compile: {exc}") from exc
+            self._programs[defines] = prog
+        return prog
+
+    def _refresh_uniforms(self) -> None:
+        """Give newly compiled variants the sampler units and the light rig."""
+        self._uniform_set("u_morph", 0)
+        self._uniform_set("u_texture", 1)
+        self.lighting = self._lighting
+
     def _uniform_set(self, name: str, value) -> None:
         for pr in self._programs.values():
             pr.set(name, value)

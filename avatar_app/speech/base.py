@@ -18,9 +18,9 @@ from avatar_app.core.errors import InputError
 #: Sample rate every speech animator takes, Hz (DESIGN.md: 16 kHz mono float32).
 SPEECH_SAMPLE_RATE = 16000
 
-#: Blendshapes a speech animator may set (jaw, mouth and cheek shapes; no tongue).
+#: Blendshapes a speech animator may set (jaw, mouth, cheek and tongue shapes).
 SPEECH_BLENDSHAPES: tuple[str, ...] = tuple(
-    n for n in BLENDSHAPE_NAMES if n.startswith(("jaw", "mouth", "cheek"))
+    n for n in BLENDSHAPE_NAMES if n.startswith(("jaw", "mouth", "cheek", "tongue"))
 )
 
 #: (52,) bool, True where a speech animator may output a non-zero weight.

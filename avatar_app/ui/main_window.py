@@ -1,26 +1,39 @@
-"""Main window: avatar viewport, camera preview with landmarks, latency overlay, record button."""
+"""The studio window: avatar viewport with dockable panels, latency plots, status bar, shortcuts.
+
+Layout: the viewport in the centre; Sources (camera, microphone, file, camera
+preview) on the left; Engines, Calibration, Tracking, Expressions, Avatar and
+Output tabbed on the right; latency plots at the bottom; a toolbar with the
+record button. Every dock can be moved, floated or closed (View menu);
+Ctrl+H hides them all for a clean capture view. Window layout and every
+panel's settings persist in QSettings and are restored on the next start.
+
+Threads: the GUI thread only shows results. Opening a source (camera open,
+face-tracker start), engine builds, backend probing, device listing, avatar
+loading and finishing a recording run on worker threads; the processing
+thread applies tracking tuning and expressions (ui.tuning.AvatarTuner) through
+``LivePipeline.set_post_process``.
+"""
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
+from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QImage, QKeySequence, QPixmap
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QDockWidget,
-    QFileDialog,
-    QLabel,
-    QMainWindow,
-    QMessageBox,
-    QPushButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QPushButton,
+                               QToolBar)
 
 from avatar_app.core.errors import AvatarError
+from avatar_app.ui import settings as store
+from avatar_app.ui.engines import ENGINES, EngineController
+from avatar_app.ui.tuning import AvatarTuner, ExpressionLayer, TuningSettings, parse_mix
 from avatar_app.ui.viewport import AvatarViewportWidget
 
 log = logging.getLogger(__name__)
@@ -28,6 +41,23 @@ log = logging.getLogger(__name__)
 RECORD_SIZE = (1280, 720)
 RECORD_FPS = 30.0
 AUDIO_RATE = 16000
+#: Seconds of per-frame latency history the plots show.
+PLOT_WINDOW_S = 30.0
+
+
+@dataclass
+class _Opened:
+    """Result of opening a source on a worker thread."""
+
+    pipeline: object = None
+    mic: object = None
+    label: str = ""
+    mic_text: str = ""
+    error: str = ""
+    kind: str = ""
+    camera_id: str = ""
+    path: Path | None = None
+    reconnect: bool = False
 
 
 class MainWindow(QMainWindow):
@@ -37,62 +67,82 @@ class MainWindow(QMainWindow):
         source: a video file to play live, or None for the camera.
         camera: camera index (default: the last used, else 0).
         settings: QSettings to persist into (tests pass a temporary one).
+        engines: the EngineController (default: one over ``models/``; started here).
+        reconstructor_factory: ``f(engines) -> FaceReconstructor`` used for every new
+            pipeline (default: the pipeline's geometric solver). The learned
+            reconstructor plugs in here, and tests wire an EngineSlot stand-in.
+        speech_factory: ``f(engines) -> SpeechAnimator`` likewise (default: loudness solver).
 
     Thread: GUI thread only. Processing runs on the pipeline's thread; this
     window polls its newest state on a display-rate timer.
     """
 
-    def __init__(self, source: Path | None = None, camera: int | None = None, settings: QSettings | None = None):
+    _source_ready = Signal(object)
+    _recording_closed = Signal(object, object)
+    _avatar_loaded = Signal(object, object)
+
+    def __init__(self, source: Path | None = None, camera: int | None = None, settings: QSettings | None = None,
+                 engines: EngineController | None = None,
+                 reconstructor_factory: Callable | None = None, speech_factory: Callable | None = None):
         super().__init__()
         self.settings = settings or QSettings("avatar_app", "avatar_app")
-        self.setWindowTitle("avatar_app")
+        self.setWindowTitle("avatar_app studio")
         self.pipeline = None
         self.mic = None
         self.recorder = None
+        self.record_path: Path | None = None
         self._rec_t0_ns = 0
         self._rec_audio_end_ns = 0
         self._last_state = None
         self._last_preview_index = -1
+        self._source_fps = (0, 0.0, 0.0)  # (frame index, time, fps)
         self.last_error: str | None = None
+        self.neutral_points: np.ndarray | None = None
+        self.reconstructor_factory = reconstructor_factory
+        self.speech_factory = speech_factory
+        self.camera_id = ""
+        self.camera_index: int | None = None
+        self.source_kind = ""
+        self._reconnect_at = 0.0
+        self._reconnecting = False
+        self._reconnect_pending = False
+        self._closing = False
+        self._opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-opener")
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-worker")
+        self._sampler = None  # set by the calibration panel: f(state, pipeline) on the pipeline thread
+        self.latency_history: deque = deque()
+        self.fps_history: deque = deque()
 
-        self.viewport = AvatarViewportWidget(self)
+        # -- persisted settings
+        self.source_settings: store.SourceSettings = store.load_area(self.settings, store.SourceSettings)
+        self.engine_choice: store.EngineChoice = store.load_area(self.settings, store.EngineChoice)
+        self.expression_settings: store.ExpressionSettings = store.load_area(self.settings, store.ExpressionSettings)
+        self.avatar_settings: store.AvatarSettings = store.load_area(self.settings, store.AvatarSettings)
+        self.output_settings: store.OutputSettings = store.load_area(self.settings, store.OutputSettings)
+        self.tuner = AvatarTuner(store.load_tuning(self.settings), ExpressionLayer())
+        self._apply_custom_mix(self.expression_settings.custom, quiet=True)
+
+        # -- engines
+        self.engines = engines or EngineController(parent=self)
+        self.engines.changed.connect(self._on_engine_changed)
+
+        # -- viewport
+        bg = self.avatar_settings.background
+        self.viewport = AvatarViewportWidget(self, background=bg if isinstance(bg, str) else tuple(bg),
+                                             msaa=self._effective_msaa(), lighting=self.avatar_settings.lighting)
         self.viewport.frame_presented.connect(self._on_frame_presented)
         self.viewport.frame_captured.connect(self._on_frame_captured)
         self.viewport.gl_failed.connect(self._show_error)
         self.setCentralWidget(self.viewport)
+        self._source_ready.connect(self._install_opened)
+        self._recording_closed.connect(self._on_recording_closed)
+        self._avatar_loaded.connect(self._on_avatar_loaded)
 
-        # side panel: preview, record, overlay toggle
-        panel = QWidget()
-        lay = QVBoxLayout(panel)
-        self.preview = QLabel("no video")
-        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.preview.setFixedSize(320, 240)
-        self.preview.setStyleSheet("background: #202020; color: #aaa;")
-        lay.addWidget(self.preview)
-        self.source_label = QLabel("")
-        self.source_label.setWordWrap(True)
-        lay.addWidget(self.source_label)
-        self.mic_label = QLabel("")
-        self.mic_label.setWordWrap(True)
-        lay.addWidget(self.mic_label)
-        self.record_button = QPushButton("● Record")
-        self.record_button.setCheckable(True)
-        self.record_button.setToolTip("Record the avatar with your voice (Ctrl+R)")
-        self.record_button.toggled.connect(self._on_record_toggled)
-        lay.addWidget(self.record_button)
-        self.overlay_box = QCheckBox("Latency overlay")
-        self.overlay_box.setChecked(self.settings.value("overlay", True, type=bool))
-        self.overlay_box.toggled.connect(lambda on: self.settings.setValue("overlay", on))
-        lay.addWidget(self.overlay_box)
-        lay.addStretch(1)
-        dock = QDockWidget("Camera", self)
-        dock.setObjectName("camera_dock")
-        dock.setWidget(panel)
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
-
-        self._build_menu()
-        self.status = self.statusBar()
-        self.resize(1280, 760)
+        self._build_panels()
+        self._build_actions()
+        self._build_status_bar()
+        self.resize(1440, 900)
+        self._restore_layout()
 
         self.display_timer = QTimer(self)
         self.display_timer.setInterval(15)
@@ -106,114 +156,340 @@ class MainWindow(QMainWindow):
         self.audio_timer.setInterval(100)
         self.audio_timer.timeout.connect(self._on_audio_tick)
 
+        choices = {k: dict(v) for k, v in self.engine_choice.choices.items()}
+        self.engines.start(choices)
+        if self.avatar_settings.path:
+            self.load_avatar(Path(self.avatar_settings.path), quiet=True)
         if source is not None:
             self.open_file(Path(source))
+        elif camera is None and self.source_settings.kind == "file" and self.settings.value("last_file", "", type=str) \
+                and Path(self.settings.value("last_file", "", type=str)).is_file():
+            self.open_file(Path(self.settings.value("last_file", "", type=str)))
         else:
             idx = camera if camera is not None else self.settings.value("camera", 0, type=int)
             self.open_camera(idx)
 
-    # ------------------------------------------------------------------ menus
-    def _build_menu(self) -> None:
-        m = self.menuBar().addMenu("&File")
-        a = QAction("&Open video…", self)
-        a.setShortcut(QKeySequence.StandardKey.Open)
-        a.triggered.connect(self._on_open_dialog)
-        m.addAction(a)
-        a = QAction("Use &camera", self)
-        a.triggered.connect(lambda: self.open_camera(self.settings.value("camera", 0, type=int)))
-        m.addAction(a)
-        m.addSeparator()
-        self.record_action = QAction("&Record", self)
-        self.record_action.setShortcut(QKeySequence("Ctrl+R"))
-        self.record_action.triggered.connect(self.record_button.toggle)
-        m.addAction(self.record_action)
-        a = QAction("Choose recording &folder…", self)
-        a.triggered.connect(self._on_choose_folder)
-        m.addAction(a)
-        m.addSeparator()
-        a = QAction("&Quit", self)
-        a.setShortcut(QKeySequence.StandardKey.Quit)
-        a.triggered.connect(self.close)
-        m.addAction(a)
-        t = self.menuBar().addMenu("&Tracking")
-        a = QAction("Calibrate &neutral face", self)
-        a.setShortcut(QKeySequence("Ctrl+N"))
-        a.triggered.connect(self.calibrate_neutral)
-        t.addAction(a)
+    # ================================================================== construction
+    def _build_panels(self) -> None:
+        from avatar_app.ui.panels.avatar import AvatarPanel
+        from avatar_app.ui.panels.calibration import CalibrationPanel
+        from avatar_app.ui.panels.engines import EnginesPanel
+        from avatar_app.ui.panels.expressions import ExpressionsPanel
+        from avatar_app.ui.panels.latency import LatencyPanel
+        from avatar_app.ui.panels.output import OutputPanel
+        from avatar_app.ui.panels.sources import SourcesPanel
+        from avatar_app.ui.panels.tracking import TrackingPanel
 
+        self.setDockOptions(QMainWindow.DockOption.AnimatedDocks | QMainWindow.DockOption.AllowTabbedDocks)
+        self.sources_panel = SourcesPanel(self)
+        self.engines_panel = EnginesPanel(self)
+        self.calibration_panel = CalibrationPanel(self)
+        self.tracking_panel = TrackingPanel(self)
+        self.expressions_panel = ExpressionsPanel(self)
+        self.avatar_panel = AvatarPanel(self)
+        self.output_panel = OutputPanel(self)
+        self.latency_panel = LatencyPanel(self)
+        # names used by the first window and its tests
+        self.preview = self.sources_panel.preview
+        self.source_label = self.sources_panel.source_label
+        self.mic_label = self.sources_panel.mic_label
+        self.overlay_box = self.latency_panel.overlay_box
+
+        self.docks: dict[str, QDockWidget] = {}
+        left = Qt.DockWidgetArea.LeftDockWidgetArea
+        right = Qt.DockWidgetArea.RightDockWidgetArea
+        bottom = Qt.DockWidgetArea.BottomDockWidgetArea
+        self.panels = {"sources": self.sources_panel, "engines": self.engines_panel,
+                       "calibration": self.calibration_panel, "tracking": self.tracking_panel,
+                       "expressions": self.expressions_panel, "avatar": self.avatar_panel,
+                       "output": self.output_panel, "latency": self.latency_panel}
+        titles = {"sources": "Sources", "engines": "Engines", "calibration": "Calibration",
+                  "tracking": "Tracking", "expressions": "Expressions", "avatar": "Avatar",
+                  "output": "Output", "latency": "Latency"}
+        areas = {"sources": left, "latency": bottom}
+        for key, panel in self.panels.items():
+            dock = QDockWidget(titles[key], self)
+            dock.setObjectName(f"{key}_dock")
+            dock.setWidget(panel.scroll_wrapped() if hasattr(panel, "scroll_wrapped") else panel)
+            self.addDockWidget(areas.get(key, right), dock)
+            self.docks[key] = dock
+        tabbed = ["engines", "calibration", "tracking", "expressions", "avatar", "output"]
+        for key in tabbed[1:]:
+            self.tabifyDockWidget(self.docks[tabbed[0]], self.docks[key])
+        self.docks["tracking"].raise_()
+        self.resizeDocks([self.docks["sources"], self.docks["engines"]], [330, 400], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["latency"]], [210], Qt.Orientation.Vertical)
+
+    def _build_actions(self) -> None:
+        def action(text, slot, shortcut=None, tip=""):
+            a = QAction(text, self)
+            if shortcut:
+                a.setShortcut(QKeySequence(shortcut))
+            a.setToolTip(tip or text)
+            a.triggered.connect(slot)
+            self.addAction(a)  # shortcuts keep working with the menu bar hidden
+            return a
+
+        self.record_button = QPushButton("● Record")
+        self.record_button.setCheckable(True)
+        self.record_button.setToolTip("Record the avatar with your voice (Ctrl+R)")
+        self.record_button.toggled.connect(self._on_record_toggled)
+        self.record_time_label = QLabel("")
+        m = self.menuBar().addMenu("&File")
+        m.addAction(action("&Open video…", self._on_open_dialog, QKeySequence.StandardKey.Open))
+        m.addAction(action("Use &camera", lambda: self.open_camera(self.camera_index or self.settings.value(
+            "camera", 0, type=int), wait=False)))
+        m.addAction(action("Load &avatar…", self.avatar_panel.choose_file))
+        m.addSeparator()
+        self.record_action = action("&Record", self.record_button.toggle, "Ctrl+R")
+        m.addAction(self.record_action)
+        m.addAction(action("Choose recording &folder…", self.output_panel.choose_folder))
+        m.addSeparator()
+        m.addAction(action("&Quit", self.close, QKeySequence.StandardKey.Quit))
+        t = self.menuBar().addMenu("&Tracking")
+        self.neutral_action = action("Calibrate &neutral face", self.calibrate_neutral, "Ctrl+N",
+                                     "Take your current face as the neutral face (look straight, relax)")
+        t.addAction(self.neutral_action)
+        v = self.menuBar().addMenu("&View")
+        self.hide_panels_action = action("&Hide panels (clean capture view)", self.toggle_panels, "Ctrl+H")
+        v.addAction(self.hide_panels_action)
+        v.addSeparator()
+        for dock in self.docks.values():
+            v.addAction(dock.toggleViewAction())
+        tb = QToolBar("Controls", self)
+        tb.setObjectName("controls_toolbar")
+        tb.setMovable(False)
+        tb.addWidget(self.record_button)
+        tb.addWidget(self.record_time_label)
+        tb.addSeparator()
+        tb.addAction(self.neutral_action)
+        tb.addAction(self.hide_panels_action)
+        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, tb)
+        self.toolbar = tb
+
+    def _build_status_bar(self) -> None:
+        self.status = self.statusBar()
+        self.status_labels: dict[str, QLabel] = {}
+        for key, tip in (("engines", "Active backend and precision per engine"),
+                         ("fps", "Frames processed per second"),
+                         ("c2s", "Camera-to-screen latency, median over the last 5 s"),
+                         ("dropped", "Camera frames dropped (newest frame wins)"),
+                         ("rec", "Recording time")):
+            lab = QLabel("")
+            lab.setToolTip(tip)
+            self.status.addPermanentWidget(lab)
+            self.status_labels[key] = lab
+        self._update_engine_status()
+
+    def _restore_layout(self) -> None:
+        geo = self.settings.value("window/geometry")
+        state = self.settings.value("window/state")
+        if geo is not None:
+            self.restoreGeometry(geo)
+        if state is not None:
+            self.restoreState(state)
+
+    # ================================================================== menus
     def _on_open_dialog(self) -> None:
         start = self.settings.value("last_file", str(Path.home()), type=str)
-        path, _ = QFileDialog.getOpenFileName(self, "Open a video", start, "Videos (*.mp4 *.mpg *.mov *.mkv *.webm *.avi);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self, "Open a video", start,
+                                              "Videos (*.mp4 *.mpg *.mov *.mkv *.webm *.avi);;All files (*)")
         if path:
-            self.open_file(Path(path))
+            self.open_file(Path(path), wait=False)
 
-    def _on_choose_folder(self) -> None:
-        d = QFileDialog.getExistingDirectory(self, "Recording folder", str(self.record_folder()))
-        if d:
-            self.settings.setValue("record_folder", d)
+    def toggle_panels(self, hide: bool | None = None) -> None:
+        """Hide (or show again) every panel, the menu, toolbar and status bar: a clean capture view."""
+        hide = self.panels_visible() if hide is None else hide
+        if hide:
+            self._visible_docks = [k for k, d in self.docks.items() if d.isVisible()]
+            for d in self.docks.values():
+                d.hide()
+        else:
+            for k in getattr(self, "_visible_docks", list(self.docks)):
+                self.docks[k].show()
+        for w in (self.menuBar(), self.toolbar, self.status):
+            w.setVisible(not hide)
 
-    # ------------------------------------------------------------------ sources
-    def _start_pipeline(self, source, ring, label: str) -> bool:
+    def panels_visible(self) -> bool:
+        """Whether any panel is shown."""
+        return any(d.isVisible() for d in self.docks.values())
+
+    # ================================================================== sources
+    def _make_pipeline(self, source, ring):
+        from avatar_app.fusion import FusionSettings
         from avatar_app.pipeline import LivePipeline
 
+        recon = self.reconstructor_factory(self.engines) if self.reconstructor_factory else None
+        kwargs = {}
+        if self.speech_factory is not None:
+            kwargs["speech"] = self.speech_factory(self.engines)
+        # smoothing is done per region by the tuner
+        pipe = LivePipeline(source, ring=ring, reconstructor=recon,
+                            fusion_settings=FusionSettings(smoothing=False), **kwargs)
+        pipe.set_post_process(self.tuner)
+        pipe.set_max_fps(self.effective_fps_cap())
+        pipe.on_state = self._on_pipeline_state
         try:
-            pipe = LivePipeline(source, ring=ring)
             pipe.start()
-        except AvatarError as exc:
-            self._show_error(str(exc))
-            self.source_label.setText(f"No source: {exc}")
-            return False
-        self.pipeline = pipe
-        self.source_label.setText(label)
-        self.status.showMessage(label, 5000)
+        except AvatarError:
+            if pipe.processor.tracker is not None:
+                pipe.processor.tracker.close()
+            raise
+        return pipe
+
+    def _open(self, make: Callable[[], _Opened], wait: bool) -> bool:
+        self._reconnecting = False
+        if wait:
+            self.stop_pipeline()
+            return self._install_opened(self._run_opener(make, None))
+        old, old_mic = self.pipeline, self.mic
+        self.pipeline, self.mic = None, None
+        self.source_label.setText("Opening…")
+        self._opener.submit(lambda: self._source_ready.emit(self._run_opener(make, (old, old_mic))))
         return True
 
-    def open_file(self, path: Path) -> bool:
-        """Play a video file live (its audio drives speech). Returns False and shows why on error."""
+    def _run_opener(self, make, old) -> _Opened:
+        if old is not None:
+            for obj in old:
+                if obj is not None:
+                    obj.stop()
+        try:
+            return make()
+        except AvatarError as exc:
+            return _Opened(error=str(exc))
+
+    def _install_opened(self, res: _Opened) -> bool:
+        if res.reconnect:
+            self._reconnect_pending = False
+            if not self._reconnecting:  # the user chose another source meanwhile
+                if res.pipeline is not None:
+                    res.pipeline.stop()
+                if res.mic is not None:
+                    res.mic.stop()
+                return False
+        if self._closing:
+            if res.pipeline is not None:
+                res.pipeline.stop()
+            if res.mic is not None:
+                res.mic.stop()
+            return False
+        if res.mic_text:
+            self.mic_label.setText(res.mic_text)
+        if res.error:
+            if res.mic is not None:
+                res.mic.stop()
+            if not self._reconnecting:
+                self._show_error(res.error)
+                self.source_label.setText(
+                    f"No source: {res.error}\nUse File > Open video… to play a file." if res.kind == "camera"
+                    else f"No source: {res.error}")
+            return False
+        self.stop_pipeline()
+        self.pipeline, self.mic = res.pipeline, res.mic
+        self.tuner.reset()
+        self.source_kind = res.kind
+        self._reconnecting = False
+        if res.kind == "camera":
+            self.camera_id = res.camera_id
+            self.source_settings.kind, self.source_settings.camera_id = "camera", res.camera_id
+            self.settings.setValue("camera", self.camera_index)
+        elif res.kind == "file" and res.path is not None:
+            self.settings.setValue("last_file", str(res.path))
+            self.source_settings.kind = "file"
+        store.save_area(self.settings, self.source_settings)
+        self.source_label.setText(res.label)
+        self.status.showMessage(res.label, 5000)
+        self.sources_panel.on_source_changed()
+        return True
+
+    def open_file(self, path: Path, wait: bool = True) -> bool:
+        """Play a video file live, looping (its audio drives speech).
+
+        Args:
+            path: the video.
+            wait: open on this thread (True) or on the opener thread (False, from the panels).
+
+        Returns:
+            False (and shows why) when it cannot be opened; with ``wait=False`` True once queued.
+        """
         from avatar_app.capture.live_file import LiveFileSource
 
-        self.stop_pipeline()
-        try:
-            source = LiveFileSource(path, loop=True)
-        except AvatarError as exc:
-            self._show_error(str(exc))
-            return False
-        ok = self._start_pipeline(source, getattr(source, "ring", None), f"File: {path.name}")
-        self.mic_label.setText("Audio: the file's own track" if getattr(source, "ring", None) is not None else "")
-        if ok:
-            self.settings.setValue("last_file", str(path))
-        return ok
+        path = Path(path)
 
-    def open_camera(self, index: int) -> bool:
-        """Open camera ``index`` and the default microphone. Returns False and shows why on error."""
+        def make() -> _Opened:
+            source = LiveFileSource(path, loop=True)
+            pipe = self._make_pipeline(source, getattr(source, "ring", None))
+            w, h, fps = source.granted
+            return _Opened(pipe, None, f"File: {path.name} ({w}x{h} @ {fps:.0f} fps)",
+                           "Audio: the file's own track" if pipe.ring is not None else "Audio: none in this file",
+                           kind="file", path=path)
+
+        return self._open(make, wait)
+
+    def open_camera(self, index: int, wait: bool = True, camera_id: str = "") -> bool:
+        """Open camera ``index`` and the chosen microphone. Returns False and shows why on error.
+
+        Args:
+            index: OpenCV camera index.
+            wait: open on this thread (True) or on the opener thread (False).
+            camera_id: stable id of the device (for reconnecting), default "index:<index>".
+        """
         from avatar_app.capture.camera import CameraSource
-        from avatar_app.capture.mic import MicSource
         from avatar_app.capture.ring import AudioRing
 
-        self.stop_pipeline()
-        ring = AudioRing(capacity_s=10.0, sample_rate=AUDIO_RATE)
-        try:
-            self.mic = MicSource(ring=ring)
-            self.mic.start()
-            self.mic_label.setText("Microphone: default input")
-        except AvatarError as exc:
-            self.mic = None
-            ring = None
-            self.mic_label.setText(f"Microphone: none. {exc} Speech is off; tracking continues.")
-            log.warning("%s", exc)
-        try:
-            source = CameraSource(index)
-        except AvatarError as exc:
-            self._show_error(str(exc))
-            self.source_label.setText(f"No camera: {exc}\nUse File > Open video… to play a file.")
-            return False
-        ok = self._start_pipeline(source, ring, f"Camera {index}")
-        if ok:
-            self.settings.setValue("camera", index)
+        self.camera_index = int(index)
+        cam_id = camera_id or f"index:{index}"
+        mic_name = self.source_settings.microphone
+
+        def make() -> _Opened:
+            ring = AudioRing(capacity_s=10.0, sample_rate=AUDIO_RATE)
+            mic, mic_text = self._open_mic(ring, mic_name)
+            if mic is None:
+                ring = None
+            try:
+                source = CameraSource(index)
+            except AvatarError as exc:
+                if mic is not None:
+                    mic.stop()
+                return _Opened(error=str(exc), kind="camera", mic_text=mic_text)
+            try:
+                pipe = self._make_pipeline(source, ring)
+            except AvatarError:
+                if mic is not None:
+                    mic.stop()
+                raise
             granted = getattr(source, "granted", None)
+            label = f"Camera {index}"
             if granted:
-                self.source_label.setText(f"Camera {index}: {granted[0]}x{granted[1]} @ {granted[2]:.0f} fps")
-        return ok
+                label += f": {granted[0]}x{granted[1]} @ {granted[2]:.0f} fps granted"
+            return _Opened(pipe, mic, label, mic_text, kind="camera", camera_id=cam_id)
+
+        return self._open(make, wait)
+
+    @staticmethod
+    def _open_mic(ring, name: str):
+        from avatar_app.capture.mic import MicSource
+
+        try:
+            mic = MicSource(device=name or None, ring=ring)
+            mic.start()
+            return mic, f"Microphone: {name or 'default input'}"
+        except AvatarError as exc:
+            log.warning("%s", exc)
+            return None, f"Microphone: none. {exc} Speech is off; tracking continues."
+
+    def set_microphone(self, name: str) -> bool:
+        """Use microphone ``name`` ("" = default) with the camera; persisted. Returns False on error."""
+        self.source_settings.microphone = name
+        store.save_area(self.settings, self.source_settings)
+        if self.pipeline is None or self.source_kind != "camera" or self.pipeline.ring is None:
+            return True
+        if self.mic is not None:
+            self.mic.stop()
+            self.mic = None
+        self.mic, text = self._open_mic(self.pipeline.ring, name)
+        self.mic_label.setText(text)
+        return self.mic is not None
 
     def stop_pipeline(self) -> None:
         """Stop the current source, pipeline and microphone."""
@@ -224,17 +500,132 @@ class MainWindow(QMainWindow):
             self.mic.stop()
             self.mic = None
 
-    def calibrate_neutral(self) -> None:
-        """Use the current face as the neutral face (look straight, relax)."""
+    def calibrate_neutral(self) -> bool:
+        """Use the current face as the neutral face (look straight, relax). Returns whether it worked."""
         pipe = self.pipeline
         lm = pipe.processor.last_landmarks if pipe is not None else None
         if lm is None:
             self.status.showMessage("No face to calibrate: look at the camera and try again", 5000)
-            return
-        pipe.processor.reconstructor.calibrate_neutral(lm)
+            return False
+        try:
+            pipe.processor.reconstructor.calibrate_neutral(lm)
+        except AvatarError as exc:
+            self._show_error(str(exc))
+            return False
+        self.neutral_points = np.asarray(lm.points, np.float32).copy()
         self.status.showMessage("Neutral face calibrated", 3000)
+        self.calibration_panel.on_neutral_captured()
+        return True
 
-    # ------------------------------------------------------------------ timers
+    def _on_pipeline_state(self, state) -> None:
+        """Pipeline thread: hand the frame to the calibration sampler when one runs."""
+        sampler = self._sampler
+        if sampler is not None:
+            sampler(state, self.pipeline)
+
+    # ================================================================== settings
+    def set_tuning(self, s: TuningSettings) -> None:
+        """Apply and persist tracking settings (takes effect from the next frame).
+
+        Raises:
+            InputError: invalid settings.
+        """
+        self.tuner.set_settings(s)
+        store.save_tuning(self.settings, s)
+
+    def set_avatar_settings(self, a: store.AvatarSettings) -> None:
+        """Apply and persist background, lighting and MSAA.
+
+        Raises:
+            InputError: an invalid value.
+        """
+        a = store.validate(a)
+        self.avatar_settings = a
+        self.viewport.set_render_settings(background=a.background, lighting=a.lighting, msaa=self._effective_msaa())
+        store.save_area(self.settings, a)
+
+    def set_output_settings(self, o: store.OutputSettings) -> None:
+        """Apply and persist recording format, overlay, frame-rate cap and CPU budget mode."""
+        o = store.validate(o)
+        self.output_settings = o
+        cap = self.effective_fps_cap()
+        if self.pipeline is not None:
+            self.pipeline.set_max_fps(cap)
+        self.display_timer.setInterval(15 if not cap else max(15, int(1000 / cap / 2)))
+        self.viewport.set_render_settings(msaa=self._effective_msaa())
+        store.save_area(self.settings, o)
+
+    def effective_fps_cap(self) -> float:
+        """The processing cap in Hz: the lower of the user's cap and the CPU mode's (0 = none)."""
+        caps = [c for c in (self.output_settings.fps_cap, store.CPU_MODES[self.output_settings.cpu_mode][0]) if c > 0]
+        return float(min(caps)) if caps else 0.0
+
+    def _effective_msaa(self) -> int:
+        return self.avatar_settings.msaa if store.CPU_MODES[self.output_settings.cpu_mode][1] else 0
+
+    def set_expression_settings(self, e: store.ExpressionSettings) -> None:
+        """Apply and persist hotkeys, modes and the custom mix."""
+        self.expression_settings = store.validate(e)
+        self._apply_custom_mix(e.custom)
+        store.save_area(self.settings, self.expression_settings)
+
+    def _apply_custom_mix(self, text: str, quiet: bool = False) -> str:
+        try:
+            self.tuner.expressions.set_mix("custom", parse_mix(text))
+            return ""
+        except AvatarError as exc:
+            if not quiet:
+                self.status.showMessage(f"Custom expression: {exc}", 8000)
+            return str(exc)
+
+    def set_engine_choice(self, name: str, backend: str, precision: str | None):
+        """Switch engine ``name`` (built and verified in the background; persisted). Returns the Future."""
+        self.engine_choice.choices[name] = {"backend": backend, "precision": precision}
+        store.save_area(self.settings, self.engine_choice)
+        return self.engines.request(name, backend, precision)
+
+    def save_settings(self) -> None:
+        """Write every area and the window layout."""
+        store.save_area(self.settings, self.source_settings)
+        store.save_area(self.settings, self.engine_choice)
+        store.save_area(self.settings, self.expression_settings)
+        store.save_area(self.settings, self.avatar_settings)
+        store.save_area(self.settings, self.output_settings)
+        store.save_tuning(self.settings, self.tuner.settings)
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
+        self.settings.sync()
+
+    # ================================================================== avatar
+    def load_avatar(self, path: Path, quiet: bool = False) -> bool:
+        """Load a glTF/VRM avatar in the background (avatar_app.avatar.loader); False if no loader exists."""
+        try:
+            from avatar_app.avatar.loader import load_avatar
+        except ImportError:
+            if not quiet:
+                self._show_error("Loading avatars needs avatar_app.avatar.loader, which this version lacks.")
+            return False
+        path = Path(path)
+
+        def work():
+            try:
+                self._avatar_loaded.emit(path, load_avatar(path))
+            except AvatarError as exc:
+                self._avatar_loaded.emit(path, exc)
+
+        self._worker.submit(work)
+        return True
+
+    def _on_avatar_loaded(self, path: Path, mesh) -> None:
+        if isinstance(mesh, BaseException):
+            self._show_error(str(mesh))
+            return
+        self.viewport.set_avatar(mesh)
+        self.avatar_settings.path = str(path)
+        store.save_area(self.settings, self.avatar_settings)
+        self.avatar_panel.on_avatar_loaded(path)
+
+    # ================================================================== timers
     def _on_display_tick(self) -> None:
         pipe = self.pipeline
         if pipe is None:
@@ -244,54 +635,153 @@ class MainWindow(QMainWindow):
             self._last_state = state
             self.viewport.show_state(state)
         if pipe.error and pipe.error != self.last_error:
-            self._show_error(pipe.error)
+            if self.source_kind == "camera" and not pipe.running:
+                self.last_error = pipe.error
+                self.status.showMessage(f"Camera lost ({pipe.error}); waiting for it to return…")
+                self._reconnect_at = time.monotonic() + 1.0
+                self._reconnecting = True
+            else:
+                self._show_error(pipe.error)
 
     def _on_frame_presented(self, state, t_ns: int) -> None:
-        if self.pipeline is not None and state is not None and state.stamps:
-            self.pipeline.presented(state, t_ns)
+        pipe = self.pipeline
+        if pipe is not None and state is not None and state.stamps:
+            pipe.presented(state, t_ns)
+            durations = {k: (e - s) / 1e6 for k, (s, e) in state.stamps.items()}
+            self.latency_history.append((t_ns / 1e9, durations, (t_ns - state.t_capture_ns) / 1e6))
+            cutoff = t_ns / 1e9 - PLOT_WINDOW_S
+            while self.latency_history and self.latency_history[0][0] < cutoff:
+                self.latency_history.popleft()
 
     def _on_slow_tick(self) -> None:
         pipe = self.pipeline
+        if self._reconnecting and time.monotonic() >= self._reconnect_at:
+            self._try_reconnect()
         if pipe is None:
             self.viewport.set_overlay_lines(None)
             return
         summary = pipe.stats.summary()
         self.viewport.set_overlay_lines(summary.lines() if self.overlay_box.isChecked() else None)
-        self._update_preview()
+        now = time.perf_counter()
+        self.fps_history.append((now, summary.fps, summary.dropped))
+        while self.fps_history and self.fps_history[0][0] < now - PLOT_WINDOW_S:
+            self.fps_history.popleft()
+        if store.CPU_MODES[self.output_settings.cpu_mode][2]:
+            self._update_preview()
+        self._measure_source_fps()
         rec = ""
         if self.recorder is not None:
-            rec = f"   ● REC {(time.perf_counter_ns() - self._rec_t0_ns) / 1e9:6.1f} s"
+            rec = f"● REC {(time.perf_counter_ns() - self._rec_t0_ns) / 1e9:6.1f} s"
         c2s = f"{summary.camera_to_screen[0]:.0f} ms" if summary.camera_to_screen else "–"
-        self.status.showMessage(
-            f"{summary.fps:4.1f} fps   camera-to-screen {c2s}   dropped {summary.dropped}{rec}"
-        )
+        self.status_labels["fps"].setText(f"{summary.fps:4.1f} fps")
+        self.status_labels["c2s"].setText(f"camera-to-screen {c2s}")
+        self.status_labels["dropped"].setText(f"dropped {summary.dropped}")
+        self.status_labels["rec"].setText(rec)
+        self.record_time_label.setText(f"  {rec}" if rec else "")
+        self.sources_panel.on_tick()
+
+    def _measure_source_fps(self) -> None:
+        frame = self.pipeline.last_frame if self.pipeline is not None else None
+        if frame is None:
+            return
+        idx0, t0, fps = self._source_fps
+        now = time.monotonic()
+        if now - t0 >= 2.0:
+            if frame.index > idx0 and t0 > 0:
+                fps = (frame.index - idx0) / (now - t0)
+            self._source_fps = (frame.index, now, fps)
+
+    @property
+    def source_fps(self) -> float:
+        """Frame rate the source really delivers (frame indices per second over ~2 s)."""
+        return self._source_fps[2]
+
+    def _try_reconnect(self) -> None:
+        """Look for the lost camera by its device id (on the opener thread) and reopen it."""
+        from avatar_app.ui.devices import resolve_camera_id
+
+        self._reconnect_at = time.monotonic() + 2.0
+        if self._reconnect_pending:
+            return
+        self._reconnect_pending = True
+        cam_id = self.camera_id or f"index:{self.camera_index or 0}"
+
+        def make() -> _Opened:
+            index = resolve_camera_id(cam_id)
+            if index is None:
+                return _Opened(error=f"camera {cam_id} is not connected", kind="camera")
+            self.camera_index = index
+            return self._camera_opened(index, cam_id)
+
+        def job():
+            res = self._run_opener(make, None)
+            res.reconnect = True
+            self._source_ready.emit(res)
+
+        self._opener.submit(job)
+
+    def _camera_opened(self, index: int, cam_id: str) -> _Opened:
+        """Open camera ``index`` on the opener thread (used by reconnect)."""
+        from avatar_app.capture.camera import CameraSource
+        from avatar_app.capture.ring import AudioRing
+
+        ring = AudioRing(capacity_s=10.0, sample_rate=AUDIO_RATE)
+        mic, mic_text = self._open_mic(ring, self.source_settings.microphone)
+        try:
+            source = CameraSource(index, open_timeout_s=2.0)
+            pipe = self._make_pipeline(source, ring if mic is not None else None)
+        except AvatarError as exc:
+            if mic is not None:
+                mic.stop()
+            return _Opened(error=str(exc), kind="camera")
+        g = source.granted
+        return _Opened(pipe, mic, f"Camera {index} (reconnected): {g[0]}x{g[1]} @ {g[2]:.0f} fps granted",
+                       mic_text, kind="camera", camera_id=cam_id)
 
     def _update_preview(self) -> None:
         import cv2
 
         pipe = self.pipeline
         frame = pipe.last_frame if pipe is not None else None
-        if frame is None or frame.index == self._last_preview_index:
+        if frame is None or frame.index == self._last_preview_index or not self.preview.isVisible():
             return
         self._last_preview_index = frame.index
         img = frame.image
         h, w = img.shape[:2]
-        scale = min(320 / w, 240 / h)
+        box_w, box_h = self.preview.width(), self.preview.height()
+        scale = min(box_w / w, box_h / h)
         small = cv2.resize(img, (max(1, int(w * scale)), max(1, int(h * scale))), interpolation=cv2.INTER_AREA)
         lm = pipe.processor.last_landmarks
         if lm is not None:
             pts = (lm.points[:, :2] * np.array([small.shape[1], small.shape[0]])).astype(np.int32)
-            for x, y in pts[::2]:
-                small[min(max(y, 0), small.shape[0] - 1), min(max(x, 0), small.shape[1] - 1)] = (0, 255, 0)
-        rgb = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
+            pts[:, 0] = np.clip(pts[:, 0], 0, small.shape[1] - 1)
+            pts[:, 1] = np.clip(pts[:, 1], 0, small.shape[0] - 1)
+            small[pts[::2, 1], pts[::2, 0]] = (0, 255, 0)
+        if self.tuner.settings.mirror:
+            small = small[:, ::-1]  # the preview shows you as a mirror does, like the avatar
+        rgb = np.ascontiguousarray(cv2.cvtColor(small, cv2.COLOR_BGR2RGB))
         qimg = QImage(rgb.data, rgb.shape[1], rgb.shape[0], rgb.strides[0], QImage.Format.Format_RGB888).copy()
         self.preview.setPixmap(QPixmap.fromImage(qimg))
 
-    # ------------------------------------------------------------------ recording
+    # ================================================================== engines
+    def _on_engine_changed(self, name: str) -> None:
+        self._update_engine_status()
+        self.engines_panel.refresh(name)
+
+    def _update_engine_status(self) -> None:
+        short = {"face_recon": "Face", "speech2face": "Speech"}
+        parts = [f"{short.get(n, n)}: {self.engines.describe(n)}" for n in self.engines.entries]
+        self.status_labels["engines"].setText("   ".join(parts))
+
+    # ================================================================== recording
     def record_folder(self) -> Path:
         """Folder recordings go to (persisted; default: the user's Videos folder / avatar_app)."""
         default = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.MoviesLocation) or str(Path.home())
         return Path(self.settings.value("record_folder", str(Path(default) / "avatar_app"), type=str))
+
+    def set_record_folder(self, folder: Path) -> None:
+        """Persist the recording folder."""
+        self.settings.setValue("record_folder", str(folder))
 
     def _on_record_toggled(self, on: bool) -> None:
         if on:
@@ -299,64 +789,102 @@ class MainWindow(QMainWindow):
         else:
             self.stop_recording()
 
+    def _reset_record_button(self) -> None:
+        self.record_button.blockSignals(True)
+        self.record_button.setChecked(False)
+        self.record_button.blockSignals(False)
+        self.record_button.setText("● Record")
+
     def start_recording(self, path: Path | None = None) -> Path | None:
-        """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path."""
-        from avatar_app.record import AsyncRecorder, ClipRecorder
+        """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path.
+
+        The format is the Output panel's; formats that keep transparency record RGBA.
+        """
+        from avatar_app.record import AsyncRecorder
+        from avatar_app.record.formats import format_by_key, open_recorder
 
         if self.recorder is not None:
             return None
+        try:
+            fmt = format_by_key(self.output_settings.format)
+        except AvatarError:
+            fmt = format_by_key("h264-mp4")
         if path is None:
             folder = self.record_folder()
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 self._show_error(f"Cannot create the recording folder {folder}: {exc}")
-                self.record_button.setChecked(False)
+                self._reset_record_button()
                 return None
-            path = folder / time.strftime("avatar-%Y%m%d-%H%M%S.mp4")
+            path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
         ring = self.pipeline.ring if self.pipeline is not None else None
         try:
-            rec = ClipRecorder(path, *RECORD_SIZE, RECORD_FPS, audio_sample_rate=AUDIO_RATE if ring is not None else None)
+            rec = open_recorder(path, *RECORD_SIZE, RECORD_FPS,
+                                audio_sample_rate=AUDIO_RATE if ring is not None else None, fmt=fmt)
             self.recorder = AsyncRecorder(rec)
         except AvatarError as exc:
             self._show_error(str(exc))
-            self.record_button.blockSignals(True)
-            self.record_button.setChecked(False)
-            self.record_button.blockSignals(False)
+            self._reset_record_button()
             return None
         self.record_path = path
         self._rec_t0_ns = time.perf_counter_ns()
         self._rec_audio_end_ns = self._rec_t0_ns
         self.viewport.capture_size = RECORD_SIZE
+        self.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
         self.viewport.capture_frames = True
         if ring is not None:
             self.audio_timer.start()
+        if not self.record_button.isChecked():
+            self.record_button.blockSignals(True)
+            self.record_button.setChecked(True)
+            self.record_button.blockSignals(False)
         self.record_button.setText("■ Stop")
         self.status.showMessage(f"Recording to {path}", 3000)
         return path
 
-    def stop_recording(self) -> None:
-        """Stop and finalise the recording; says where it went."""
+    def stop_recording(self, wait: bool = True) -> None:
+        """Stop and finalise the recording; says where it went.
+
+        Args:
+            wait: finish writing on this thread (True) or on a worker (False: the
+                "Saved" message comes when the file is complete).
+        """
         rec, self.recorder = self.recorder, None
         self.viewport.capture_frames = False
         self.audio_timer.stop()
-        self.record_button.blockSignals(True)
-        self.record_button.setChecked(False)
-        self.record_button.blockSignals(False)
-        self.record_button.setText("● Record")
+        self._reset_record_button()
         if rec is None:
             return
-        try:
-            self._on_audio_tick(rec)
-            rec.close()
-            self.status.showMessage(f"Saved {self.record_path}", 10000)
-        except AvatarError as exc:
-            self._show_error(f"The recording stopped with an error: {exc}. What was written is kept in {self.record_path}.")
+        self._on_audio_tick(rec)
+        path = self.record_path
+
+        def finish():
+            try:
+                rec.close()
+                return None
+            except AvatarError as exc:
+                return exc
+
+        if wait:
+            self._on_recording_closed(path, finish())
+        else:
+            self._worker.submit(lambda: self._recording_closed.emit(path, finish()))
+
+    def _on_recording_closed(self, path, error) -> None:
+        if error is None:
+            self.status.showMessage(f"Saved {path}", 10000)
+        else:
+            self._show_error(f"The recording stopped with an error: {error}. What was written is kept in {path}.")
 
     def _on_frame_captured(self, rgb, t_ns: int) -> None:
         rec = self.recorder
         if rec is None:
             return
+        if self.output_settings.overlay_in_recording and self.pipeline is not None:
+            from avatar_app.pipeline import draw_overlay
+
+            rgb = draw_overlay(rgb, self.pipeline.stats.summary().lines())
         try:
             rec.write_video(rgb, (t_ns - self._rec_t0_ns) / 1e9)
         except AvatarError as exc:
@@ -380,12 +908,27 @@ class MainWindow(QMainWindow):
             self._show_error(str(exc))
         self._rec_audio_end_ns = end
 
-    # ------------------------------------------------------------------ errors, close
+    # ================================================================== keys (expressions)
+    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if not event.isAutoRepeat() and self.expressions_panel.handle_key(event, pressed=True):
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if not event.isAutoRepeat() and self.expressions_panel.handle_key(event, pressed=False):
+            event.accept()
+            return
+        super().keyReleaseEvent(event)
+
+    # ================================================================== errors, close
     def _show_error(self, message: str) -> None:
         """Show a non-blocking message; the window stays usable."""
         self.last_error = message
         log.warning("%s", message)
         self.status.showMessage(message, 15000)
+        if os.environ.get("AVATAR_APP_SCREENSHOT"):
+            return  # unattended screenshot run: no message boxes over the window
         box = QMessageBox(QMessageBox.Icon.Warning, "avatar_app", message, QMessageBox.StandardButton.Ok, self)
         box.setModal(False)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -393,8 +936,19 @@ class MainWindow(QMainWindow):
         self._error_box = box
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._closing = True
+        self.save_settings()
         self.stop_recording()
-        self.stop_pipeline()
         for t in (self.display_timer, self.slow_timer, self.audio_timer):
             t.stop()
+        for p in self.panels.values():
+            if hasattr(p, "shutdown"):
+                p.shutdown()
+        self._opener.shutdown(wait=True, cancel_futures=True)
+        self._worker.shutdown(wait=True, cancel_futures=True)
+        self.stop_pipeline()
+        self.engines.close()
         super().closeEvent(event)
+
+
+__all__ = ["MainWindow", "ENGINES", "RECORD_SIZE", "RECORD_FPS"]

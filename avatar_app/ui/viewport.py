@@ -32,17 +32,22 @@ class AvatarViewportWidget(QOpenGLWidget):
     frame_captured = Signal(object, object)
     gl_failed = Signal(str)
 
-    def __init__(self, parent=None, background=(0, 177, 64), msaa: int = 0):
+    def __init__(self, parent=None, background=(0, 177, 64), msaa: int = 0, lighting: str = "studio"):
         super().__init__(parent)
         self.setMinimumSize(320, 240)
         self.background = background
         self.msaa = msaa
+        self.lighting = lighting
         self.capture_frames = False
         self.capture_size: tuple[int, int] | None = None
+        #: 3 (RGB) or 4 (RGBA, for recording formats that keep transparency).
+        self.capture_components = 3
+        self.frames_presented = 0
         self._state = AvatarState.neutral()
         self._ctx = None
         self._renderer = None
         self._offscreen = None
+        self._offscreen_c = 3
         self._error: str | None = None
         self.overlay = QLabel(self)
         self.overlay.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
@@ -68,6 +73,40 @@ class AvatarViewportWidget(QOpenGLWidget):
         self.overlay.setText("\n".join(lines))
         self.overlay.adjustSize()
         self.overlay.show()
+
+    def set_render_settings(self, background=None, lighting: str | None = None, msaa: int | None = None) -> None:
+        """Change the background ((R, G, B) bytes or "transparent"), lighting preset or MSAA samples.
+
+        Settings given before OpenGL starts are applied when it does.
+
+        Raises:
+            InputError: an invalid value (see Renderer).
+        """
+        if background is not None:
+            self.background = tuple(background) if not isinstance(background, str) else background
+        if lighting is not None:
+            self.lighting = lighting
+        if msaa is not None:
+            self.msaa = int(msaa)
+        if self._renderer is None:
+            return
+        self.makeCurrent()
+        try:
+            r = self._renderer
+            if background is not None:
+                r.background = self.background
+            if lighting is not None:
+                r.lighting = self.lighting
+            if msaa is not None:
+                r.msaa = self.msaa
+        finally:
+            self.doneCurrent()
+        self.update()
+
+    @property
+    def renderer(self):
+        """The Renderer (None before OpenGL started or when it failed)."""
+        return self._renderer
 
     @property
     def error(self) -> str | None:
@@ -95,7 +134,8 @@ class AvatarViewportWidget(QOpenGLWidget):
 
         try:
             self._ctx = moderngl.create_context(require=330)
-            self._renderer = Renderer(self._ctx, background=self.background, msaa=self.msaa)
+            self._renderer = Renderer(self._ctx, background=self.background, msaa=self.msaa,
+                                      lighting=self.lighting)
             mesh = getattr(self, "_pending_avatar", None) or build_default_head()
             self._renderer.set_avatar(mesh)
         except Exception as exc:  # OpenGL missing or too old: the window stays usable
@@ -122,17 +162,23 @@ class AvatarViewportWidget(QOpenGLWidget):
             stamps = dict(state.stamps)
             stamps["render"] = (t0, t)
             state = replace(state, stamps=stamps)
+        self.frames_presented += 1
         self.frame_presented.emit(state, t)
         if rgb is not None:
             self.frame_captured.emit(rgb, t)
 
     def _capture(self, state: AvatarState) -> np.ndarray:
-        """Render ``state`` at the recording size offscreen and read it back, (H, W, 3) uint8."""
+        """Render ``state`` at the recording size offscreen and read it back, (H, W, C) uint8.
+
+        C is :attr:`capture_components` (3 = RGB, 4 = RGBA with straight alpha).
+        """
         w, h = self.capture_size or (1280, 720)
-        if self._offscreen is None or self._offscreen.size != (w, h):
+        c = 4 if self.capture_components == 4 else 3
+        if self._offscreen is None or self._offscreen.size != (w, h) or self._offscreen_c != c:
             if self._offscreen is not None:
                 self._offscreen.release()
-            self._offscreen = self._ctx.simple_framebuffer((w, h), components=3)
+            self._offscreen = self._ctx.simple_framebuffer((w, h), components=4)
+            self._offscreen_c = c
         self._renderer.render(state, w, h, self._offscreen)
-        data = self._offscreen.read(components=3, alignment=1)
-        return np.frombuffer(data, np.uint8).reshape(h, w, 3)[::-1].copy()
+        data = self._offscreen.read(components=c, alignment=1)
+        return np.frombuffer(data, np.uint8).reshape(h, w, c)[::-1].copy()

@@ -1,0 +1,225 @@
+"""EngineSpeechAnimator: the learned speech2face engine behind the SpeechAnimator contract.
+
+Per video frame (``process(window, t_s)``):
+
+1. the hop grid: hop ``h`` is the 25 ms log-mel frame that ends at ``h * 10 ms``
+   (:mod:`avatar_app.speech.mel`; the same frames ``log_mel`` gives for the
+   whole track);
+2. for the hops new since the last call (at most ``max_hops``), the
+   :class:`~avatar_app.speech.vad.VoiceActivityGate` (hysteresis and hold)
+   advances, and the engine runs ONCE over the receptive field plus the new
+   hops (``T = R + n_new - 1`` frames, R = 65: 0.65 s): one call per video
+   frame over a short context, no recurrent state (measured in
+   benchmarks/speech.py: at 25-60 fps this costs less than a stateful call per
+   hop would in Python call overhead, and it keeps the graph a plain
+   convolution network that quantises to INT8 and builds in TensorRT);
+3. each hop's output is multiplied by the gate's smoothed gain (15 ms attack,
+   60 ms release), so silence, steady noise and clicks give a closed, relaxed
+   mouth even where the network would twitch.
+
+The output of hop ``h`` stands for the mouth at ``h * 10 ms - 20 ms`` (the
+network's 20 ms look-ahead): live audio-to-weights latency is that plus the
+wait for the next hop (0-10 ms) and the engine call.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES
+from avatar_app.core.errors import AvatarError, InputError, ModelLoadError
+from avatar_app.resources import resource_path
+from avatar_app.speech.base import SPEECH_MASK, SPEECH_SAMPLE_RATE, check_window
+from avatar_app.speech.features import FRAME_LEN, HOP_LEN, HOP_S, analyse_frames
+from avatar_app.speech.mel import N_MELS, frames_to_log_mel
+from avatar_app.speech.vad import GateConfig, VoiceActivityGate
+
+_log = logging.getLogger(__name__)
+
+#: The shipped model, relative to the project root.
+DEFAULT_MODEL = "models/speech2face.onnx"
+_META_RF = "avatar_app.receptive_field"
+_META_LOOKAHEAD = "avatar_app.lookahead_ms"
+
+
+def default_model_path() -> Path:
+    """Path of the shipped speech2face.onnx (it may not exist in a partial install)."""
+    return resource_path(DEFAULT_MODEL)
+
+
+class EngineSpeechAnimator:
+    """A :class:`~avatar_app.speech.base.SpeechAnimator` running the speech2face engine.
+
+    Args:
+        model_path: speech2face ONNX (default :func:`default_model_path`).
+        manager: an :class:`~avatar_app.inference.EngineManager` (default: a new
+            one with the user's engine cache).
+        backend, precision: the user's engine choice (None: fastest verified,
+            else ONNX Runtime CPU FP32).
+        gate_config: voice gate constants (default :class:`GateConfig`).
+        max_hops: most 10 ms hops processed per call (older ones of a longer
+            gap are skipped): 10 = calls at >= 10 fps keep every hop.
+        slot: an already opened :class:`~avatar_app.inference.EngineSlot` to use
+            instead of opening one (its settings panel may swap engines).
+
+    Attributes:
+        sample_rate: 16000 Hz.
+        context_s: audio wanted before each frame time (receptive field +
+            ``max_hops`` hops + the 15 ms frame overhang), about 0.76 s.
+        lookahead_s: 0.02: the output stands for ``t_s - lookahead_s`` or up to
+            10 ms before.
+        gate: the voice activity gate (read-only use).
+        slot: the engine slot (``slot.active.describe()`` names the backend).
+
+    Raises:
+        ModelLoadError: the model is missing or no engine can load it.
+
+    Thread: not thread-safe; one instance per audio stream.
+    """
+
+    sample_rate: int = SPEECH_SAMPLE_RATE
+
+    def __init__(self, model_path: str | Path | None = None, *, manager=None,
+                 backend: str | None = None, precision: str | None = None,
+                 gate_config: GateConfig | None = None, max_hops: int = 10, slot=None,
+                 attack_s: float = 0.015, release_s: float = 0.06):
+        from avatar_app.inference import EngineManager, EngineSlot
+
+        if slot is None:
+            path = Path(model_path) if model_path is not None else default_model_path()
+            if not path.is_file():
+                raise ModelLoadError(f"speech model not found: {path}")
+            slot = EngineSlot(manager or EngineManager(), path)
+            slot.open(backend, precision)
+        self.slot = slot
+        meta = slot.manager.model_info(slot.model_path).metadata
+        self.receptive_field = int(meta.get(_META_RF, "65"))
+        self.lookahead_s = float(meta.get(_META_LOOKAHEAD, "20")) / 1000.0
+        if max_hops < 1:
+            raise InputError(f"max_hops must be >= 1; got {max_hops}")
+        self.max_hops = int(max_hops)
+        self.context_s = ((self.receptive_field + self.max_hops - 1) * HOP_LEN
+                          + FRAME_LEN - HOP_LEN) / SPEECH_SAMPLE_RATE
+        self.gate = VoiceActivityGate(gate_config)
+        self._a_att = 1.0 - math.exp(-HOP_S / attack_s)
+        self._a_rel = 1.0 - math.exp(-HOP_S / release_s)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the gate, the hop position and the last weights."""
+        self.gate.reset()
+        self._last_hop: int | None = None
+        self._gain = 0.0
+        self._weights = np.zeros(NUM_BLENDSHAPES, np.float32)
+        self.last_raw = np.zeros(NUM_BLENDSHAPES, np.float32)
+
+    def close(self) -> None:
+        """Close the engine slot."""
+        self.slot.close()
+
+    def describe(self) -> str:
+        """Which engine serves: ``speech2face.onnx on ort_cpu (fp32)``."""
+        return self.slot.active.describe()
+
+    # -- features ----------------------------------------------------------------
+    @staticmethod
+    def hop_features(x: np.ndarray, end_sample: int, hops: range) -> tuple[np.ndarray, np.ndarray]:
+        """Log-mel frames of hops (frame of hop h ends at sample h * 160) from a window.
+
+        Args:
+            x: (N,) float32 window whose last sample precedes sample ``end_sample``
+                of the stream (``end_sample = round(t_s * 16000)``).
+            end_sample: stream index one past the window's last sample.
+            hops: hop indices, all with ``h * 160 <= end_sample``.
+
+        Returns:
+            features (len(hops), 64) float32, equal to ``log_mel(stream)[h - 1]``
+            where the window covers the frames (samples before the window count
+            as zeros), and the frames (len(hops), 400) float32 themselves.
+        """
+        if len(hops) == 0:
+            return np.zeros((0, N_MELS), np.float32), np.zeros((0, FRAME_LEN), np.float32)
+        first_start = hops[0] * HOP_LEN - FRAME_LEN
+        start = end_sample - len(x)
+        need = start - first_start
+        if need > 0:
+            x = np.concatenate([np.zeros(need, np.float32), x])
+            start = first_start
+        offs = np.array([h * HOP_LEN - FRAME_LEN - start for h in hops])
+        idx = offs[:, None] + np.arange(FRAME_LEN)[None, :]
+        return frames_to_log_mel(x[idx]), x[idx]
+
+    # -- processing ----------------------------------------------------------------
+    def process(self, window: np.ndarray, t_s: float) -> np.ndarray:
+        """Weights for the video frame at ``t_s`` (see ``SpeechAnimator.process``).
+
+        Args:
+            window: (N,) float32 mono 16 kHz audio whose last sample is at ``t_s``.
+            t_s: frame time, s; a time before the previous call's restarts the stream.
+
+        Returns:
+            (52,) float32 weights in [0, 1], zero outside SPEECH_BLENDSHAPES.
+
+        Raises:
+            InputError: bad window shape/values or non-finite ``t_s``.
+            AvatarError: the engine failed (the engine layer's error).
+        """
+        x = check_window(window, t_s)
+        end_sample = int(round(t_s * self.sample_rate))
+        hop_end = end_sample // HOP_LEN
+        if self._last_hop is not None and hop_end < self._last_hop:
+            _log.debug("speech time went back (%.3f s): restarting the animator", t_s)
+            self.reset()
+        first = hop_end if self._last_hop is None else self._last_hop + 1
+        first = max(first, hop_end - self.max_hops + 1, 1)
+        if first <= hop_end:
+            self._run(x, end_sample, first, hop_end)
+            self._last_hop = hop_end
+        return self._weights.copy()
+
+    def _run(self, x: np.ndarray, end_sample: int, first: int, last: int) -> None:
+        n_new = last - first + 1
+        t = max(self.receptive_field + n_new - 1, 10)
+        hops = range(last - t + 1, last + 1)
+        feats, frames = self.hop_features(x, end_sample, hops)
+        out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -n_new:]
+        if not np.isfinite(out).all():
+            raise AvatarError("the speech engine returned non-finite weights")
+        ff = analyse_frames(frames[-n_new:])
+        for i in range(n_new):
+            is_open = self.gate.update(float(ff.level_db[i]), float(ff.flatness[i]))
+            target = 1.0 if is_open else 0.0
+            a = self._a_att if target > self._gain else self._a_rel
+            self._gain += (target - self._gain) * a
+        raw = np.clip(out[-1], 0.0, 1.0).astype(np.float32)
+        raw[~SPEECH_MASK] = 0.0
+        self.last_raw = raw
+        self._weights = raw * np.float32(self._gain)
+
+
+def create_speech_animator(model_path: str | Path | None = None, manager=None, **kwargs):
+    """The learned animator when its model loads, else the loudness solver (logged).
+
+    Args:
+        model_path: speech2face ONNX (default :func:`default_model_path`).
+        manager: optional EngineManager.
+        **kwargs: passed to :class:`EngineSpeechAnimator`.
+
+    Returns:
+        An :class:`EngineSpeechAnimator` or a
+        :class:`~avatar_app.speech.loudness.LoudnessSpeechAnimator`.
+    """
+    path = Path(model_path) if model_path is not None else default_model_path()
+    if path.is_file():
+        try:
+            return EngineSpeechAnimator(path, manager=manager, **kwargs)
+        except AvatarError as exc:
+            _log.warning("speech engine unavailable (%s); using the loudness solver", exc)
+    else:
+        _log.info("no speech model at %s; using the loudness solver", path)
+    from avatar_app.speech.loudness import LoudnessSpeechAnimator
+
+    return LoudnessSpeechAnimator()

@@ -1,0 +1,205 @@
+"""Sources panel: camera (by name), microphone with a live level meter, video file, camera preview."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
+                               QPushButton, QSizePolicy, QVBoxLayout)
+
+from avatar_app.core.clock import now_ns
+from avatar_app.ui.panels import Panel, hint
+
+log = logging.getLogger(__name__)
+
+#: Level meter range, dBFS.
+METER_FLOOR_DB = -60.0
+
+
+def level_dbfs(samples: np.ndarray) -> float:
+    """RMS level of (N,) float32 audio in dBFS (full-scale sine = -3 dBFS), floored at METER_FLOOR_DB."""
+    if samples.size == 0:
+        return METER_FLOOR_DB
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    return max(METER_FLOOR_DB, 20.0 * np.log10(rms) if rms > 0 else METER_FLOOR_DB)
+
+
+class SourcesPanel(Panel):
+    """Cameras listed by name, microphones with a level meter, a video file, and the camera preview.
+
+    Camera names come from :func:`avatar_app.ui.devices.list_camera_devices`
+    (QtMultimedia when installed, else V4L2 names or OpenCV probing; the panel says
+    which), listed on a worker thread. The label under the preview shows what the
+    opened source really delivers (granted size and the measured frame rate).
+    """
+
+    devices_listed = Signal(object, str, object)
+
+    def __init__(self, win):
+        super().__init__(win)
+        lay = QVBoxLayout(self)
+        self.preview = QLabel("no video")
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview.setMinimumSize(240, 180)
+        self.preview.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.preview.setFixedHeight(210)
+        self.preview.setStyleSheet("background: #202020; color: #aaa;")
+        lay.addWidget(self.preview)
+        self.source_label = QLabel("")
+        self.source_label.setWordWrap(True)
+        lay.addWidget(self.source_label)
+        self.delivering_label = QLabel("")
+        self.delivering_label.setWordWrap(True)
+        lay.addWidget(self.delivering_label)
+
+        cam = QGroupBox("Camera")
+        cl = QVBoxLayout(cam)
+        row = QHBoxLayout()
+        self.camera_combo = QComboBox()
+        self.camera_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.camera_combo.setMinimumContentsLength(12)
+        row.addWidget(self.camera_combo, 1)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.setToolTip("List the cameras and microphones again")
+        self.refresh_button.clicked.connect(self.refresh_devices)
+        row.addWidget(self.refresh_button)
+        cl.addLayout(row)
+        self.use_camera_button = QPushButton("Use this camera")
+        self.use_camera_button.clicked.connect(self._on_use_camera)
+        cl.addWidget(self.use_camera_button)
+        self.camera_method = hint("")
+        cl.addWidget(self.camera_method)
+        lay.addWidget(cam)
+
+        mic = QGroupBox("Microphone")
+        ml = QVBoxLayout(mic)
+        self.mic_combo = QComboBox()
+        self.mic_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.mic_combo.setMinimumContentsLength(12)
+        self.mic_combo.activated.connect(self._on_mic_chosen)
+        ml.addWidget(self.mic_combo)
+        self.meter = QProgressBar()
+        self.meter.setRange(int(METER_FLOOR_DB), 0)
+        self.meter.setValue(int(METER_FLOOR_DB))
+        self.meter.setFormat("%v dBFS")
+        self.meter.setToolTip("Live input level (RMS over the last 100 ms). Speech should peak around -20 dBFS.")
+        ml.addWidget(self.meter)
+        self.mic_label = QLabel("")
+        self.mic_label.setWordWrap(True)
+        ml.addWidget(self.mic_label)
+        lay.addWidget(mic)
+
+        fg = QGroupBox("Video file")
+        fl = QVBoxLayout(fg)
+        self.file_edit = QLineEdit(win.settings.value("last_file", "", type=str))
+        self.file_edit.setPlaceholderText("A recording with a face (mp4, mov, mkv…)")
+        fl.addWidget(self.file_edit)
+        frow = QHBoxLayout()
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._on_browse)
+        frow.addWidget(browse)
+        self.play_button = QPushButton("Play file")
+        self.play_button.setToolTip("Play the file in a loop as if it were a camera, with its sound")
+        self.play_button.clicked.connect(self._on_play)
+        frow.addWidget(self.play_button)
+        fl.addLayout(frow)
+        lay.addWidget(fg)
+        lay.addStretch(1)
+
+        self.devices_listed.connect(self._on_devices_listed)
+        self.cameras = []
+        self.microphones = []
+        self.refresh_devices()
+
+    # -- devices -----------------------------------------------------------------------
+    def refresh_devices(self) -> None:
+        """List cameras and microphones on the window's worker thread."""
+        self.camera_combo.clear()
+        self.camera_combo.addItem("looking for cameras…")
+        self.camera_combo.setEnabled(False)
+
+        def work():
+            from avatar_app.capture.mic import list_microphones
+            from avatar_app.ui.devices import list_camera_devices
+
+            try:
+                cams, method = list_camera_devices()
+            except Exception as exc:  # noqa: BLE001 - listing must never take the window down
+                log.warning("listing cameras failed: %s", exc)
+                cams, method = [], f"listing failed: {exc}"
+            self.devices_listed.emit(cams, method, list_microphones())
+
+        self.win._worker.submit(work)
+
+    def _on_devices_listed(self, cams, method: str, mics) -> None:
+        self.cameras, self.microphones = cams, mics
+        self.camera_combo.clear()
+        for d in cams:
+            self.camera_combo.addItem(d.name, d.id)
+        if not cams:
+            self.camera_combo.addItem("no camera found")
+        self.camera_combo.setEnabled(bool(cams))
+        self.use_camera_button.setEnabled(bool(cams))
+        wanted = self.win.source_settings.camera_id or f"index:{self.win.camera_index or 0}"
+        for i, d in enumerate(cams):
+            if d.id == wanted or (self.win.camera_index is not None and d.index == self.win.camera_index):
+                self.camera_combo.setCurrentIndex(i)
+                break
+        self.camera_method.setText(f"Cameras found by: {method}.")
+        self.mic_combo.clear()
+        self.mic_combo.addItem("System default", "")
+        for _, name, rate in mics:
+            self.mic_combo.addItem(f"{name} ({rate / 1000:.0f} kHz)", name)
+        i = self.mic_combo.findData(self.win.source_settings.microphone)
+        self.mic_combo.setCurrentIndex(max(0, i))
+
+    def _on_use_camera(self) -> None:
+        i = self.camera_combo.currentIndex()
+        if 0 <= i < len(self.cameras):
+            d = self.cameras[i]
+            self.win.open_camera(d.index, wait=False, camera_id=d.id)
+
+    def _on_mic_chosen(self, i: int) -> None:
+        self.win.set_microphone(self.mic_combo.itemData(i) or "")
+
+    # -- file --------------------------------------------------------------------------
+    def _on_browse(self) -> None:
+        start = self.file_edit.text() or str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Open a video", start,
+                                              "Videos (*.mp4 *.mpg *.mov *.mkv *.webm *.avi);;All files (*)")
+        if path:
+            self.file_edit.setText(path)
+            self._on_play()
+
+    def _on_play(self) -> None:
+        text = self.file_edit.text().strip()
+        if text:
+            self.win.open_file(Path(text), wait=False)
+
+    # -- updates from the window ------------------------------------------------------
+    def on_source_changed(self) -> None:
+        """The window installed a new source."""
+        pipe = self.win.pipeline
+        src = getattr(pipe, "source", None)
+        path = getattr(src, "path", None)
+        if path is not None:
+            self.file_edit.setText(str(path))
+
+    def on_tick(self) -> None:
+        """5 Hz: level meter and the delivered frame rate."""
+        pipe = self.win.pipeline
+        ring = getattr(pipe, "ring", None)
+        if ring is not None:
+            db = level_dbfs(ring.read_window(now_ns(), 0.1))
+            self.meter.setValue(int(round(db)))
+        else:
+            self.meter.setValue(int(METER_FLOOR_DB))
+        src = getattr(pipe, "source", None)
+        granted = getattr(src, "granted", None)
+        if granted and self.win.source_fps > 0:
+            self.delivering_label.setText(
+                f"Delivering {granted[0]}x{granted[1]} at {self.win.source_fps:.1f} fps (measured)")
+        elif pipe is None:
+            self.delivering_label.setText("")
