@@ -301,9 +301,10 @@ def _default_reconstructor():
 
 
 def _default_speech():
-    from avatar_app.speech.loudness import LoudnessSpeechAnimator
+    """The learned speech engine (models/speech2face.onnx) if it loads, else the loudness solver."""
+    from avatar_app.speech.engine_animator import create_speech_animator
 
-    return LoudnessSpeechAnimator()
+    return create_speech_animator()
 
 
 class _Writer:

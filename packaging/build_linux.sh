@@ -1,16 +1,40 @@
 #!/usr/bin/env bash
-# Build the Linux one-folder bundle: dist/avatar-app/avatar-app (+ _internal/).
-# Usage: packaging/build_linux.sh [DIST_DIR] [WORK_DIR]
-#   PYTHON=/path/to/python  the interpreter of a venv with avatar-app and pyinstaller installed
-#                           (default: .venv/bin/python, else python3)
+# Build the Linux one-folder bundle: DIST/avatar-app/avatar-app (+ _internal/).
+#
+# Usage: packaging/build_linux.sh [--release] [DIST_DIR] [WORK_DIR]
+#   (default DIST_DIR=dist, WORK_DIR=build/pyinstaller)
+#
+# Without --release: uses $PYTHON (default .venv/bin/python), the development venv
+#   (what tests/test_packaging.py does).
+# With --release: makes a clean venv (build/venv-release, or $RELEASE_VENV) holding
+#   only avatar-app's run-time dependencies + PyInstaller, and swaps MediaPipe's
+#   opencv-contrib-python for opencv-python-headless of the same version (avatar_app
+#   and MediaPipe only use core OpenCV; the headless wheel has no Qt 5 copy): ~45 MB
+#   smaller, and no test/training packages can leak into the bundle.
+#
 # The spec generates THIRD_PARTY_NOTICES.txt from what it bundles and copies it
 # and LICENSE next to the executable.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+RELEASE=0
+if [ "${1:-}" = "--release" ]; then RELEASE=1; shift; fi
 DIST="${1:-$ROOT/dist}"
 WORK="${2:-$ROOT/build/pyinstaller}"
 PY="${PYTHON:-}"
-if [ -z "$PY" ]; then
+if [ "$RELEASE" = 1 ]; then
+  VENV="${RELEASE_VENV:-$ROOT/build/venv-release}"
+  BASE_PY="${PYTHON:-python3}"
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$BASE_PY" -m venv "$VENV"
+  fi
+  "$VENV/bin/python" -m pip install -q --upgrade "$ROOT" "pyinstaller>=6.10"
+  CV_VER="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("opencv-contrib-python"))' 2>/dev/null || true)"
+  if [ -n "$CV_VER" ]; then
+    "$VENV/bin/python" -m pip uninstall -q -y opencv-contrib-python
+    "$VENV/bin/python" -m pip install -q "opencv-python-headless==$CV_VER"
+  fi
+  PY="$VENV/bin/python"
+elif [ -z "$PY" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
 fi
 "$PY" -c "import PyInstaller" 2>/dev/null || { echo "error: PyInstaller is not installed in $PY (pip install pyinstaller)" >&2; exit 2; }

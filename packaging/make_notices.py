@@ -54,9 +54,11 @@ Native libraries inside the bundle, and why avatar-app is GPL-3.0-or-later
   GPL-2.0 / GPL-3.0 / commercial terms). The Qt libraries are shipped as
   separate shared libraries in the bundle's _internal/PySide6 folder and can
   be replaced by the user. Source: https://download.qt.io/official_releases/qt/
-* OpenCV (opencv-contrib-python): Apache-2.0. Its wheel also vendors Qt 5
-  (LGPL-3.0), FFmpeg 5 (LGPL-2.1-or-later), OpenBLAS (BSD-3-Clause),
-  OpenSSL 1.1 and others, listed in its LICENSE-3RD-PARTY.txt (copied below).
+* OpenCV (opencv-python-headless in release bundles, opencv-contrib-python
+  otherwise): Apache-2.0. Its wheel vendors FFmpeg 5 (LGPL-2.1-or-later),
+  OpenBLAS (BSD-3-Clause), OpenSSL 1.1, libvpx and others, and the
+  non-headless wheel also Qt 5 (LGPL-3.0); all listed in its
+  LICENSE-3RD-PARTY.txt (copied below).
 * MediaPipe: Apache-2.0, including the face detection and face landmark
   models (.tflite) and graphs (.binarypb) the bundle carries (model cards:
   https://ai.google.dev/edge/mediapipe/solutions/vision/face_landmarker).

@@ -245,6 +245,9 @@ def test_wheel_installs_into_a_fresh_venv_and_renders(testdata, tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "avatar_app/assets/shaders/avatar.vert" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names), names[-10:]
+    modules = sorted(p.relative_to(src).as_posix() for p in (src / "avatar_app").rglob("*.py"))
+    missing = [m for m in modules if m not in names]
+    assert not missing, f"source modules not in the wheel (pyproject packages list?): {missing}"
     shipped_models = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "models").rglob("*") if p.is_file())
     missing = [m for m in shipped_models if "avatar_app/" + m not in names]
     assert not missing, f"models not in the wheel: {missing}"

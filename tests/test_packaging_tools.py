@@ -119,3 +119,16 @@ def test_avatar_visible_check_can_fail():
     flat[:, :400] = CHROMA_RGB
     flat[:, :400][disc] = (250, 200, 170)
     assert not avatar_visible(flat)[0]  # one flat colour is not a shaded head
+
+
+def test_pyproject_lists_every_package_of_the_source_tree():
+    """pyproject names packages one by one; a new subpackage missing there is missing from the wheel."""
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        listed = set(tomllib.load(fh)["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(d.relative_to(ROOT).parts)
+        for d in (ROOT / "avatar_app").rglob("*")
+        if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
+    } | {"avatar_app"}
+    missing = sorted(on_disk - listed)
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"

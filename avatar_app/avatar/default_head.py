@@ -13,7 +13,11 @@ Construction (all units metres, +Y up, the head faces +Z, its left is +X):
   evaluated at the rest positions of every part that it moves (skin, brows, teeth,
   tongue, mouth cavity), so parts move together without tearing.
 - Separate primitives: eyeballs (iris and pupil as exact rings of vertex colour),
-  brows, ears, hair cap, teeth, tongue, mouth cavity, shoulders with a collar.
+  brows, ears, hair cap, teeth, tongue, mouth cavity, shoulders with a collar, and
+  an inward-facing interior lining: culled from outside, it is seen only through
+  openings (mouth, lid corners), as a dark interior instead of the background.
+- Everything is single-sided and drawn hair-first, which keeps software OpenGL
+  fast (see benchmarks/render.py).
 
 Skeleton: root (neck base, never moves) <- neck <- head <- eye_L, eye_R. The
 head joint sits at the top of the neck; the neck joint takes part of the head
@@ -34,7 +38,6 @@ from avatar_app.avatar.procedural import (
     sd_capsule,
     sd_ellipsoid,
     sd_round_cone,
-    sd_sphere,
     sdf_normals,
     smax,
     smin,
@@ -42,6 +45,7 @@ from avatar_app.avatar.procedural import (
     smoothstep,
     sphere_dirs,
 )
+from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +176,7 @@ def _rows(phi_eye: float, phi_mouth: float) -> _Rows:
 
     top = phi_eye + PHI_EYE_BAND_UP
     u = np.linspace(0.0, 1.0, n_crown, endpoint=False)
-    add(top + (np.pi / 2 - top) * np.cos(u * np.pi / 2), K_NORMAL)  # denser toward the forehead
+    add(np.pi / 2 - (np.pi / 2 - top) * np.sin(u * np.pi / 2), K_NORMAL)  # denser toward the forehead
     add(np.linspace(top, phi_eye, n_up), K_EYE_UP, PHI_EYE_BAND_UP)  # ends with the upper lid edge
     eye_up_fold = len(phi)
     add([phi_eye], K_EYE_UP_FOLD)
@@ -207,6 +211,14 @@ def _onto_lids(p: np.ndarray, dirs: np.ndarray, extra: float = 0.0, extra_sides=
 
     A ray from ORIGIN that points within ``LID_INNER`` rad of an eye centre lands on
     the shell (where it leaves the sphere); the blend fades out by ``LID_OUTER``.
+    Points are never left inside the eyeball (plus a 0.4 mm margin): along their ray
+    they are pushed out past it, so the eyeball cannot show through the skin.
+
+    Args:
+        p: (N, 3) skin points on rays ``dirs`` from ORIGIN.
+        dirs: (N, 3) unit ray directions.
+        extra: added to the shell radius (metres) for the eyes in ``extra_sides``.
+        extra_sides: +1 (left eye), -1 (right eye).
     """
     out = p.copy()
     for sx in (1.0, -1.0):
@@ -218,11 +230,20 @@ def _onto_lids(p: np.ndarray, dirs: np.ndarray, extra: float = 0.0, extra_sides=
         disc = b * b - (dist_e ** 2 - rl ** 2)
         m = smoothstep(LID_OUTER, LID_INNER, gamma) * (disc > 0)
         sel = m > 0
-        if not sel.any():
-            continue
-        t = b[sel] + np.sqrt(np.maximum(disc[sel], 0.0))
-        sph = ORIGIN + dirs[sel] * t[:, None]
-        out[sel] = p[sel] * (1 - m[sel, None]) + sph * m[sel, None]
+        if sel.any():
+            t = b[sel] + np.sqrt(np.maximum(disc[sel], 0.0))
+            sph = ORIGIN + dirs[sel] * t[:, None]
+            out[sel] = p[sel] * (1 - m[sel, None]) + sph * m[sel, None]
+        # keep clear of the eyeball itself
+        disc_eye = b * b - (dist_e ** 2 - (EYE_R + 0.0004) ** 2)
+        hit = disc_eye > 0
+        if hit.any():
+            t_exit = b[hit] + np.sqrt(disc_eye[hit])
+            t_now = np.einsum("ij,ij->i", out[hit] - ORIGIN, dirs[hit])
+            k = 0.002  # smooth maximum (no crease where the push starts)
+            h = np.clip(0.5 + 0.5 * (t_now - t_exit) / k, 0.0, 1.0)
+            t_new = t_exit * (1 - h) + t_now * h + k * h * (1 - h)
+            out[hit] += dirs[hit] * (t_new - t_now)[:, None]
     return out
 
 
@@ -341,18 +362,16 @@ class _SkinBuilder:
 
 
 # ----------------------------------------------------------------------------- other parts
-def _lathe(center, radii, n_rings: int, n_seg: int, axis: str = "z") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ellipsoid grid with poles on ``axis``: positions (V, 3), indices, polar angle per vertex."""
+def _lathe(center, radii, n_rings: int, n_seg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ellipsoid grid with poles on the Z axis: positions (V, 3), indices, polar angle per vertex."""
     alpha = np.linspace(0.0, np.pi, n_rings)
     beta = np.linspace(0.0, 2 * np.pi, n_seg, endpoint=False)
     a, b = np.meshgrid(alpha, beta, indexing="ij")
-    return _lathe_from_angles(center, radii, a, b, axis), _lathe_indices(n_rings, n_seg), a.reshape(-1)
+    return _lathe_from_angles(center, radii, a, b), _lathe_indices(n_rings, n_seg), a.reshape(-1)
 
 
-def _lathe_from_angles(center, radii, a, b, axis="z") -> np.ndarray:
+def _lathe_from_angles(center, radii, a, b) -> np.ndarray:
     local = np.stack([np.sin(a) * np.cos(b), np.sin(a) * np.sin(b), np.cos(a)], axis=-1).reshape(-1, 3)
-    if axis == "y":
-        local = local[:, [0, 2, 1]] * [1, 1, -1]
     return np.asarray(center) + local * np.asarray(radii)
 
 
@@ -420,7 +439,7 @@ def _arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float
     cz = z_front - radius_z * (1.0 - np.cos(al))
     tx, tz = radius_x * np.cos(al), radius_z * np.sin(al)  # tangent
     nrm = np.stack([tz, -tx], axis=-1)
-    nrm /= np.linalg.norm(nrm, axis=-1, keepdims=True)  # outward (+Z at the front)
+    nrm /= np.linalg.norm(nrm, axis=-1, keepdims=True)  # horizontal normal of the arc
     y_lo = np.broadcast_to(np.asarray(y_lo, np.float64), s.shape)
     y_hi = np.broadcast_to(np.asarray(y_hi, np.float64), s.shape)
     # rounded-rectangle cross-section (outward offset u, height v in [0, 1])
@@ -435,7 +454,6 @@ def _arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float
     z = cz[:, None] + nrm[:, 1:2] * u
     pos = np.stack([x, y, z], axis=-1).reshape(-1, 3)
     idx = grid_indices(n_along, len(ang), wrap=True)
-    center = np.array([0.0, float(np.mean(y_lo + y_hi) / 2), z_front - radius_z])
     # orient by the local section centre rather than one global point
     tri = idx.reshape(-1, 3).copy()
     sec_c = np.stack([cx, 0.5 * (y_lo + y_hi), cz], axis=-1)
@@ -443,7 +461,6 @@ def _arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float
     n = np.cross(pos[tri[:, 1]] - pos[tri[:, 0]], pos[tri[:, 2]] - pos[tri[:, 0]])
     outward = np.einsum("ij,ij->i", n, pos[tri].mean(axis=1) - sec_c[along[tri[:, 0]]])
     tri[outward < 0] = tri[outward < 0][:, ::-1]
-    del center
     return pos, tri.reshape(-1).astype(np.uint32), np.repeat(s, len(ang))
 
 
@@ -471,7 +488,8 @@ def _ear(side: float) -> tuple[np.ndarray, np.ndarray]:
     up = np.array([0.0, np.cos(gamma), -np.sin(gamma)])
     up = up - n * (up @ n)
     up /= np.linalg.norm(up)
-    back_dir = np.cross(up, n) * -1.0 if np.cross(up, n) @ back_dir < 0 else np.cross(up, n)
+    side_dir = np.cross(up, n)
+    back_dir = side_dir if side_dir @ back_dir >= 0 else -side_dir  # exactly orthogonal, still backward
     center = np.array([0.0715, -0.020, -0.016])
     pos_f = center + u.reshape(-1, 1) * back_dir + v.reshape(-1, 1) * up + front.reshape(-1, 1) * n
     pos_b = center + u.reshape(-1, 1) * back_dir + v.reshape(-1, 1) * up + (back * np.ones_like(S)).reshape(-1, 1) * n
@@ -499,14 +517,17 @@ def _hairline(theta: np.ndarray) -> np.ndarray:
     keys_t = np.array([0.0, 0.30, 0.55, 0.80, 1.00, 1.14, 1.26, 1.40, 1.62, 1.90, 2.25, 2.70, np.pi])
     keys_p = np.array([0.74, 0.74, 0.70, 0.62, 0.52, 0.40, 0.38, 0.56, 0.63, 0.42, 0.08, -0.14, -0.18])
     ph = np.interp(np.abs(theta), keys_t, keys_p)
-    # side-swept fringe: lower over the avatar's right (-X) brow, rising to its left
+    # side-swept fringe: lower over the avatar's right (-X) brow, rising to its left,
+    # cut into a few soft locks
     ph -= 0.11 * np.exp(-(((theta + 0.30) / 0.32) ** 2)) + 0.04 * np.exp(-(((theta - 0.05) / 0.35) ** 2))
+    locks = np.abs(np.sin(theta * 7.0 + 0.6)) ** 0.6
+    ph += 0.035 * (locks - 0.5) * np.exp(-((theta / 0.75) ** 4))
     return ph
 
 
 def _hair(style: HeadStyle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hair cap: a shell over the skull with volume on top and a rounded edge."""
-    n_cols, n_rows = 84, 24
+    n_cols, n_rows = 112, 24
     theta = np.linspace(-np.pi, np.pi, n_cols, endpoint=False)
     ph_h = smooth_periodic(_hairline(theta), 3)
     u = np.linspace(0.0, 1.0, n_rows)
@@ -521,6 +542,8 @@ def _hair(style: HeadStyle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     front = np.exp(-((th / 0.9) ** 2))
     thick = 0.0075 + 0.0075 * np.exp(-((tt - 0.35) / 0.35) ** 2) * (0.6 + 0.4 * front)
     thick += 0.0035 * np.exp(-(((th - 0.5) / 0.5) ** 2)) * np.exp(-((tt - 0.5) / 0.3) ** 2)  # part volume
+    # locks: soft ridges running from the crown to the edge, swept slightly sideways
+    thick += 0.0014 * np.sin(th * 16.0 + 3.0 * tt) * smoothstep(0.15, 0.5, tt)
     edge = smoothstep(1.0, 0.93, tt)
     off = thick * np.sqrt(edge) - 0.0015 * (1.0 - edge)
     pos = surf + nrm * off[:, None]
@@ -653,7 +676,10 @@ def _expression_deltas(info: _PartInfo) -> dict[str, np.ndarray]:
     out["jawForward"] = np.array([0.0, 0.0, 0.0055]) * info.jaw[:, None]
     out["jawLeft"] = np.array([0.0065, 0.0, 0.0]) * info.jaw[:, None]
     out["jawRight"] = np.array([-0.0065, 0.0, 0.0]) * info.jaw[:, None]
-    ul, ll = info.upper_lip[:, None], info.lower_lip[:, None]
+    # Fields that move the upper and lower lip apart fade to zero at the mouth corners,
+    # where both lips share vertices (else the corners would split open).
+    corners_shut = np.sqrt(np.clip(1.0 - (x / 0.0215) ** 2, 0.0, 1.0))
+    ul, ll = info.upper_lip[:, None] * corners_shut, info.lower_lip[:, None] * corners_shut
     out["mouthClose"] = (-0.72 * jaw_rot * ll + 0.28 * jaw_rot * ul) * f
     corner = np.array([0.0218, MOUTH_Y + 0.0025, MOUTH_Z - 0.0085])
     mouth_c = np.array([0.0, MOUTH_Y, MOUTH_Z])
@@ -683,9 +709,9 @@ def _expression_deltas(info: _PartInfo) -> dict[str, np.ndarray]:
     out["mouthLeft"] = lips_region * [0.0062, 0.0, -0.0008]
     out["mouthRight"] = lips_region * [-0.0062, 0.0, -0.0008]
     open_w = _gauss(p, mouth_c, (0.014, 0.02, 0.03))[:, None] * f
-    out["mouthFunnel"] = lips_region * [0.0, 0.0, 0.0060] - lips_region * mouth_side * [0.0050, 0, 0] \
-        + open_w * (ul * [0, 0.0030, 0.0] + ll * [0, -0.0042, 0.0])
-    out["mouthPucker"] = lips_region * [0.0, 0.0, 0.0075] - lips_region * mouth_side * [0.0075, 0, 0]
+    out["mouthFunnel"] = lips_region * [0.0, 0.0, 0.0065] - lips_region * mouth_side * [0.0085, 0, 0] \
+        + open_w * (ul * [0, 0.0032, 0.0015] + ll * [0, -0.0045, 0.0015])
+    out["mouthPucker"] = lips_region * [0.0, 0.0, 0.0080] - lips_region * mouth_side * [0.0095, 0, 0]
     out["mouthRollLower"] = ll * lips_region * [0.0, 0.0018, -0.0032]
     out["mouthRollUpper"] = ul * lips_region * [0.0, -0.0016, -0.0030]
     chin = _gauss(p, (0.0, -0.092, 0.070), (0.02, 0.015, 0.02))[:, None] * f
@@ -914,7 +940,7 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     jidx = {n: i for i, n in enumerate(joint_names)}
 
     # morph targets
-    names_order = [n for n in _target_order()]
+    names_order = [n for n in BLENDSHAPE_NAMES if not n.startswith("eyeLook")]  # gaze joints do those
     out_prims = []
     for prim, info, joint in prims:
         deltas = _expression_deltas(info)
@@ -958,7 +984,6 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
     first = {"hair": 0, "skin": 1}
     out_prims.sort(key=lambda q: first.get(q.name, 2))
 
-    lo = np.array([0.0, -0.035, 0.0])
     mesh = AvatarMesh(
         name="default head",
         primitives=out_prims,
@@ -967,16 +992,10 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
         neck_joint="neck",
         neck_share=0.3,
         gaze_joints=("eye_L", "eye_R"),
-        view_center=lo.astype(np.float32),
+        view_center=np.array([0.0, -0.035, 0.0], np.float32),  # head and neck centred
         view_height_m=0.40,
     )
     mesh.validate()
     logger.info("default head built in %.0f ms: %d vertices, %d triangles, %d morph targets",
                 (time.perf_counter() - t0) * 1e3, mesh.num_vertices, mesh.num_triangles, len(mesh.target_names))
     return mesh
-
-
-def _target_order() -> list[str]:
-    from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
-
-    return [n for n in BLENDSHAPE_NAMES if not n.startswith("eyeLook")]

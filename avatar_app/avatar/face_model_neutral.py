@@ -22,8 +22,8 @@ Steps (all deterministic):
    "Variation and extrema of human interpupillary distance", SPIE 5291, 2004).
    Origin: the midpoint of landmarks 234 and 454 (the mesh rim in front of the
    ears).
-5. Irises: circles of the measured mean radius centred on the measured
-   centres, facing +z (gaze straight ahead).
+5. Irises: circles of the measured horizontal radius centred on the
+   measured centres, facing +z (gaze straight ahead).
 6. Neutral mouth: the astronaut smiles with parted lips (10 mm gap, corners
    6.5 mm above the lip line, mouth 63 mm wide). The lips are closed onto one
    lip line through the midpoint of the stomion landmarks (13, 14), the lip
@@ -42,7 +42,7 @@ import logging
 import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
-from avatar_app.avatar.face_model_fields import MeshFields, smoothstep
+from avatar_app.avatar.face_model_fields import MeshFields
 from avatar_app.core.errors import ModelLoadError, NoFaceError
 
 logger = logging.getLogger(__name__)
@@ -155,9 +155,15 @@ def symmetrise(points: np.ndarray, mirror: np.ndarray) -> np.ndarray:
 
 
 def _regular_irises(p: np.ndarray) -> np.ndarray:
-    """Replace the measured iris contours by circles facing +z of the measured mean radius."""
+    """Replace the measured iris contours by circles facing +z.
+
+    The radius is the mean horizontal one (points +x and -x of each iris):
+    MediaPipe's vertical iris points sit closer to the centre (the lids cover
+    the top and bottom of the iris), its horizontal ones give the usual adult
+    iris diameter of about 12 mm.
+    """
     out = p.copy()
-    radii = [np.linalg.norm(p[c + 1:c + 5] - p[c], axis=1).mean() for c in (468, 473)]
+    radii = [np.linalg.norm(p[[c + 1, c + 3]] - p[c], axis=1).mean() for c in (468, 473)]
     r = float(np.mean(radii))
     ring = np.array([[r, 0, 0], [0, r, 0], [-r, 0, 0], [0, -r, 0]])
     for c in (468, 473):
@@ -246,6 +252,3 @@ def build_neutral(triangles: np.ndarray, image_rgb: np.ndarray | None = None
                 scale, 1000 * (neutral[291, 0] - neutral[61, 0]))
     return neutral, mirror, sym
 
-
-__all__ = ["build_neutral", "frontalise", "measure_landmarks", "neutralise_mouth", "photo_rgb",
-           "symmetrise", "smoothstep"]

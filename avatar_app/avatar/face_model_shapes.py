@@ -13,7 +13,7 @@ Shapes ending in Right are exact mirror images of their Left partners;
 unsided shapes are exactly symmetric.
 
 Magnitudes at weight 1 are human (full blink closes the eye, jawOpen drops
-the chin about 27 mm); ``docs/face_model.md`` tabulates them with the
+the chin about 25 mm); ``docs/face_model.md`` tabulates them with the
 expected landmark motions that ``tests/test_face_model_shapes.py`` checks.
 """
 from __future__ import annotations
@@ -44,14 +44,28 @@ JAW_HINGE_DEPTH_M = 0.015
 JAW_HINGE_DROP_M = 0.010
 """The hinge axis (x) runs this far behind and below the mesh rim in front of the ears
 (landmarks 234/454): near the mandibular condyles. With the glide above, full jawOpen moves
-the chin about 25 mm down and 16 mm back, the lower lip about 35 mm down."""
+the chin about 25 mm down and 16 mm back and parts the lips about 31 mm."""
 
 
 CORNERS = frozenset(topo.MOUTH_CORNER_ROW_LEFT + topo.MOUTH_CORNER_ROW_RIGHT)
 
 
-class _Builder:
-    """Shared geometry of one neutral shape for the shape functions below."""
+class ShapeBuilder:
+    """Shared geometry of one neutral shape for the shape and identity functions.
+
+    Args:
+        neutral: (478, 3) float metres, model frame, mirror-symmetric.
+        triangles: (F, 3) int mesh triangles.
+        mirror: (478,) int mirror map.
+
+    Attributes:
+        p: (478, 3) float64 neutral positions; mesh: its first 468 rows.
+        f: :class:`MeshFields` of the mesh.
+        normals: (468, 3) unit vertex normals.
+        upper_lip, lower_lip: vertex sets of the two lips (:func:`lip_regions`).
+        lip_depth: (468,) 0 on the inner lip line, 1 on the outer vermilion border.
+        jaw_weight: (468,) 1 on the jaw, 0 above the mouth.
+    """
 
     def __init__(self, neutral: np.ndarray, triangles: np.ndarray, mirror: np.ndarray):
         self.p = np.asarray(neutral, np.float64)
@@ -74,6 +88,7 @@ class _Builder:
 
     # ------------------------------------------------------------------ helpers
     def zeros(self) -> np.ndarray:
+        """(478, 3) float64 zeros: an empty offset field."""
         return np.zeros((topo.NUM_POINTS, 3))
 
     def spread(self, handles: dict[int, np.ndarray], radius_mm: float, pinned=()) -> np.ndarray:
@@ -178,7 +193,7 @@ def lip_regions(triangles: np.ndarray) -> tuple[set[int], set[int]]:
 
 # ====================================================================== eyes (subject's left)
 
-def _eye_lids(b: _Builder, up_mm, low_mm, radius_mm=14.0, extra=None) -> np.ndarray:
+def _eye_lids(b: ShapeBuilder, up_mm, low_mm, radius_mm=14.0, extra=None) -> np.ndarray:
     """Lid motion of the left eye: per-lid offsets (mm) scaled by the lid profile."""
     up, low = topo.LEFT_EYE_UPPER_LID, topo.LEFT_EYE_LOWER_LID
     pu, pl = b.eye_profile(up), b.eye_profile(low)
@@ -193,7 +208,7 @@ def _eye_lids(b: _Builder, up_mm, low_mm, radius_mm=14.0, extra=None) -> np.ndar
     return b.spread(h, radius_mm, pinned=pinned)
 
 
-def eye_blink_left(b: _Builder) -> np.ndarray:
+def eye_blink_left(b: ShapeBuilder) -> np.ndarray:
     """Upper lid down to meet the slightly raised lower lid (aperture -> 0)."""
     up, low = topo.LEFT_EYE_UPPER_LID, topo.LEFT_EYE_LOWER_LID
     h = {}
@@ -206,18 +221,18 @@ def eye_blink_left(b: _Builder) -> np.ndarray:
     return b.spread(h, 16.0, pinned=topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER)
 
 
-def eye_wide_left(b: _Builder) -> np.ndarray:
+def eye_wide_left(b: ShapeBuilder) -> np.ndarray:
     """Upper lid raised 3 mm, lower lid lowered 0.8 mm."""
     return _eye_lids(b, (0, 3.0, -0.3), (0, -0.8, 0))
 
 
-def eye_squint_left(b: _Builder) -> np.ndarray:
+def eye_squint_left(b: ShapeBuilder) -> np.ndarray:
     """Lower lid up 2.8 mm, upper lid down 1 mm, lateral corner drawn in (orbicularis)."""
     return _eye_lids(b, (0, -1.0, 0), (0, 2.8, 0.5), radius_mm=18.0,
                      extra={263: np.array([-0.8, 0.3, 0.0])})
 
 
-def _rotate_iris(b: _Builder, center: int, axis: str, angle: float) -> np.ndarray:
+def _rotate_iris(b: ShapeBuilder, center: int, axis: str, angle: float) -> np.ndarray:
     """Offsets of one iris's 5 points rotated about the eyeball centre."""
     pts = b.p[center:center + 5]
     eye = b.p[center] - np.array([0.0, 0.0, EYEBALL_DEPTH_M])
@@ -229,7 +244,7 @@ def _rotate_iris(b: _Builder, center: int, axis: str, angle: float) -> np.ndarra
     return (pts - eye) @ rot.T + eye - pts
 
 
-def eye_look_left(b: _Builder, direction: str) -> np.ndarray:
+def eye_look_left(b: ShapeBuilder, direction: str) -> np.ndarray:
     """Left eye turned Up/Down/In (toward the nose, -x)/Out (+x); lids follow a little."""
     ang = GAZE_RAD[direction]
     if direction == "Up":
@@ -250,7 +265,7 @@ def eye_look_left(b: _Builder, direction: str) -> np.ndarray:
 
 # ====================================================================== brows
 
-def _brow_t(b: _Builder, pts) -> np.ndarray:
+def _brow_t(b: ShapeBuilder, pts) -> np.ndarray:
     """0 at the outer end of the left brow, 1 at the inner end."""
     x = b.p[list(pts), 0]
     xs = b.p[list(topo.LEFT_BROW_UPPER), 0]
@@ -262,7 +277,7 @@ def _brow_pinned() -> tuple[int, ...]:
             + topo.RIGHT_EYE_UPPER_LID + topo.RIGHT_EYE_LOWER_LID)
 
 
-def brow_down_left(b: _Builder) -> np.ndarray:
+def brow_down_left(b: ShapeBuilder) -> np.ndarray:
     """Left brow lowered (outer part 5 mm, inner 4 mm) and drawn toward the nose."""
     pts = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER
     t = _brow_t(b, pts)
@@ -270,7 +285,7 @@ def brow_down_left(b: _Builder) -> np.ndarray:
     return b.spread(h, 25.0, pinned=_brow_pinned())
 
 
-def brow_outer_up_left(b: _Builder) -> np.ndarray:
+def brow_outer_up_left(b: ShapeBuilder) -> np.ndarray:
     """Outer part of the left brow raised 6.5 mm, the inner end 0.5 mm."""
     pts = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER
     t = _brow_t(b, pts)
@@ -278,7 +293,7 @@ def brow_outer_up_left(b: _Builder) -> np.ndarray:
     return b.spread(h, 30.0, pinned=_brow_pinned())
 
 
-def brow_inner_up(b: _Builder) -> np.ndarray:
+def brow_inner_up(b: ShapeBuilder) -> np.ndarray:
     """Inner ends of both brows raised 8 mm (the outer ends 1 mm)."""
     pts = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER
     t = _brow_t(b, pts)
@@ -289,7 +304,7 @@ def brow_inner_up(b: _Builder) -> np.ndarray:
 
 # ====================================================================== cheeks and nose
 
-def cheek_puff(b: _Builder) -> np.ndarray:
+def cheek_puff(b: ShapeBuilder) -> np.ndarray:
     """Both cheeks pushed out 7 mm along the surface normal; lips forward 1.5 mm."""
     h = {}
     for sign in (1, -1):
@@ -302,7 +317,7 @@ def cheek_puff(b: _Builder) -> np.ndarray:
     return b.spread(h, 30.0)
 
 
-def cheek_squint_left(b: _Builder) -> np.ndarray:
+def cheek_squint_left(b: ShapeBuilder) -> np.ndarray:
     """Left cheek below the eye raised 3 mm (and forward 1 mm); lower lid up 1 mm."""
     c = b.nearest((36.0, 8.0, 60.0))
     idx, w = b.patch(c, 14.0)
@@ -315,7 +330,7 @@ def cheek_squint_left(b: _Builder) -> np.ndarray:
     return b.spread(h, 30.0)
 
 
-def nose_sneer_left(b: _Builder) -> np.ndarray:
+def nose_sneer_left(b: ShapeBuilder) -> np.ndarray:
     """Left nose wing raised 3.5 mm (slightly in and back); the upper lip beside it 1 mm."""
     wing = b.nearest(0.5 * (b.p[topo.NOSE_WING_LEFT] + b.p[topo.NOSTRIL_LEFT]) / MM)
     idx, w = b.patch(wing, 9.0)
@@ -328,24 +343,24 @@ def nose_sneer_left(b: _Builder) -> np.ndarray:
 
 # ====================================================================== jaw
 
-def jaw_open(b: _Builder) -> np.ndarray:
+def jaw_open(b: ShapeBuilder) -> np.ndarray:
     """Jaw rotated down about the hinge with the condyle's glide; corners drawn in 2 mm."""
     out = b.jaw_motion(JAW_OPEN_RAD, JAW_OPEN_GLIDE_M)
     corners = {v: np.array([-2.0 * np.sign(b.p[v, 0]), 0.0, 0.0]) for v in CORNERS}
     return out + b.spread(corners, 18.0, pinned=sorted(b.upper_lip | b.lower_lip))
 
 
-def jaw_forward(b: _Builder) -> np.ndarray:
+def jaw_forward(b: ShapeBuilder) -> np.ndarray:
     """Lower jaw pushed 8 mm forward."""
     return b.jaw_motion(0.0, (0.0, -0.5 * MM, 8.0 * MM))
 
 
-def jaw_left(b: _Builder) -> np.ndarray:
+def jaw_left(b: ShapeBuilder) -> np.ndarray:
     """Lower jaw shifted 9 mm to the subject's left (+x)."""
     return b.jaw_motion(0.0, (9.0 * MM, 0.0, 0.0))
 
 
-def mouth_close(b: _Builder, jaw_open_shape: np.ndarray) -> np.ndarray:
+def mouth_close(b: ShapeBuilder, jaw_open_shape: np.ndarray) -> np.ndarray:
     """Lips brought together whatever the jaw does: with jawOpen at 1 they close.
 
     With jawOpen = mouthClose = 1 every lip point sits at a quarter of the full
@@ -358,15 +373,23 @@ def mouth_close(b: _Builder, jaw_open_shape: np.ndarray) -> np.ndarray:
 
 # ====================================================================== mouth
 
-def _lip_handles(b: _Builder, fn) -> dict[int, np.ndarray]:
-    """Handles for every lip vertex: ``fn(v, x, depth, is_upper)`` -> offset in mm."""
+def lip_handles(b: ShapeBuilder, fn) -> dict[int, np.ndarray]:
+    """Handles for every lip vertex and the corner rows.
+
+    Args:
+        b: the builder.
+        fn: ``fn(vertex, x_m, lip_depth, is_upper_lip) -> (3,)`` offset in millimetres.
+
+    Returns:
+        ``{vertex: offset_mm}``.
+    """
     h = {}
     for v in b.lips():
         h[v] = np.asarray(fn(v, b.p[v, 0], b.lip_depth[v], v in b.upper_lip), np.float64)
     return h
 
 
-def mouth_funnel(b: _Builder) -> np.ndarray:
+def mouth_funnel(b: ShapeBuilder) -> np.ndarray:
     """Lips pushed forward into an open, rounded funnel; corners drawn in 5 mm."""
     def fn(v, x, depth, upper):
         prof = b.lip_profile(x)
@@ -375,39 +398,39 @@ def mouth_funnel(b: _Builder) -> np.ndarray:
         if v in CORNERS:
             dy = 0.0
         return (-5.0 * x / b.corner_x, dy, 4.0 + 1.5 * prof)
-    return b.spread(_lip_handles(b, fn), 20.0)
+    return b.spread(lip_handles(b, fn), 20.0)
 
 
-def mouth_pucker(b: _Builder) -> np.ndarray:
+def mouth_pucker(b: ShapeBuilder) -> np.ndarray:
     """Closed lips pushed forward 6 mm and drawn together: corners in 8 mm."""
     def fn(v, x, depth, upper):
         prof = b.lip_profile(x)
         sign = -1.0 if upper else 1.0
         return (-8.0 * x / b.corner_x, sign * 0.6 * depth * prof, 4.5 + 1.5 * prof)
-    return b.spread(_lip_handles(b, fn), 22.0)
+    return b.spread(lip_handles(b, fn), 22.0)
 
 
-def mouth_left(b: _Builder) -> np.ndarray:
+def mouth_left(b: ShapeBuilder) -> np.ndarray:
     """Both lips moved 9 mm to the subject's left, wrapping round the face."""
     def fn(v, x, depth, upper):
         return (9.0, 0.0, -2.0 * x / b.corner_x)
-    return b.spread(_lip_handles(b, fn), 25.0)
+    return b.spread(lip_handles(b, fn), 25.0)
 
 
-def _corner_shape(b: _Builder, corner_mm, radius_mm, extra=None) -> np.ndarray:
+def _corner_shape(b: ShapeBuilder, corner_mm, radius_mm, extra=None) -> np.ndarray:
     """The subject's left mouth corner moved by ``corner_mm``; lip points follow by their share."""
     d = np.asarray(corner_mm, np.float64)
 
     def fn(v, x, depth, upper):
         return d * b.corner_share(x)
-    h = _lip_handles(b, fn)
+    h = lip_handles(b, fn)
     if extra:
         for k, v in extra.items():
             h[k] = h.get(k, 0) + np.asarray(v)
     return b.spread(h, radius_mm)
 
 
-def mouth_smile_left(b: _Builder) -> np.ndarray:
+def mouth_smile_left(b: ShapeBuilder) -> np.ndarray:
     """Left corner up 8 mm, out 6 mm, back 3 mm; the cheek beside it rises 3 mm."""
     cheek = b.nearest((38.0, -14.0, 62.0))
     idx, w = b.patch(cheek, 12.0)
@@ -415,22 +438,22 @@ def mouth_smile_left(b: _Builder) -> np.ndarray:
     return _corner_shape(b, (6.0, 8.0, -3.0), 32.0, extra)
 
 
-def mouth_frown_left(b: _Builder) -> np.ndarray:
+def mouth_frown_left(b: ShapeBuilder) -> np.ndarray:
     """Left corner down 6 mm (1 mm out)."""
     return _corner_shape(b, (1.0, -6.0, 0.0), 25.0)
 
 
-def mouth_dimple_left(b: _Builder) -> np.ndarray:
+def mouth_dimple_left(b: ShapeBuilder) -> np.ndarray:
     """Left corner pulled back 5 mm and out 3 mm."""
     return _corner_shape(b, (3.0, 0.5, -5.0), 22.0)
 
 
-def mouth_stretch_left(b: _Builder) -> np.ndarray:
+def mouth_stretch_left(b: ShapeBuilder) -> np.ndarray:
     """Left corner pulled out 6 mm and down 4 mm."""
     return _corner_shape(b, (6.0, -4.0, -1.0), 28.0)
 
 
-def mouth_roll(b: _Builder, upper: bool) -> np.ndarray:
+def mouth_roll(b: ShapeBuilder, upper: bool) -> np.ndarray:
     """One lip rolled in over the teeth: its outer border moves toward the inner line and back."""
     region = b.upper_lip if upper else b.lower_lip
     other = b.lower_lip if upper else b.upper_lip
@@ -441,11 +464,11 @@ def mouth_roll(b: _Builder, upper: bool) -> np.ndarray:
             return (0.0, 0.0, 0.0)
         prof = b.lip_profile(x)
         return (0.0, sign * (0.3 + 3.2 * depth) * prof, -(2.0 + 2.0 * depth) * prof)
-    h = {k: v for k, v in _lip_handles(b, fn).items() if k in region or k in CORNERS}
+    h = {k: v for k, v in lip_handles(b, fn).items() if k in region or k in CORNERS}
     return b.spread(h, 15.0, pinned=sorted(other))
 
 
-def mouth_shrug_lower(b: _Builder) -> np.ndarray:
+def mouth_shrug_lower(b: ShapeBuilder) -> np.ndarray:
     """Lower lip pushed up 2.5 mm and out 3 mm by the chin (the upper lip rides up 2 mm)."""
     chin = b.nearest(b.p[200] / MM)
     idx, w = b.patch(chin, 18.0)
@@ -456,58 +479,58 @@ def mouth_shrug_lower(b: _Builder) -> np.ndarray:
         if upper:
             return (0.0, (2.5 - 1.3 * depth) * prof, 0.5 * prof)
         return (0.0, 2.5 * prof, 3.0 * prof)
-    h.update(_lip_handles(b, fn))
+    h.update(lip_handles(b, fn))
     return b.spread(h, 25.0)
 
 
-def mouth_shrug_upper(b: _Builder) -> np.ndarray:
+def mouth_shrug_upper(b: ShapeBuilder) -> np.ndarray:
     """Upper lip pushed up 2.5 mm and out 2.5 mm."""
     def fn(v, x, depth, upper):
         prof = b.lip_profile(x)
         if not upper:
             return (0.0, 0.0, 0.0)
         return (0.0, 2.5 * prof, (2.0 + 1.0 * depth) * prof)
-    return b.spread(_lip_handles(b, fn), 18.0)
+    return b.spread(lip_handles(b, fn), 18.0)
 
 
-def mouth_press_left(b: _Builder) -> np.ndarray:
+def mouth_press_left(b: ShapeBuilder) -> np.ndarray:
     """Left half of the lips pressed together: lower border up 2.5 mm, upper border down 1.5 mm."""
     def fn(v, x, depth, upper):
         s = b.left_side(x) * b.lip_profile(0.6 * x)
         if upper:
             return (0.0, -(0.2 + 1.3 * depth) * s, -0.5 * s)
         return (0.0, (0.5 + 2.0 * depth) * s, -0.5 * s)
-    return b.spread(_lip_handles(b, fn), 15.0)
+    return b.spread(lip_handles(b, fn), 15.0)
 
 
-def mouth_lower_down_left(b: _Builder) -> np.ndarray:
+def mouth_lower_down_left(b: ShapeBuilder) -> np.ndarray:
     """Left half of the lower lip pulled down 6 mm (and out 1 mm); the upper lip stays."""
     def fn(v, x, depth, upper):
         if upper:
             return (0.0, 0.0, 0.0)
         s = b.left_side(x) * b.lip_profile(0.8 * x)
         return (0.0, -6.0 * s, 1.0 * s)
-    return b.spread(_lip_handles(b, fn), 18.0)
+    return b.spread(lip_handles(b, fn), 18.0)
 
 
-def mouth_upper_up_left(b: _Builder) -> np.ndarray:
+def mouth_upper_up_left(b: ShapeBuilder) -> np.ndarray:
     """Left half of the upper lip raised 5 mm; the lower lip stays."""
     def fn(v, x, depth, upper):
         if not upper:
             return (0.0, 0.0, 0.0)
         s = b.left_side(x) * b.lip_profile(0.8 * x)
         return (0.0, 5.0 * s, 0.5 * s)
-    return b.spread(_lip_handles(b, fn), 18.0)
+    return b.spread(lip_handles(b, fn), 18.0)
 
 
-def tongue_out(b: _Builder) -> np.ndarray:
+def tongue_out(b: ShapeBuilder) -> np.ndarray:
     """The tongue has no landmark: only the lower lip is pushed down 2 mm and out 2.5 mm."""
     def fn(v, x, depth, upper):
         if upper or v in CORNERS:
             return (0.0, 0.0, 0.0)
         prof = b.lip_profile(x)
         return (0.0, -2.0 * prof, 2.5 * prof)
-    return b.spread(_lip_handles(b, fn), 12.0)
+    return b.spread(lip_handles(b, fn), 12.0)
 
 
 # ====================================================================== all 52
@@ -523,7 +546,7 @@ def build_blendshapes(neutral: np.ndarray, triangles: np.ndarray, mirror: np.nda
     Returns:
         (52, 478, 3) float64 offsets in metres at weight 1, ARKit order.
     """
-    b = _Builder(neutral, triangles, mirror)
+    b = ShapeBuilder(neutral, triangles, mirror)
     flip = np.array([-1.0, 1.0, 1.0])
 
     def mirrored(shape: np.ndarray) -> np.ndarray:

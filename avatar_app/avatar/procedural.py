@@ -64,13 +64,6 @@ def sd_round_cone(p: np.ndarray, a, b, ra: float, rb: float) -> np.ndarray:
     return out
 
 
-def sd_torus_y(p: np.ndarray, center, major: float, minor: float) -> np.ndarray:
-    """Exact distance to a torus around the +Y axis through ``center``."""
-    q = p - np.asarray(center)
-    xz = np.hypot(q[:, 0], q[:, 2]) - major
-    return np.hypot(xz, q[:, 1]) - minor
-
-
 def smin(a: np.ndarray, b: np.ndarray, k: float) -> np.ndarray:
     """Polynomial smooth minimum (union) with blend radius ``k`` metres (Quilez)."""
     h = np.clip(0.5 + 0.5 * (b - a) / k, 0.0, 1.0)

@@ -336,8 +336,8 @@ class Renderer:
         self._map = np.zeros((NUM_BLENDSHAPES, 0), np.float32)
         self._msaa_fbo: moderngl.Framebuffer | None = None
         self._resolve_fbo: moderngl.Framebuffer | None = None
-        self._fb_cache: dict[int, moderngl.Framebuffer] = {}
         self.fovy_deg = float(fovy_deg)
+        self._camera_key: tuple | None = None
         #: Number of morph targets with a non-zero weight in the last frame.
         self.last_active_targets = 0
         #: Number of (vertex, target) deltas of the current avatar.
@@ -477,6 +477,7 @@ class Renderer:
             for i in order
         ]
         self._refresh_uniforms()
+        self._camera_key = None
         self.morph_entries = count
         self._avatar = mesh
         self._map = mesh.mapping_matrix()
@@ -656,6 +657,10 @@ class Renderer:
         return np.c_[(ndc[:, 0] + 1.0) * 0.5 * width, (1.0 - ndc[:, 1]) * 0.5 * height]
 
     def _update_camera(self, width: int, height: int, flip_y: bool) -> None:
+        key = (width, height, flip_y, self.fovy_deg, id(self._avatar))
+        if key == self._camera_key:
+            return
+        self._camera_key = key
         view, proj = self.camera(width, height)
         if flip_y:
             proj = np.diag([1.0, -1.0, 1.0, 1.0]) @ proj
@@ -691,12 +696,8 @@ class Renderer:
             pr.write(name, array)
 
     def _current_framebuffer(self) -> moderngl.Framebuffer:
-        fb = self.ctx.detect_framebuffer()
-        cached = self._fb_cache.get(fb.glo)
-        if cached is not None and cached.size == fb.size:
-            return cached
-        self._fb_cache[fb.glo] = fb
-        return fb
+        # A QOpenGLWidget binds its own framebuffer object before paintGL.
+        return self.ctx.detect_framebuffer()
 
     def _ensure_msaa(self, width: int, height: int) -> moderngl.Framebuffer:
         if self._msaa_fbo is not None and self._msaa_fbo.size == (width, height):

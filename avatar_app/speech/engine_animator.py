@@ -200,6 +200,56 @@ class EngineSpeechAnimator:
         self._weights = raw * np.float32(self._gain)
 
 
+def infer_features(slot, feats: np.ndarray, receptive_field: int, max_t: int = 300,
+                   max_b: int = 16) -> np.ndarray:
+    """Ungated engine output for every frame of a whole track, inside the engine's profile.
+
+    The track is cut into windows of at most ``max_t`` frames that overlap by
+    ``receptive_field - 1`` frames (the causal context; digital silence before
+    the start), batched by at most ``max_b``; each frame's output comes from a
+    window that holds its full receptive field, so the result equals one call
+    over the whole sequence.
+
+    Args:
+        slot: an open EngineSlot (or any object with ``infer(feeds)``).
+        feats: (F, 64) float32 log-mel of the track (:func:`~avatar_app.speech.mel.log_mel`).
+        receptive_field: the model's receptive field, frames.
+        max_t, max_b: the profile's largest T and B.
+
+    Returns:
+        (F, 52) float32 weights; row k stands for ``(k + 1) * 10 ms - look-ahead``.
+
+    Raises:
+        InputError: ``feats`` is not (F, 64) or the profile is too small for the context.
+    """
+    from avatar_app.speech.mel import SILENCE_VALUE
+
+    f = np.asarray(feats, np.float32)
+    if f.ndim != 2 or f.shape[1] != N_MELS:
+        raise InputError(f"features must have shape (F, {N_MELS}); got {f.shape}")
+    ctx = receptive_field - 1
+    step = max_t - ctx
+    if step < 1:
+        raise InputError(f"profile T max {max_t} cannot hold the receptive field {receptive_field}")
+    n = len(f)
+    out = np.zeros((n, NUM_BLENDSHAPES), np.float32)
+    if n == 0:
+        return out
+    padded = np.concatenate([np.full((ctx, N_MELS), SILENCE_VALUE, np.float32), f])
+    starts = list(range(0, n, step))
+    t_win = min(max_t, max(10, ctx + min(step, n)))
+    wins = np.full((len(starts), t_win, N_MELS), SILENCE_VALUE, np.float32)
+    for i, s in enumerate(starts):
+        seg = padded[s: s + t_win]
+        wins[i, : len(seg)] = seg
+    for b in range(0, len(starts), max_b):
+        y = slot.infer({"features": wins[b: b + max_b]})["blendshapes"]
+        for j, s in enumerate(starts[b: b + max_b]):
+            m = min(step, n - s)
+            out[s: s + m] = y[j, ctx: ctx + m]
+    return out
+
+
 def create_speech_animator(model_path: str | Path | None = None, manager=None, **kwargs):
     """The learned animator when its model loads, else the loudness solver (logged).
 

@@ -1,10 +1,28 @@
-"""Start the Qt application and the main window."""
+"""Start the Qt application and the studio window.
+
+Environment hook for packaging tests: when ``AVATAR_APP_SCREENSHOT=<path>`` is
+set, :func:`run_window` saves a PNG screenshot of the whole window to ``path``
+once the viewport has presented :data:`SCREENSHOT_FRAMES` frames from the
+source, then quits with exit status 0. If that many frames do not arrive
+within :data:`SCREENSHOT_TIMEOUT_S` seconds it saves what the window shows and
+quits with status 3 (the message names how many frames came). Message boxes are
+suppressed in that mode so that nothing covers the window.
+"""
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from pathlib import Path
 
 from avatar_app.ui.qt_env import fix_qt_plugin_path, set_default_gl_format
+
+log = logging.getLogger(__name__)
+
+#: Frames presented before the AVATAR_APP_SCREENSHOT hook saves its picture.
+SCREENSHOT_FRAMES = 30
+#: Seconds the hook waits for those frames.
+SCREENSHOT_TIMEOUT_S = 120.0
 
 
 def create_app():
@@ -21,11 +39,59 @@ def create_app():
     return app
 
 
+def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
+                            timeout_s: float = SCREENSHOT_TIMEOUT_S) -> None:
+    """Save ``win`` to ``path`` after ``frames`` frames with a source state, then quit the app.
+
+    Args:
+        win: the MainWindow.
+        path: PNG to write (folders are created).
+        frames: frames from the pipeline presented first.
+        timeout_s: give up waiting after this many seconds (exit status 3).
+    """
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    path = Path(path)
+    count = {"n": 0, "done": False}
+
+    def save_and_quit(status: int) -> None:
+        if count["done"]:
+            return
+        count["done"] = True
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ok = win.grab().save(str(path))
+        if not ok:
+            log.error("could not write the screenshot %s", path)
+            status = status or 4
+        elif status:
+            log.error("only %d of %d frames were presented in %.0f s; screenshot saved to %s anyway",
+                      count["n"], frames, timeout_s, path)
+        win.close()
+        QApplication.instance().exit(status)
+
+    def on_presented(state, _t) -> None:
+        if state is not None and state.stamps:
+            count["n"] += 1
+            if count["n"] == frames:
+                QTimer.singleShot(0, lambda: save_and_quit(0))
+
+    win.viewport.frame_presented.connect(on_presented)
+    QTimer.singleShot(int(timeout_s * 1000), lambda: save_and_quit(3))
+
+
 def run_window(source: Path | None = None, camera: int | None = None) -> int:
-    """Open the main window and run the event loop. Returns the exit status."""
+    """Open the studio window and run the event loop. Returns the exit status.
+
+    With ``AVATAR_APP_SCREENSHOT=<path>`` in the environment, the window saves a
+    screenshot after the first ~30 presented frames and quits (see the module doc).
+    """
     app = create_app()
     from avatar_app.ui.main_window import MainWindow
 
     win = MainWindow(source=source, camera=camera)
+    shot = os.environ.get("AVATAR_APP_SCREENSHOT")
+    if shot:
+        install_screenshot_hook(win, Path(shot))
     win.show()
     return app.exec()

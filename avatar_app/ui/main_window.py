@@ -199,26 +199,29 @@ class MainWindow(QMainWindow):
         left = Qt.DockWidgetArea.LeftDockWidgetArea
         right = Qt.DockWidgetArea.RightDockWidgetArea
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
-        self.panels = {"sources": self.sources_panel, "engines": self.engines_panel,
-                       "calibration": self.calibration_panel, "tracking": self.tracking_panel,
-                       "expressions": self.expressions_panel, "avatar": self.avatar_panel,
-                       "output": self.output_panel, "latency": self.latency_panel}
-        titles = {"sources": "Sources", "engines": "Engines", "calibration": "Calibration",
-                  "tracking": "Tracking", "expressions": "Expressions", "avatar": "Avatar",
-                  "output": "Output", "latency": "Latency"}
-        areas = {"sources": left, "latency": bottom}
+        self.setCorner(Qt.Corner.BottomLeftCorner, left)
+        self.setCorner(Qt.Corner.BottomRightCorner, right)
+        self.panels = {"preview": self.sources_panel.preview_panel, "sources": self.sources_panel,
+                       "engines": self.engines_panel, "calibration": self.calibration_panel,
+                       "tracking": self.tracking_panel, "expressions": self.expressions_panel,
+                       "avatar": self.avatar_panel, "output": self.output_panel, "latency": self.latency_panel}
+        titles = {"preview": "Camera preview", "sources": "Sources", "engines": "Engines",
+                  "calibration": "Calibration", "tracking": "Tracking", "expressions": "Expressions",
+                  "avatar": "Avatar", "output": "Output", "latency": "Latency"}
+        areas = {"preview": left, "sources": left, "engines": left, "calibration": left, "latency": bottom}
         for key, panel in self.panels.items():
             dock = QDockWidget(titles[key], self)
             dock.setObjectName(f"{key}_dock")
-            dock.setWidget(panel.scroll_wrapped() if hasattr(panel, "scroll_wrapped") else panel)
+            dock.setWidget(panel if key in ("preview", "latency") else panel.scroll_wrapped())
             self.addDockWidget(areas.get(key, right), dock)
             self.docks[key] = dock
-        tabbed = ["engines", "calibration", "tracking", "expressions", "avatar", "output"]
-        for key in tabbed[1:]:
-            self.tabifyDockWidget(self.docks[tabbed[0]], self.docks[key])
-        self.docks["tracking"].raise_()
-        self.resizeDocks([self.docks["sources"], self.docks["engines"]], [330, 400], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["latency"]], [210], Qt.Orientation.Vertical)
+        for group in (("sources", "engines", "calibration"), ("tracking", "expressions", "avatar", "output")):
+            for key in group[1:]:
+                self.tabifyDockWidget(self.docks[group[0]], self.docks[key])
+            self.docks[group[0]].raise_()
+        self.resizeDocks([self.docks["sources"], self.docks["tracking"]], [350, 420], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["preview"], self.docks["sources"]], [300, 560], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["latency"]], [230], Qt.Orientation.Vertical)
 
     def _build_actions(self) -> None:
         def action(text, slot, shortcut=None, tip=""):

@@ -32,11 +32,14 @@ import numpy as np
 from avatar_app.speech.mel import log_mel
 from training.speech import augment as aug
 from training.speech.phonemes import to_viseme_segments
+from training.speech.derive_visemes import load_table
 from training.speech.targets import frame_times, viseme_targets
 
 log = logging.getLogger("make_data")
 SR = 16000
 LOOKAHEAD_S = 0.02
+#: viseme -> ARKit table: fitted on the face model when derive_visemes.py saved one, else HAND_TABLE
+TABLE = load_table()
 
 ESPEAK_LANGS = ["en-us", "en", "en-gb-scotland", "en-us-nyc", "en-029", "de", "es", "fr", "it",
                 "pt", "pt-br", "nl", "pl", "cs", "fi", "sv", "id", "tr", "sw", "ja", "hu", "ro"]
@@ -174,7 +177,7 @@ def build_example(utts: list, rng: np.random.Generator, babble: list[np.ndarray]
         x = np.tanh(x * rng.uniform(1.0, 4.0)) / np.tanh(rng.uniform(1.0, 4.0))
     x = np.clip(x, -1.0, 1.0).astype(np.float32)
     feats = log_mel(x)
-    targets, labels = viseme_targets(segs, frame_times(len(feats), LOOKAHEAD_S))
+    targets, labels = viseme_targets(segs, frame_times(len(feats), LOOKAHEAD_S), TABLE)
     return feats, targets, labels
 
 

@@ -28,13 +28,13 @@ _PP = VISEMES.index("PP")
 _DOM = {
     "sil": (1.0, 1.0), "PP": (6.0, 4.0), "FF": (4.0, 2.0), "TH": (1.5, 1.0), "DD": (0.4, 0.8),
     "kk": (0.3, 0.6), "CH": (3.0, 1.0), "SS": (1.5, 1.5), "nn": (0.4, 0.8), "RR": (2.0, 1.0),
-    "aa": (1.0, 1.5), "E": (1.0, 1.2), "ih": (1.0, 1.0), "oh": (1.5, 1.2), "ou": (2.5, 1.0),
+    "aa": (1.0, 2.0), "E": (1.0, 1.6), "ih": (1.0, 1.2), "oh": (1.5, 1.6), "ou": (2.5, 1.0),
 }
 DOM_LIPS = np.array([_DOM[v][0] for v in VISEMES])
 DOM_JAW = np.array([_DOM[v][1] for v in VISEMES])
 #: Decay time of the dominance functions outside the segment, s (a 30-60 ms spread of
 #: anticipation/carry-over; lip anticipation of rounding can reach further, e.g. /u/).
-DECAY_S = 0.045
+DECAY_S = 0.035
 
 
 def frame_times(n_frames: int, lookahead_s: float) -> np.ndarray:

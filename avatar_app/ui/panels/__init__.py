@@ -55,3 +55,18 @@ def item_enabled(combo: QComboBox, index: int) -> bool:
         item = model.item(index)
         return bool(item is not None and item.isEnabled())
     return True
+
+
+def legend_label(entries) -> QLabel:
+    """A one-line legend outside a plot: [(name, (r, g, b)), ...] as coloured dashes."""
+    lab = QLabel()
+    lab.setWordWrap(True)
+    set_legend(lab, entries)
+    return lab
+
+
+def set_legend(lab: QLabel, entries) -> None:
+    """Rewrite a :func:`legend_label`."""
+    lab.setText("&nbsp;&nbsp; ".join(
+        f"<span style='color: rgb({r},{g},{b}); font-weight: bold;'>&#9473;</span>&nbsp;{name}"
+        for name, (r, g, b) in entries))

@@ -26,6 +26,30 @@ def level_dbfs(samples: np.ndarray) -> float:
     return max(METER_FLOOR_DB, 20.0 * np.log10(rms) if rms > 0 else METER_FLOOR_DB)
 
 
+class PreviewPanel(Panel):
+    """The camera preview with landmarks, what the source is and what it really delivers."""
+
+    def __init__(self, win):
+        super().__init__(win)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 4, 6, 4)
+        self.preview = QLabel("no video")
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview.setMinimumSize(240, 180)
+        self.preview.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.preview.setFixedHeight(220)
+        self.preview.setStyleSheet("background: #202020; color: #aaa;")
+        lay.addWidget(self.preview)
+        self.source_label = QLabel("")
+        self.source_label.setWordWrap(True)
+        lay.addWidget(self.source_label)
+        self.delivering_label = QLabel("")
+        self.delivering_label.setWordWrap(True)
+        lay.addWidget(self.delivering_label)
+        lay.addStretch(1)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+
+
 class SourcesPanel(Panel):
     """Cameras listed by name, microphones with a level meter, a video file, and the camera preview.
 
@@ -39,21 +63,11 @@ class SourcesPanel(Panel):
 
     def __init__(self, win):
         super().__init__(win)
+        self.preview_panel = PreviewPanel(win)
+        self.preview = self.preview_panel.preview
+        self.source_label = self.preview_panel.source_label
+        self.delivering_label = self.preview_panel.delivering_label
         lay = QVBoxLayout(self)
-        self.preview = QLabel("no video")
-        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.preview.setMinimumSize(240, 180)
-        self.preview.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.preview.setFixedHeight(210)
-        self.preview.setStyleSheet("background: #202020; color: #aaa;")
-        lay.addWidget(self.preview)
-        self.source_label = QLabel("")
-        self.source_label.setWordWrap(True)
-        lay.addWidget(self.source_label)
-        self.delivering_label = QLabel("")
-        self.delivering_label.setWordWrap(True)
-        lay.addWidget(self.delivering_label)
-
         cam = QGroupBox("Camera")
         cl = QVBoxLayout(cam)
         row = QHBoxLayout()

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import AvatarError
-from avatar_app.ui.panels import Panel, hint
+from avatar_app.ui.panels import Panel, hint, legend_label
 from avatar_app.ui.tuning import MIRROR_CONVENTION, REGION_NAMES, TuningSettings, smoothing_cutoff_hz
 
 
@@ -66,6 +66,7 @@ class TrackingPanel(Panel):
         prow.addWidget(self.preview_region, 1)
         sl.addLayout(prow)
         self.plot = self._make_plot()
+        sl.addWidget(legend_label([("tracked", (150, 150, 150)), ("after smoothing and remap", (40, 130, 230))]))
         sl.addWidget(self.plot)
         lay.addWidget(sg)
 
@@ -124,10 +125,9 @@ class TrackingPanel(Panel):
         w.showGrid(y=True, alpha=0.3)
         w.setMouseEnabled(False, False)
         w.hideButtons()
-        w.addLegend(offset=(5, 2))
         w.getPlotItem().setLabel("bottom", "seconds")
-        self._raw_curve = w.plot(pen=pg.mkPen((150, 150, 150), width=1), name="tracked")
-        self._out_curve = w.plot(pen=pg.mkPen((40, 130, 230), width=2), name="smoothed")
+        self._raw_curve = w.plot(pen=pg.mkPen((150, 150, 150), width=1))
+        self._out_curve = w.plot(pen=pg.mkPen((40, 130, 230), width=2))
         return w
 
     # -- settings <-> widgets ------------------------------------------------------------

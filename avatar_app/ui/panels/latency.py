@@ -1,0 +1,113 @@
+"""Latency panel: per-stage ms and camera-to-screen ms over the last 30 s, fps and dropped frames."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout
+
+from avatar_app.ui import settings as store
+from avatar_app.ui.panels import Panel, legend_label, set_legend
+
+#: Colours of the stage curves (colour-blind-safe Okabe-Ito palette).
+_COLOURS = [(0, 114, 178), (230, 159, 0), (0, 158, 115), (204, 121, 167), (86, 180, 233), (213, 94, 0),
+            (240, 228, 66), (120, 120, 120)]
+
+
+class LatencyPanel(Panel):
+    """Two pyqtgraph plots over the last 30 s: milliseconds per stage and camera-to-screen;
+    frames per second and dropped frames. Updated 4 times a second while visible.
+    """
+
+    def __init__(self, win):
+        import pyqtgraph as pg
+
+        super().__init__(win)
+        lay = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.overlay_box = QCheckBox("Latency overlay in the viewport")
+        self.overlay_box.setChecked(win.settings.value("overlay", True, type=bool))
+        self.overlay_box.toggled.connect(lambda on: win.settings.setValue("overlay", on))
+        top.addWidget(self.overlay_box)
+        top.addStretch(1)
+        self.summary = QLabel("")
+        top.addWidget(self.summary)
+        lay.addLayout(top)
+        legends = QHBoxLayout()
+        self.ms_legend = legend_label([])
+        legends.addWidget(self.ms_legend, 3)
+        legends.addWidget(legend_label([("fps", (0, 114, 178)), ("dropped per second", (213, 94, 0))]), 2)
+        lay.addLayout(legends)
+        plots = QHBoxLayout()
+        self.ms_plot = pg.PlotWidget()
+        self.ms_plot.setBackground(None)
+        self.ms_plot.setLabel("left", "ms")
+        self.ms_plot.setLabel("bottom", "seconds")
+        self.ms_plot.showGrid(y=True, alpha=0.3)
+        self.ms_plot.setMouseEnabled(False, False)
+        self.ms_plot.hideButtons()
+        self.ms_plot.setXRange(-30, 0, padding=0)
+        self.fps_plot = pg.PlotWidget()
+        self.fps_plot.setBackground(None)
+        self.fps_plot.setLabel("left", "fps")
+        self.fps_plot.setLabel("bottom", "seconds")
+        self.fps_plot.showGrid(y=True, alpha=0.3)
+        self.fps_plot.setMouseEnabled(False, False)
+        self.fps_plot.hideButtons()
+        self.fps_plot.setXRange(-30, 0, padding=0)
+        self.fps_curve = self.fps_plot.plot(pen=pg.mkPen((0, 114, 178), width=2))
+        self.dropped_curve = self.fps_plot.plot(pen=pg.mkPen((213, 94, 0), width=1))
+        plots.addWidget(self.ms_plot, 3)
+        plots.addWidget(self.fps_plot, 2)
+        lay.addLayout(plots)
+        for p in (self.ms_plot, self.fps_plot):
+            p.setMinimumHeight(120)
+        self.curves: dict[str, object] = {}
+        self._legend: list = []
+        self.timer = QTimer(self)
+        self.timer.setInterval(250)
+        self.timer.timeout.connect(self.update_plots)
+        self.timer.start()
+
+    def _curve(self, name: str):
+        import pyqtgraph as pg
+
+        c = self.curves.get(name)
+        if c is None:
+            colour = (0, 0, 0) if name == "camera-to-screen" else _COLOURS[len(self.curves) % len(_COLOURS)]
+            width = 2 if name == "camera-to-screen" else 1
+            c = self.ms_plot.plot(pen=pg.mkPen(colour, width=width))
+            self.curves[name] = c
+            self._legend.append((name, colour))
+            set_legend(self.ms_legend, self._legend)
+        return c
+
+    def series(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Stage (and "camera-to-screen") -> (seconds before now, ms) over the plot window."""
+        hist = list(self.win.latency_history)
+        if not hist:
+            return {}
+        t_end = hist[-1][0]
+        t = np.array([h[0] for h in hist]) - t_end
+        out = {"camera-to-screen": (t, np.array([h[2] for h in hist]))}
+        names: list[str] = []
+        for h in hist[-50:]:
+            names += [k for k in h[1] if k not in names]
+        for name in names:
+            out[name] = (t, np.array([h[1].get(name, np.nan) for h in hist]))
+        return out
+
+    def update_plots(self) -> None:
+        """Redraw (skipped while hidden or when the CPU mode pauses plots)."""
+        if not self.isVisible() or not store.CPU_MODES[self.win.output_settings.cpu_mode][3]:
+            return
+        for name, (t, ms) in self.series().items():
+            self._curve(name).setData(t, ms, connect="finite")
+        fh = list(self.win.fps_history)
+        if len(fh) >= 2:
+            t = np.array([f[0] for f in fh]) - fh[-1][0]
+            self.fps_curve.setData(t, np.array([f[1] for f in fh]))
+            dropped = np.array([f[2] for f in fh], np.float64)
+            dt = np.maximum(np.diff(t), 1e-3)
+            self.dropped_curve.setData(t[1:], np.maximum(np.diff(dropped), 0) / dt)
+            last = fh[-1]
+            self.summary.setText(f"{last[1]:.1f} fps · dropped {last[2]}")

@@ -1,0 +1,102 @@
+"""Output panel: recording folder and format, overlay in recordings, frame-rate cap, CPU budget mode."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+                               QHBoxLayout, QLineEdit, QPushButton, QVBoxLayout)
+
+from avatar_app.ui import settings as store
+from avatar_app.ui.panels import Panel, hint, set_item_enabled
+
+
+class OutputPanel(Panel):
+    """Where and how clips are recorded, and how much CPU the studio may use.
+
+    The frame-rate cap limits how often frames are processed and drawn. The CPU
+    budget modes are for streaming while a game runs: Balanced caps at 30 fps;
+    Low CPU caps at 20 fps, turns MSAA off and pauses the camera preview and the
+    latency plots.
+    """
+
+    def __init__(self, win):
+        super().__init__(win)
+        o = win.output_settings
+        lay = QVBoxLayout(self)
+        rg = QGroupBox("Recording")
+        form = QFormLayout(rg)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        frow = QHBoxLayout()
+        self.folder_edit = QLineEdit(str(win.record_folder()))
+        self.folder_edit.editingFinished.connect(lambda: win.set_record_folder(Path(self.folder_edit.text())))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self.choose_folder)
+        frow.addWidget(self.folder_edit, 1)
+        frow.addWidget(browse)
+        form.addRow("Folder", frow)
+        self.open_folder = QPushButton("Show recordings")
+        self.open_folder.clicked.connect(
+            lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(win.record_folder()))))
+        form.addRow("", self.open_folder)
+        self.format = QComboBox()
+        self._fill_formats()
+        form.addRow("Format", self.format)
+        self.overlay = QCheckBox("Latency overlay in recordings")
+        form.addRow(self.overlay)
+        lay.addWidget(rg)
+
+        pg = QGroupBox("Performance")
+        pf = QFormLayout(pg)
+        pf.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.fps_cap = QDoubleSpinBox()
+        self.fps_cap.setRange(0, 240)
+        self.fps_cap.setDecimals(0)
+        self.fps_cap.setSingleStep(5)
+        self.fps_cap.setSpecialValueText("No cap")
+        self.fps_cap.setSuffix(" fps")
+        pf.addRow("Frame-rate cap", self.fps_cap)
+        self.cpu_mode = QComboBox()
+        for key, label in store.CPU_MODE_LABELS.items():
+            self.cpu_mode.addItem(label, key)
+        pf.addRow("CPU budget", self.cpu_mode)
+        pf.addRow(hint("Balanced: 30 fps cap. Low CPU: 20 fps cap, no MSAA, no camera preview or plots."))
+        lay.addWidget(pg)
+        lay.addStretch(1)
+
+        self._loading = True
+        self.format.setCurrentIndex(max(0, self.format.findData(o.format)))
+        self.overlay.setChecked(o.overlay_in_recording)
+        self.fps_cap.setValue(o.fps_cap)
+        self.cpu_mode.setCurrentIndex(max(0, self.cpu_mode.findData(o.cpu_mode)))
+        self._loading = False
+        self.format.currentIndexChanged.connect(self._changed)
+        self.overlay.toggled.connect(self._changed)
+        self.fps_cap.valueChanged.connect(self._changed)
+        self.cpu_mode.currentIndexChanged.connect(self._changed)
+
+    def _fill_formats(self) -> None:
+        from avatar_app.record.formats import KNOWN_FORMATS, available_formats
+
+        have = {f.key for f in available_formats()}
+        for f in KNOWN_FORMATS:
+            self.format.addItem(f.label, f.key)
+            if f.key not in have:
+                set_item_enabled(self.format, self.format.count() - 1, False,
+                                 f"this FFmpeg build has no {f.video_codec} encoder")
+
+    def current(self) -> store.OutputSettings:
+        """The settings the widgets show."""
+        return store.OutputSettings(format=self.format.currentData(), overlay_in_recording=self.overlay.isChecked(),
+                                    fps_cap=float(self.fps_cap.value()), cpu_mode=self.cpu_mode.currentData())
+
+    def _changed(self, *_):
+        if not self._loading:
+            self.win.set_output_settings(self.current())
+
+    def choose_folder(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Recording folder", str(self.win.record_folder()))
+        if d:
+            self.win.set_record_folder(Path(d))
+            self.folder_edit.setText(d)

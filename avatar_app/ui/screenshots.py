@@ -1,0 +1,88 @@
+"""Screenshots of the studio window with each panel in front, for the README.
+
+Usage (under a display or Xvfb; the 200% set needs a screen large enough for
+the window at twice its size, e.g. Xvfb ``-screen 0 3840x2160x24``)::
+
+    python -m avatar_app.ui.screenshots docs/screenshots --source VIDEO [--suffix @2x]
+    QT_SCALE_FACTOR=2 python -m avatar_app.ui.screenshots docs/screenshots --source VIDEO --suffix @2x
+
+Writes ``studio-<panel><suffix>.png`` for every tabbed panel and
+``studio-clean<suffix>.png`` (panels hidden). Settings go to a temporary
+QSettings file, so the user's own settings are neither used nor changed.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TABBED = ("sources", "engines", "calibration", "tracking", "expressions", "avatar", "output")
+
+
+def _wait(app, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900)) -> list[Path]:
+    """Open the window on ``source``, then save one screenshot per panel into ``out_dir``.
+
+    Returns:
+        The PNG paths written.
+    """
+    from PySide6.QtCore import QSettings
+
+    from avatar_app.ui.app import create_app
+    from avatar_app.ui.main_window import MainWindow
+
+    app = create_app()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = QSettings(str(Path(tmp) / "settings.ini"), QSettings.Format.IniFormat)
+        settings.setValue("record_folder", str(Path(tmp) / "recordings"))
+        win = MainWindow(source=source, settings=settings)
+        win.resize(*size)
+        win.show()
+        t0 = time.monotonic()
+        while win.viewport.frames_presented < 60 and time.monotonic() - t0 < 60:
+            _wait(app, 0.1)
+        _wait(app, 2.0)
+        written = []
+        for key in TABBED:
+            win.docks[key].raise_()
+            _wait(app, 1.0)
+            p = out_dir / f"studio-{key}{suffix}.png"
+            win.grab().save(str(p))
+            written.append(p)
+        win.toggle_panels(True)
+        _wait(app, 1.0)
+        p = out_dir / f"studio-clean{suffix}.png"
+        win.grab().save(str(p))
+        written.append(p)
+        win.toggle_panels(False)
+        win.close()
+        win.deleteLater()
+        _wait(app, 0.5)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--source", type=Path, required=True, help="a video with a face to play")
+    ap.add_argument("--suffix", default="", help="file name suffix, e.g. @2x")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    for p in take(args.out_dir, args.source, args.suffix):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
