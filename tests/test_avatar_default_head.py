@@ -155,7 +155,11 @@ def test_rig_pivots(head):
     assert skin.joints[0, 0] == skel.index("head")
 
 
-def test_build_is_deterministic():
-    a, b = build_default_head(), build_default_head()
-    for pa, pb in zip(a.primitives, b.primitives):
+def test_build_is_deterministic_and_cached_copies_are_independent(head):
+    fresh = build_default_head(cached=False)
+    for pa, pb in zip(head.primitives, fresh.primitives):
         assert np.array_equal(pa.positions, pb.positions)
+    a, b = build_default_head(), build_default_head()
+    assert a is not b
+    a.primitives[0].positions[:] = 0.0  # a caller editing its copy ...
+    assert np.abs(build_default_head().primitives[0].positions).max() > 0.05  # ... leaves the cache alone

@@ -4,7 +4,8 @@ Both tests are slow (a bundle build, a fresh venv): ``pytest -m slow tests/test_
 
 - The Linux bundle (packaging/avatar_app.spec) is built into a temporary folder;
   its ``avatar-app render`` turns the GRID clip into a valid MP4 (video + audio,
-  ~3 s); LICENSE and THIRD_PARTY_NOTICES.txt are in it; its window, started on
+  ~3 s); LICENSE and THIRD_PARTY_NOTICES.txt are in it; it builds an INT8
+  engine in a spawned child process; its window, started on
   a private Xvfb server with ``--source`` the same clip, shows the avatar
   (screenshot taken from outside the app with Qt's ``QScreen.grabWindow(0)``).
 - The wheel made by ``python -m build`` installs into a fresh venv whose
@@ -222,6 +223,16 @@ def test_linux_bundle_renders_and_shows_the_avatar(testdata, tmp_path_factory):
                        cwd=work, capture_output=True, text=True, timeout=600, env=_isolated_env(work))
     assert r.returncode == 0, f"bundled render failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
     _check_clip(out_mp4)
+
+    # an INT8 engine: a spawned child process (multiprocessing in the frozen app) running
+    # onnxruntime.quantization, whose helpers import each other as top-level modules
+    from avatar_app.inference.tiny_models import write_tiny_model
+
+    model = write_tiny_model("matmul", work / "tiny")
+    r = subprocess.run([str(exe), "engines", "build", "--model", str(model), "--backend", "ort_cpu",
+                        "--precision", "int8"], cwd=work, capture_output=True, text=True, timeout=600,
+                       env=_isolated_env(work))
+    assert r.returncode == 0, f"bundled INT8 engine build failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
 
     # the window, on its own X server
     _bundle_window_shows_avatar(exe, testdata / CLIP, work)

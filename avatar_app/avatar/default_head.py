@@ -25,7 +25,9 @@ rotation so the neck bends smoothly while its base stays.
 """
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -705,13 +707,12 @@ def _expression_deltas(info: _PartInfo) -> dict[str, np.ndarray]:
         out[f"browDown{name}"] = g_brow * [-0.0016 * sx, -0.0042, 0.0010]
         g_out = _gauss(p, (0.048 * sx, 0.026, 0.062), (0.016, 0.015, 0.03))[:, None] * f * brow_band * own_side
         out[f"browOuterUp{name}"] = g_out * [0.0, 0.0055, 0.0]
-    mouth_side = np.tanh(x / 0.012)
     out["mouthLeft"] = lips_region * [0.0062, 0.0, -0.0008]
     out["mouthRight"] = lips_region * [-0.0062, 0.0, -0.0008]
-    open_w = _gauss(p, mouth_c, (0.014, 0.02, 0.03))[:, None] * f
-    out["mouthFunnel"] = lips_region * [0.0, 0.0, 0.0065] - lips_region * mouth_side * [0.0085, 0, 0] \
-        + open_w * (ul * [0, 0.0032, 0.0015] + ll * [0, -0.0045, 0.0015])
-    out["mouthPucker"] = lips_region * [0.0, 0.0, 0.0080] - lips_region * mouth_side * [0.0095, 0, 0]
+    squeeze = np.concatenate([-x, np.zeros_like(x), np.zeros_like(x)], axis=1)  # toward x = 0, uniform
+    out["mouthFunnel"] = lips_region * ([0.0, 0.0, 0.0065] + 0.38 * squeeze) \
+        + (ul * [0, 0.0030, 0.0015] + ll * [0, -0.0042, 0.0015]) * f
+    out["mouthPucker"] = lips_region * ([0.0, 0.0, 0.0080] + 0.45 * squeeze)
     out["mouthRollLower"] = ll * lips_region * [0.0, 0.0018, -0.0032]
     out["mouthRollUpper"] = ul * lips_region * [0.0, -0.0016, -0.0030]
     chin = _gauss(p, (0.0, -0.092, 0.070), (0.02, 0.015, 0.02))[:, None] * f
@@ -838,11 +839,20 @@ def _simple_prim(name: str, pos: np.ndarray, idx: np.ndarray, material: Material
                          material, colors=cols)
 
 
-def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
+_cache: dict[HeadStyle, AvatarMesh] = {}
+_cache_lock = threading.Lock()
+
+
+def build_default_head(style: HeadStyle | None = None, *, cached: bool = True) -> AvatarMesh:
     """Build the default avatar head by code.
+
+    The first build in a process takes a few hundred milliseconds; later calls
+    return a deep copy of the cached result (about 2 ms), so callers may modify
+    what they get. Thread-safe.
 
     Args:
         style: colours; default :class:`HeadStyle`.
+        cached: reuse (a copy of) an earlier build with the same style.
 
     Returns:
         An :class:`AvatarMesh` with primitives skin, hair, brow_L/R, ear_L/R,
@@ -851,8 +861,17 @@ def build_default_head(style: HeadStyle | None = None) -> AvatarMesh:
         ARKit blendshapes (all except the eight eyeLook*, which the gaze joints
         cover), each mapped from its own ARKit name.
     """
-    t0 = time.perf_counter()
     style = style or HeadStyle()
+    if not cached:
+        return _build(style)
+    with _cache_lock:
+        if style not in _cache:
+            _cache[style] = _build(style)
+        return copy.deepcopy(_cache[style])
+
+
+def _build(style: HeadStyle) -> AvatarMesh:
+    t0 = time.perf_counter()
     skin, skin_info, lid_targets = _skin_part(style)
 
     prims: list[tuple[MeshPrimitive, _PartInfo, str]] = [(skin, skin_info, "face")]

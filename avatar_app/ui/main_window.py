@@ -950,6 +950,7 @@ class MainWindow(QMainWindow):
         self._opener.shutdown(wait=True, cancel_futures=True)
         self._worker.shutdown(wait=True, cancel_futures=True)
         self.stop_pipeline()
+        self.viewport.shutdown()
         self.engines.close()
         super().closeEvent(event)
 

@@ -1,42 +1,241 @@
-"""The avatar viewport: the shared Renderer inside a QOpenGLWidget, plus the latency overlay."""
+"""The avatar viewport: the shared Renderer on a render thread, shown in a plain widget, plus the overlay.
+
+Why not a QOpenGLWidget: with one in a window, Qt composes the whole window
+through OpenGL on the GUI thread at every update. On software OpenGL (Mesa
+llvmpipe, the machines without a GPU this app supports) that kept the GUI
+thread busy for 50-200 ms at a time. Here a render thread owns an offscreen
+OpenGL 3.3 context (EGL on Linux, the platform's default elsewhere) and the
+project's :class:`~avatar_app.render.renderer.Renderer`; it renders the newest
+state at the widget's size in device pixels (HiDPI-correct), reads it back and
+hands a QImage to the widget, which only draws the image. Frames for the
+recorder are rendered at the recording size on the same thread, so the GUI
+thread never reads pixels back either.
+"""
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 from dataclasses import replace
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFont
-from PySide6.QtOpenGLWidgets import QOpenGLWidget
-from PySide6.QtWidgets import QLabel
+from PySide6.QtCore import QRect, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QImage, QPainter
+from PySide6.QtWidgets import QLabel, QWidget
 
 from avatar_app.core.clock import now_ns
+from avatar_app.core.errors import AvatarError
 from avatar_app.core.types import AvatarState
 
 log = logging.getLogger(__name__)
 
+_STOP = object()
 
-class AvatarViewportWidget(QOpenGLWidget):
-    """Renders the newest AvatarState with the project's moderngl Renderer.
+
+def _create_context():
+    """A standalone OpenGL 3.3 core context for the render thread."""
+    import moderngl
+
+    if sys.platform.startswith("linux"):
+        from avatar_app.render.headless import create_egl_context
+
+        return create_egl_context()
+    return moderngl.create_standalone_context(require=330)
+
+
+class _RenderThread(threading.Thread):
+    """Owns the GL context and Renderer; renders the newest state on request.
+
+    Thread: everything except the public request methods runs on this thread.
+    """
+
+    def __init__(self, view: "AvatarViewportWidget", background, lighting, msaa):
+        super().__init__(name="viewport-render", daemon=True)
+        self.view = view
+        self._cond = threading.Condition()
+        self._state: AvatarState | None = None
+        self._seq = 0
+        self._done_seq = 0
+        self._size = (0, 0, 1.0)
+        self._capture: tuple[int, int, int] | None = None
+        self._commands: list = []
+        self._settings = {"background": background, "lighting": lighting, "msaa": msaa}
+        self._stopping = False
+        self.renderer = None
+        self.ready = threading.Event()
+        self.error: str | None = None
+        #: The newest rendered frame as a QImage (also delivered by signal).
+        self.last_image: QImage | None = None
+
+    # -- requests (any thread) ---------------------------------------------------------
+    def submit(self, state: AvatarState) -> int:
+        """Render ``state`` next (newest wins); returns its request number."""
+        with self._cond:
+            self._state = state
+            self._seq += 1
+            self._cond.notify()
+            return self._seq
+
+    def command(self, name: str, value) -> None:
+        with self._cond:
+            self._commands.append((name, value))
+            self._seq += 1
+            self._cond.notify()
+
+    def set_size(self, width: int, height: int, ratio: float) -> None:
+        with self._cond:
+            self._size = (int(width), int(height), float(ratio))
+
+    def set_capture(self, spec: tuple[int, int, int] | None) -> None:
+        with self._cond:
+            self._capture = spec
+
+    def wait_done(self, seq: int, timeout_s: float) -> bool:
+        """Block until request ``seq`` was rendered (GUI thread: only for explicit grabs)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._done_seq >= seq or self._stopping, timeout_s)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self.join(timeout=5)
+
+    # -- the thread -------------------------------------------------------------------
+    def run(self) -> None:
+        from avatar_app.render.renderer import Renderer
+
+        try:
+            self.ctx = _create_context()
+            s = self._settings
+            self.renderer = Renderer(self.ctx, background=s["background"], msaa=s["msaa"], lighting=s["lighting"])
+            from avatar_app.avatar.default_head import build_default_head
+
+            self.renderer.set_avatar(build_default_head())
+        except Exception as exc:  # noqa: BLE001 - OpenGL missing or too old: the window stays usable
+            self.error = f"OpenGL 3.3 could not be started for the avatar view: {exc}"
+            log.error("%s", self.error)
+            self.renderer = None
+            self.ready.set()
+            try:
+                self.view.gl_failed.emit(self.error)
+            except RuntimeError:  # the widget is gone
+                pass
+            return
+        self.error = None
+        self.ready.set()
+        fbos: dict[tuple[int, int], object] = {}
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping or self._seq > self._done_seq)
+                    if self._stopping:
+                        break
+                    seq, state, commands = self._seq, self._state, self._commands
+                    self._commands = []
+                    width, height, ratio = self._size
+                    capture = self._capture
+                for name, value in commands:
+                    self._apply(name, value)
+                if state is not None and width > 0 and height > 0:
+                    self._render(state, width, height, ratio, capture, fbos)
+                with self._cond:
+                    self._done_seq = seq
+                    self._cond.notify_all()
+        finally:
+            for fbo, col, dep in fbos.values():
+                fbo.release()
+                col.release()
+                dep.release()
+            self.renderer.release()
+            self.ctx.release()
+
+    def _apply(self, name: str, value) -> None:
+        try:
+            if name == "avatar":
+                self.renderer.set_avatar(value)
+            elif name == "background":
+                self.renderer.background = value
+            elif name == "lighting":
+                self.renderer.lighting = value
+            elif name == "msaa":
+                self.renderer.msaa = value
+        except AvatarError as exc:
+            log.warning("viewport: cannot apply %s: %s", name, exc)
+
+    def _fbo(self, fbos, w: int, h: int):
+        key = (w, h)
+        if key not in fbos:
+            if len(fbos) > 3:  # drop sizes from old resizes
+                for k in [k for k in fbos if k != self._capture_key]:
+                    for obj in fbos.pop(k):
+                        obj.release()
+            col = self.ctx.renderbuffer((w, h), 4)
+            dep = self.ctx.depth_renderbuffer((w, h))
+            fbos[key] = (self.ctx.framebuffer(color_attachments=[col], depth_attachment=dep), col, dep)
+        return fbos[key][0]
+
+    _capture_key = None
+
+    def _read(self, fbo, w: int, h: int, components: int) -> np.ndarray:
+        out = np.empty((h, w, components), np.uint8)
+        fbo.read_into(out, components=components, alignment=1)
+        return out
+
+    def _render(self, state: AvatarState, width: int, height: int, ratio: float, capture, fbos) -> None:
+        r = self.renderer
+        comps = 4 if r.transparent else 3
+        fbo = self._fbo(fbos, width, height)
+        t0 = now_ns()
+        r.render(state, width, height, fbo, flip_y=True)
+        rgb = self._read(fbo, width, height, comps)
+        t1 = now_ns()
+        fmt = QImage.Format.Format_RGBA8888 if comps == 4 else QImage.Format.Format_RGB888
+        img = QImage(rgb.data, width, height, width * comps, fmt).copy()
+        img.setDevicePixelRatio(ratio)
+        if state.stamps:
+            stamps = dict(state.stamps)
+            stamps["render"] = (t0, t1)
+            state = replace(state, stamps=stamps)
+        captured = None
+        if capture is not None:
+            cw, ch, cc = capture
+            self._capture_key = (cw, ch)
+            cfbo = self._fbo(fbos, cw, ch)
+            r.render(state, cw, ch, cfbo, flip_y=True)
+            captured = self._read(cfbo, cw, ch, 4 if cc == 4 else 3)
+        self.last_image = img
+        if not self._stopping:
+            try:
+                self.view._frame_rendered.emit(img, state, captured)
+            except RuntimeError:  # the widget was deleted while we rendered
+                self._stopping = True
+
+
+class AvatarViewportWidget(QWidget):
+    """Shows the newest AvatarState rendered by the project's moderngl Renderer (on a render thread).
 
     The widget owns no pipeline: the window calls :meth:`show_state` with the
     newest state; ``frame_presented(state, t_present_ns)`` is emitted after each
-    paint (camera-to-screen latency); with ``capture_frames`` set, every painted
-    frame is read back and emitted as ``frame_captured(rgb, t_present_ns)``
-    (H, W, 3) uint8 for the recorder.
+    new frame is painted (camera-to-screen latency; ``state.stamps["render"]``
+    holds the render time); with ``capture_frames`` set, every frame is also
+    rendered at ``capture_size`` and emitted as ``frame_captured(rgb, t_present_ns)``,
+    (H, W, 3) uint8 RGB, or (H, W, 4) RGBA when ``capture_components`` is 4.
 
-    Thread: GUI thread only.
+    Thread: GUI thread only (the render thread is internal).
     """
 
     frame_presented = Signal(object, object)
     frame_captured = Signal(object, object)
     gl_failed = Signal(str)
+    _frame_rendered = Signal(object, object, object)
 
     def __init__(self, parent=None, background=(0, 177, 64), msaa: int = 0, lighting: str = "studio"):
         super().__init__(parent)
         self.setMinimumSize(320, 240)
-        self.background = background
-        self.msaa = msaa
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
+        self.background = tuple(background) if not isinstance(background, str) else background
+        self.msaa = int(msaa)
         self.lighting = lighting
         self.capture_frames = False
         self.capture_size: tuple[int, int] | None = None
@@ -44,11 +243,13 @@ class AvatarViewportWidget(QOpenGLWidget):
         self.capture_components = 3
         self.frames_presented = 0
         self._state = AvatarState.neutral()
-        self._ctx = None
-        self._renderer = None
-        self._offscreen = None
-        self._offscreen_c = 3
+        self._image: QImage | None = None
+        self._image_state = None
+        self._pending_present = None
+        self._pending_capture = None
         self._error: str | None = None
+        self.gl_failed.connect(self._on_gl_failed)
+        self._frame_rendered.connect(self._on_frame_rendered)
         self.overlay = QLabel(self)
         self.overlay.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
         font = QFont("monospace")
@@ -58,12 +259,15 @@ class AvatarViewportWidget(QOpenGLWidget):
         self.overlay.setStyleSheet("color: white; background: rgba(0,0,0,140); padding: 4px; border-radius: 3px;")
         self.overlay.move(8, 8)
         self.overlay.hide()
+        self._thread = _RenderThread(self, self.background, lighting, self.msaa)
+        self._thread.start()
 
-    # -- API
+    # -- API -------------------------------------------------------------------------
     def show_state(self, state: AvatarState) -> None:
-        """Schedule a repaint showing ``state``."""
+        """Render ``state`` next (asynchronously; newest wins)."""
         self._state = state
-        self.update()
+        self._sync_capture()
+        self._thread.submit(state)
 
     def set_overlay_lines(self, lines: list[str] | None) -> None:
         """Show (or hide, with None) the latency overlay text."""
@@ -77,108 +281,116 @@ class AvatarViewportWidget(QOpenGLWidget):
     def set_render_settings(self, background=None, lighting: str | None = None, msaa: int | None = None) -> None:
         """Change the background ((R, G, B) bytes or "transparent"), lighting preset or MSAA samples.
 
-        Settings given before OpenGL starts are applied when it does.
-
-        Raises:
-            InputError: an invalid value (see Renderer).
+        Applied on the render thread before the next frame (which is rendered at once).
+        Invalid values are logged and ignored by the renderer.
         """
         if background is not None:
             self.background = tuple(background) if not isinstance(background, str) else background
+            self._thread.command("background", self.background)
         if lighting is not None:
             self.lighting = lighting
+            self._thread.command("lighting", lighting)
         if msaa is not None:
             self.msaa = int(msaa)
-        if self._renderer is None:
-            return
-        self.makeCurrent()
-        try:
-            r = self._renderer
-            if background is not None:
-                r.background = self.background
-            if lighting is not None:
-                r.lighting = self.lighting
-            if msaa is not None:
-                r.msaa = self.msaa
-        finally:
-            self.doneCurrent()
-        self.update()
+            self._thread.command("msaa", self.msaa)
+        self._thread.submit(self._state)
+
+    def set_avatar(self, mesh) -> None:
+        """Show another avatar (an AvatarMesh)."""
+        self._thread.command("avatar", mesh)
+        self._thread.submit(self._state)
 
     @property
     def renderer(self):
-        """The Renderer (None before OpenGL started or when it failed)."""
-        return self._renderer
+        """The Renderer (owned by the render thread; read its settings only), or None."""
+        return self._thread.renderer
 
     @property
     def error(self) -> str | None:
         """Why OpenGL could not start, or None."""
-        return self._error
+        return self._error or self._thread.error
 
-    def set_avatar(self, mesh) -> None:
-        """Show another avatar (an AvatarMesh)."""
-        if self._renderer is None:
-            self._pending_avatar = mesh
-            return
-        self.makeCurrent()
-        try:
-            self._renderer.set_avatar(mesh)
-        finally:
-            self.doneCurrent()
+    def grabFramebuffer(self, timeout_s: float = 5.0) -> QImage:  # noqa: N802 (QOpenGLWidget's name)
+        """Render the current state now and return it, (device-pixel size) QImage.
+
+        Blocks the calling (GUI) thread until the frame is rendered: for tests and
+        screenshots, not for the display path.
+        """
+        self._thread.ready.wait(timeout_s)
+        self._sync_size()
+        seq = self._thread.submit(self._state)
+        self._thread.wait_done(seq, timeout_s)
+        img = self._thread.last_image
+        return img.copy() if img is not None else QImage()
+
+    def shutdown(self) -> None:
+        """Stop the render thread (the window calls this when it closes)."""
+        self._thread.stop()
+
+    # -- internals ---------------------------------------------------------------------
+    def _sync_size(self) -> None:
+        ratio = self.devicePixelRatioF()
+        self._thread.set_size(max(1, round(self.width() * ratio)), max(1, round(self.height() * ratio)), ratio)
+
+    def _sync_capture(self) -> None:
+        if self.capture_frames:
+            w, h = self.capture_size or (1280, 720)
+            self._thread.set_capture((w, h, self.capture_components))
+        else:
+            self._thread.set_capture(None)
+
+    def _on_gl_failed(self, message: str) -> None:
+        self._error = message
         self.update()
 
-    # -- QOpenGLWidget
-    def initializeGL(self) -> None:  # noqa: N802 (Qt override)
-        import moderngl
+    def _on_frame_rendered(self, img: QImage, state, captured) -> None:
+        # Runs on the GUI thread (queued from the render thread).
+        self._image = img
+        self._pending_present = state
+        self._pending_capture = captured
+        self.update()
 
-        from avatar_app.avatar.default_head import build_default_head
-        from avatar_app.render.renderer import Renderer
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._sync_size()
+        self._thread.submit(self._state)
+        super().resizeEvent(event)
 
-        try:
-            self._ctx = moderngl.create_context(require=330)
-            self._renderer = Renderer(self._ctx, background=self.background, msaa=self.msaa,
-                                      lighting=self.lighting)
-            mesh = getattr(self, "_pending_avatar", None) or build_default_head()
-            self._renderer.set_avatar(mesh)
-        except Exception as exc:  # OpenGL missing or too old: the window stays usable
-            self._error = f"OpenGL 3.3 could not be started for the avatar view: {exc}"
-            log.error("%s", self._error)
-            self._renderer = None
-            self.gl_failed.emit(self._error)
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._sync_size()
+        self._thread.submit(self._state)
+        super().showEvent(event)
 
-    def paintGL(self) -> None:  # noqa: N802 (Qt override)
-        if self._renderer is None:
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        p = QPainter(self)
+        rect = self.rect()
+        img = self._image
+        if img is None or img.isNull():
+            p.fillRect(rect, QColor(40, 40, 40))
+            if self._error:
+                p.setPen(QColor(230, 230, 230))
+                p.drawText(rect.adjusted(20, 20, -20, -20), Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
+                           self._error)
+            p.end()
             return
-        state = self._state
-        ratio = self.devicePixelRatioF()
-        w, h = max(1, int(self.width() * ratio)), max(1, int(self.height() * ratio))
-        fbo = self._ctx.detect_framebuffer(self.defaultFramebufferObject())
-        t0 = now_ns()
-        self._renderer.render(state, w, h, fbo)
-        self._ctx.finish()
-        t = now_ns()
-        rgb = None
-        if self.capture_frames:
-            rgb = self._capture(state)
-        if state.stamps:
-            stamps = dict(state.stamps)
-            stamps["render"] = (t0, t)
-            state = replace(state, stamps=stamps)
-        self.frames_presented += 1
-        self.frame_presented.emit(state, t)
-        if rgb is not None:
-            self.frame_captured.emit(rgb, t)
+        if img.hasAlphaChannel():
+            self._checkerboard(p, rect)
+        p.drawImage(QRect(0, 0, round(img.width() / img.devicePixelRatio()),
+                          round(img.height() / img.devicePixelRatio())), img)
+        p.end()
+        state, self._pending_present = self._pending_present, None
+        if state is not None:
+            t = now_ns()
+            self.frames_presented += 1
+            self.frame_presented.emit(state, t)
+            captured, self._pending_capture = self._pending_capture, None
+            if captured is not None:
+                self.frame_captured.emit(captured, t)
 
-    def _capture(self, state: AvatarState) -> np.ndarray:
-        """Render ``state`` at the recording size offscreen and read it back, (H, W, C) uint8.
-
-        C is :attr:`capture_components` (3 = RGB, 4 = RGBA with straight alpha).
-        """
-        w, h = self.capture_size or (1280, 720)
-        c = 4 if self.capture_components == 4 else 3
-        if self._offscreen is None or self._offscreen.size != (w, h) or self._offscreen_c != c:
-            if self._offscreen is not None:
-                self._offscreen.release()
-            self._offscreen = self._ctx.simple_framebuffer((w, h), components=4)
-            self._offscreen_c = c
-        self._renderer.render(state, w, h, self._offscreen)
-        data = self._offscreen.read(components=c, alignment=1)
-        return np.frombuffer(data, np.uint8).reshape(h, w, c)[::-1].copy()
+    @staticmethod
+    def _checkerboard(p: QPainter, rect) -> None:
+        """Grey checks behind a transparent background, as image editors show transparency."""
+        s = 16
+        p.fillRect(rect, QColor(200, 200, 200))
+        for y in range(0, rect.height(), s):
+            for x in range((y // s) % 2 * s, rect.width(), 2 * s):
+                p.fillRect(x, y, s, s, QColor(150, 150, 150))
