@@ -237,17 +237,20 @@ class _RenderWorker:
             raise self.error
 
     def _run(self) -> None:
-        from avatar_app.render.headless import HeadlessRenderer
-
+        renderer = None
         try:
+            from avatar_app.render.headless import HeadlessRenderer
+
             w, h = self.options.size
             renderer = HeadlessRenderer(w, h, msaa=self.options.msaa, background=self.options.background)
             if self.options.avatar_path is not None:
                 from avatar_app.avatar.loader import load_avatar
 
                 renderer.set_avatar(load_avatar(self.options.avatar_path))
-        except BaseException as exc:  # reported to the caller
+        except BaseException as exc:  # reported to the caller by __init__
             self.error = exc
+            if renderer is not None:
+                renderer.close()
             self._ready.set()
             return
         self._ready.set()
@@ -266,24 +269,29 @@ class _RenderWorker:
                 self.sink(rgb, replace(state, stamps=stamps))
         except BaseException as exc:
             self.error = exc
-            log.exception("render thread failed")
-            # drain so the producer never blocks
-            while True:
-                try:
-                    if self.q.get(timeout=0.5) is self._STOP:
-                        break
-                except queue.Empty:
-                    break
+            log.error("render thread failed: %s", exc, exc_info=True)
         finally:
             renderer.close()
 
     def put(self, state: AvatarState) -> None:
-        if self.error is not None:
-            raise self.error
-        self.q.put(state)
+        """Queue a state for rendering; re-raises the render thread's error instead of blocking."""
+        while True:
+            if self.error is not None:
+                raise self.error
+            try:
+                self.q.put(state, timeout=0.2)
+                return
+            except queue.Full:
+                continue
 
     def finish(self) -> None:
-        self.q.put(self._STOP)
+        """Render what is queued, stop the thread, re-raise its error if any."""
+        while self.thread.is_alive():
+            try:
+                self.q.put(self._STOP, timeout=0.2)
+                break
+            except queue.Full:
+                continue
         self.thread.join()
         if self.error is not None:
             raise self.error

@@ -32,6 +32,34 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
+def _gil_free_finish():
+    """``glFinish`` called through ctypes, which releases the GIL while it waits.
+
+    moderngl keeps Python's GIL while OpenGL works; with software rendering the
+    wait for a frame (10-30 ms) then blocks every Python thread, the GUI's
+    included. Finishing through ctypes first lets other threads run while the
+    rasteriser works; the read-back that follows only copies. Returns None when
+    the function cannot be found (moderngl's own finish is used then).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        if sys.platform.startswith("linux"):
+            egl = ctypes.CDLL("libEGL.so.1")
+            egl.eglGetProcAddress.restype = ctypes.c_void_p
+            egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+            addr = egl.eglGetProcAddress(b"glFinish")
+            return ctypes.CFUNCTYPE(None)(addr) if addr else None
+        if sys.platform == "win32":
+            return ctypes.WinDLL("opengl32").glFinish
+        path = ctypes.util.find_library("OpenGL")
+        return ctypes.CDLL(path).glFinish if path else None
+    except (OSError, AttributeError) as exc:
+        log.info("glFinish through ctypes unavailable (%s); the render thread will hold the GIL", exc)
+        return None
+
+
 def _create_context():
     """A standalone OpenGL 3.3 core context for the render thread."""
     import moderngl
@@ -123,6 +151,7 @@ class _RenderThread(threading.Thread):
                 pass
             return
         self.error = None
+        self._finish = _gil_free_finish() or self.ctx.finish
         self.ready.set()
         fbos: dict[tuple[int, int], object] = {}
         try:
@@ -178,6 +207,7 @@ class _RenderThread(threading.Thread):
     _capture_key = None
 
     def _read(self, fbo, w: int, h: int, components: int) -> np.ndarray:
+        self._finish()  # wait for the rasteriser without holding the GIL
         out = np.empty((h, w, components), np.uint8)
         fbo.read_into(out, components=components, alignment=1)
         return out

@@ -1,0 +1,227 @@
+"""Shared fixtures and helpers of the studio-window tests (tests/test_ui_*.py).
+
+Import into a test module with ``from ui_fixtures import ...``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+from avatar_app.core.clock import now_ns
+from avatar_app.core.types import AvatarState, Frame
+
+VIEW_SIZE = (640, 360)
+
+
+def qimage_to_array(img) -> np.ndarray:
+    """(H, W, 3) uint8 RGB copy of a QImage."""
+    from PySide6.QtGui import QImage
+
+    img = img.convertToFormat(QImage.Format.Format_RGB888)
+    w, h = img.width(), img.height()
+    arr = np.frombuffer(img.constBits(), np.uint8, count=img.bytesPerLine() * h).reshape(h, img.bytesPerLine())
+    return arr[:, : w * 3].reshape(h, w, 3).copy()
+
+
+def state_with(**weights) -> AvatarState:
+    """A neutral AvatarState with some weights set (ARKit names)."""
+    st = AvatarState.neutral()
+    w = st.weights.copy()
+    for k, v in weights.items():
+        w[BLENDSHAPE_NAMES.index(k)] = v
+    return AvatarState(st.t_capture_ns, 0.0, w, st.rotation, st.translation, st.gaze)
+
+
+class StillSource:
+    """A live source that delivers one (changeable) BGR image at ``fps``, like a camera.
+
+    Attributes:
+        image: (H, W, 3) uint8 BGR shown from now on (assign to change it).
+    """
+
+    def __init__(self, image: np.ndarray, fps: float = 30.0):
+        self.image = image
+        self.fps = fps
+        self.granted = (image.shape[1], image.shape[0], fps)
+        self.error = None
+        self.finished = False
+        self.dropped = 0
+        self._frame: Frame | None = None
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name="still-source", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        k = 0
+        t0 = time.perf_counter()
+        while not self._stop.is_set():
+            f = Frame(index=k, t_capture_ns=now_ns(), image=self.image, media_time_s=k / self.fps)
+            with self._cond:
+                self._frame = f
+                self._cond.notify_all()
+            k += 1
+            delay = t0 + k / self.fps - time.perf_counter()
+            if delay > 0:
+                self._stop.wait(delay)
+
+    def get_latest(self, timeout_s=1.0):
+        with self._cond:
+            if self._frame is None:
+                self._cond.wait(timeout_s)
+            return self._frame
+
+    def stop(self, timeout_s: float = 2.0):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """A fresh QSettings in a temporary INI file, recordings into tmp_path/recordings."""
+    from PySide6.QtCore import QSettings
+
+    s = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    s.setValue("record_folder", str(tmp_path / "recordings"))
+    return s
+
+
+@pytest.fixture(scope="session")
+def head_images() -> dict[str, np.ndarray]:
+    """BGR 640x480 renders of the default head: "neutral" and "smile_left" (mouthSmileLeft = 1).
+
+    Rendered with flat light on grey so the face tracker sees them like a camera would;
+    the subject's left mouth corner is on the image's RIGHT (a non-mirrored camera view).
+    """
+    from avatar_app.render.headless import HeadlessRenderer
+
+    out = {}
+    with HeadlessRenderer(640, 480, background=(90, 90, 90), lighting="flat") as r:
+        for name, kw in (("neutral", {}), ("smile_left", {"mouthSmileLeft": 1.0})):
+            out[name] = np.ascontiguousarray(r.render(state_with(**kw))[:, :, ::-1])
+    return out
+
+
+@pytest.fixture
+def still_window(qtbot, settings, monkeypatch, head_images):
+    """The studio window on a StillSource "camera" showing the neutral head, no microphone."""
+    import avatar_app.capture.camera as camera_mod
+    import avatar_app.capture.mic as mic_mod
+    import avatar_app.ui.devices as devices_mod
+    from avatar_app.core.errors import CaptureError
+    from avatar_app.ui.main_window import MainWindow
+
+    source = StillSource(head_images["neutral"])
+
+    def no_mic(*a, **k):
+        raise CaptureError("No microphone in this test.")
+
+    monkeypatch.setattr(mic_mod, "MicSource", no_mic)
+    monkeypatch.setattr(camera_mod, "CameraSource", lambda index, **k: source)
+    monkeypatch.setattr(devices_mod, "list_camera_devices",
+                        lambda probe=True: ([devices_mod.CameraDevice("test-still", "Still test camera", 0)], "test"))
+    win = MainWindow(camera=0, settings=settings)
+    win.still_source = source
+    qtbot.addWidget(win)
+    win.viewport.setFixedSize(*VIEW_SIZE)
+    win.show()
+    qtbot.waitExposed(win)
+    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5, timeout=20000)
+    yield win
+    win.close()
+
+
+def wait_frames(qtbot, win, n: int, timeout_ms: int = 20000) -> None:
+    """Wait until the pipeline processed ``n`` more frames."""
+    start = win.pipeline.frames_processed
+    qtbot.waitUntil(lambda: win.pipeline.frames_processed >= start + n, timeout=timeout_ms)
+
+
+def grab_view(qtbot, win) -> np.ndarray:
+    """The viewport's current frame (RGB) after showing the pipeline's newest state."""
+    st = win.pipeline.latest_state() if win.pipeline is not None else None
+    if st is not None:
+        win.viewport.show_state(st)
+    qtbot.wait(30)
+    return qimage_to_array(win.viewport.grabFramebuffer())
+
+
+def render_state(win, state) -> np.ndarray:
+    """Render ``state`` in the window's viewport now and return the picture (RGB).
+
+    No events run in between, so the display timer cannot show another state first.
+    """
+    win.viewport.show_state(state)
+    return qimage_to_array(win.viewport.grabFramebuffer())
+
+
+def changed_columns(a: np.ndarray, b: np.ndarray, threshold: int = 30) -> np.ndarray:
+    """x coordinates of pixels that differ by more than ``threshold`` in any channel."""
+    d = np.abs(a.astype(np.int16) - b.astype(np.int16)).max(axis=2) > threshold
+    return np.nonzero(d)[1]
+
+
+class SlotStandIn:
+    """Geometric solver plus one EngineSlot call per frame: a stand-in for the learned reconstructor.
+
+    Until models/face_recon.onnx exists, the swap tests run a tiny ONNX model
+    (avatar_app.inference.tiny_models "matmul", x (1, 32) -> y (1, 16)) through the
+    engine controller's slot on the processing thread, exactly where the learned
+    engine will run; its input is made from the frame's landmarks.
+
+    Attributes:
+        served: precision value -> calls served.
+        errors: exceptions raised by the slot.
+    """
+
+    def __init__(self, engines, name: str = "face_recon"):
+        from avatar_app.reconstruction.geometric import GeometricSolver
+
+        self.inner = GeometricSolver()
+        self.engines = engines
+        self.name = name
+        self.served: dict[str, int] = {}
+        self.errors: list[BaseException] = []
+
+    def reset(self):
+        self.inner.reset()
+
+    def calibrate_neutral(self, landmarks):
+        self.inner.calibrate_neutral(landmarks)
+
+    def reconstruct(self, landmarks, t_s):
+        params = self.inner.reconstruct(landmarks, t_s)
+        slot = self.engines.slot(self.name)
+        if slot is not None:
+            x = np.asarray(landmarks.points[:32, 0], np.float32).reshape(1, 32)
+            try:
+                _, runner = slot.infer_with({"x": x})
+                p = runner.precision.value
+                self.served[p] = self.served.get(p, 0) + 1
+            except Exception as exc:  # noqa: BLE001 - collected and asserted by the test
+                self.errors.append(exc)
+        return params
+
+
+def tiny_sample_fn(points, neutral, audio):
+    """Calibration sample of the tiny stand-in: x (1, 32) from the landmarks' x coordinates."""
+    if points is None:
+        return None
+    return {"x": np.asarray(points[:32, 0], np.float32).reshape(1, 32)}
+
+
+def tiny_model(folder: Path) -> Path:
+    """Write the tiny "matmul" model (with its validation and calibration sets) into ``folder``."""
+    from avatar_app.inference.tiny_models import write_tiny_model
+
+    return write_tiny_model("matmul", folder)

@@ -1,0 +1,196 @@
+"""Varied offscreen renders of the face model for render-and-track data (moderngl over EGL).
+
+Extends ``training/render_track.py`` (flat-shaded rig with the eye and mouth
+holes closed by sclera, iris/pupil discs and a dark mouth interior, which
+MediaPipe tracks in every case tried) with per-subject variation: skin tone
+(light to dark), lip, brow, iris and background colours, a key light from a
+random direction in front of the face plus ambient, smooth (Gouraud) or flat
+shading, a pinhole camera of any focal length, and image degradations
+(sensor noise, blur, JPEG) applied by the caller.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from avatar_app.avatar import face_model_topology as topo
+from avatar_app.avatar.face_model import FaceModel
+from training.render_track import _disc, _region_colours
+
+_VERT = """
+#version 330
+uniform mat4 mvp;
+in vec3 in_pos; in vec3 in_nrm; in vec3 in_col;
+out vec3 v_col; out vec3 v_nrm;
+void main() { gl_Position = mvp * vec4(in_pos, 1.0); v_col = in_col; v_nrm = in_nrm; }
+"""
+_FRAG = """
+#version 330
+uniform vec3 light; uniform float ambient; uniform float diffuse;
+in vec3 v_col; in vec3 v_nrm;
+out vec4 f_color;
+void main() {
+    float d = max(dot(normalize(v_nrm), normalize(light)), 0.0);
+    f_color = vec4(v_col * (ambient + diffuse * d), 1.0);
+}
+"""
+
+SKIN_TONES = np.array([  # sRGB 0..1, light to dark (roughly Fitzpatrick I-VI)
+    (0.96, 0.80, 0.69), (0.90, 0.72, 0.60), (0.85, 0.66, 0.55), (0.76, 0.57, 0.44),
+    (0.62, 0.44, 0.32), (0.45, 0.31, 0.22), (0.32, 0.21, 0.15)])
+
+
+class SubjectLook:
+    """Colours and light of one rendered subject.
+
+    Attributes:
+        skin, lips, brow, iris, background: RGB in [0, 1].
+        light: (3,) direction toward the light in camera space.
+        ambient, diffuse: shading terms.
+        smooth: Gouraud shading (else flat).
+    """
+
+    def __init__(self, rng: np.random.Generator):
+        t = rng.uniform(0, len(SKIN_TONES) - 1)
+        i = int(t)
+        f = t - i
+        skin = SKIN_TONES[i] * (1 - f) + SKIN_TONES[min(i + 1, len(SKIN_TONES) - 1)] * f
+        self.skin = np.clip(skin * rng.uniform(0.92, 1.08, 3), 0, 1)
+        self.lips = np.clip(self.skin * np.array([0.78, 0.55, 0.55]) * rng.uniform(0.85, 1.1), 0, 1)
+        self.brow = np.clip(self.skin * rng.uniform(0.25, 0.6), 0, 1)
+        self.iris = np.clip(rng.choice([np.array([0.30, 0.20, 0.12]), np.array([0.25, 0.35, 0.45]),
+                                        np.array([0.30, 0.35, 0.20]), np.array([0.12, 0.08, 0.05])])
+                            * rng.uniform(0.8, 1.2), 0, 1)
+        self.background = rng.uniform(0.1, 0.9, 3)
+        az, el = rng.uniform(-0.9, 0.9), rng.uniform(-0.5, 0.8)
+        self.light = np.array([np.sin(az) * np.cos(el), np.sin(el), np.cos(az) * np.cos(el)])
+        self.ambient = rng.uniform(0.25, 0.5)
+        self.diffuse = rng.uniform(0.5, 0.85)
+        self.smooth = bool(rng.random() < 0.5)
+
+
+class VariedFaceRenderer:
+    """Renders posed face-model landmarks as a closed, coloured, lit face.
+
+    Args:
+        model: the face model (topology and region colours, computed once).
+        size: (width, height) pixels.
+    """
+
+    def __init__(self, model: FaceModel, size: tuple[int, int] = (640, 480)):
+        from avatar_app.render.headless import create_egl_context
+
+        self.model = model
+        self.size = size
+        self.ctx = create_egl_context()
+        self.prog = self.ctx.program(vertex_shader=_VERT, fragment_shader=_FRAG)
+        self.fbo = self.ctx.simple_framebuffer(size, components=4)
+        self.ctx.enable(self.ctx.DEPTH_TEST)
+        self._region = _region_colours(model)  # 0: skin, 1: lips, 2: brow per triangle
+        self._kind = np.zeros(len(self._region), np.int32)
+        from training.render_track import BROW, LIPS
+        self._kind[np.all(np.isclose(self._region, LIPS), 1)] = 1
+        self._kind[np.all(np.isclose(self._region, BROW), 1)] = 2
+        loops = topo.boundary_loops(model.triangles)
+        self._holes = [np.asarray(loop) for loop in loops[1:]]
+
+    def _geometry(self, p: np.ndarray, look: SubjectLook) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(T, 3, 3) triangles, (T, 3, 3) per-corner normals, (T, 3) colours."""
+        tris = p[self.model.triangles]
+        n_face = np.cross(tris[:, 1] - tris[:, 0], tris[:, 2] - tris[:, 0])
+        if look.smooth:
+            vn = np.zeros_like(p)
+            for k in range(3):
+                np.add.at(vn, self.model.triangles[:, k], n_face)
+            vn /= np.maximum(np.linalg.norm(vn, axis=1, keepdims=True), 1e-12)
+            nrm = vn[self.model.triangles]
+        else:
+            nf = n_face / np.maximum(np.linalg.norm(n_face, axis=1, keepdims=True), 1e-12)
+            nrm = np.repeat(nf[:, None], 3, 1)
+        palette = np.stack([look.skin, look.lips, look.brow])
+        cols = [palette[self._kind]]
+        all_t, all_n = [tris], [nrm]
+        for loop in self._holes:
+            ring = p[loop]
+            is_mouth = 13 in loop or 14 in loop
+            c = ring.mean(0) - np.array([0, 0, 0.004 if is_mouth else 0.0015])
+            fan = np.stack([np.repeat(c[None], len(loop), 0), ring[::-1], np.roll(ring[::-1], -1, 0)], 1)
+            fn = np.cross(fan[:, 1] - fan[:, 0], fan[:, 2] - fan[:, 0])
+            fn /= np.maximum(np.linalg.norm(fn, axis=1, keepdims=True), 1e-12)
+            all_t.append(fan)
+            all_n.append(np.repeat(fn[:, None], 3, 1))
+            col = np.array([0.18, 0.06, 0.06]) if is_mouth else np.array([0.92, 0.90, 0.86])
+            cols.append(np.tile(col, (len(fan), 1)))
+        for ci in (468, 473):
+            push = np.array([0, 0, 0.0004])
+            for disc, col in ((_disc(p[ci] + push, p[ci + 1:ci + 5] + push, 1.0), look.iris),
+                              (_disc(p[ci] + 2 * push, p[ci + 1:ci + 5] + 2 * push, 0.4), np.zeros(3) + 0.03)):
+                all_t.append(disc)
+                all_n.append(np.tile(np.array([0, 0, 1.0]), (len(disc), 3, 1)))
+                cols.append(np.tile(col, (len(disc), 1)))
+        return np.concatenate(all_t), np.concatenate(all_n), np.concatenate(cols)
+
+    def render(self, points: np.ndarray, rotation: np.ndarray, translation: np.ndarray,
+               focal_px: float, look: SubjectLook) -> np.ndarray:
+        """Render one face.
+
+        Args:
+            points: (478, 3) model-frame positions, metres.
+            rotation: (3, 3) model -> camera.
+            translation: (3,) metres (z < 0).
+            focal_px: pinhole focal length, pixels (principal point at the centre).
+            look: colours and light.
+
+        Returns:
+            (H, W, 3) uint8 RGB.
+        """
+        tri, nrm, col = self._geometry(np.asarray(points, np.float64), look)
+        nrm = nrm @ np.asarray(rotation, np.float64).T
+        data = np.concatenate([tri.reshape(-1, 3), nrm.reshape(-1, 3), np.repeat(col, 3, 0)], 1)
+        vbo = self.ctx.buffer(data.astype("f4").tobytes())
+        vao = self.ctx.vertex_array(self.prog, [(vbo, "3f 3f 3f", "in_pos", "in_nrm", "in_col")])
+        w, h = self.size
+        near, far = 0.05, 10.0
+        proj = np.array([[2 * focal_px / w, 0, 0, 0], [0, 2 * focal_px / h, 0, 0],
+                         [0, 0, -(far + near) / (far - near), -2 * far * near / (far - near)],
+                         [0, 0, -1, 0]])
+        view = np.eye(4)
+        view[:3, :3] = rotation
+        view[:3, 3] = translation
+        self.prog["mvp"].write((proj @ view).T.astype("f4").tobytes())
+        self.prog["light"].value = tuple(float(x) for x in look.light)
+        self.prog["ambient"].value = float(look.ambient)
+        self.prog["diffuse"].value = float(look.diffuse)
+        self.fbo.use()
+        self.fbo.clear(*look.background, 1.0)
+        vao.render()
+        img = np.frombuffer(self.fbo.read(components=3), np.uint8).reshape(h, w, 3)
+        vao.release()
+        vbo.release()
+        return img[::-1].copy()
+
+    def close(self) -> None:
+        """Release the GL context."""
+        self.ctx.release()
+
+
+def degrade(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Camera-like degradations: Gaussian blur, sensor noise, JPEG (each with some probability).
+
+    Args:
+        img: (H, W, 3) uint8 RGB.
+
+    Returns:
+        (H, W, 3) uint8 RGB.
+    """
+    import cv2
+
+    out = img
+    if rng.random() < 0.4:
+        out = cv2.GaussianBlur(out, (0, 0), rng.uniform(0.4, 1.2))
+    if rng.random() < 0.6:
+        noise = rng.normal(0, rng.uniform(1, 6), out.shape)
+        out = np.clip(out.astype(np.float32) + noise, 0, 255).astype(np.uint8)
+    if rng.random() < 0.6:
+        ok, enc = cv2.imencode(".jpg", out[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(50, 96))])
+        out = cv2.imdecode(enc, cv2.IMREAD_COLOR)[:, :, ::-1]
+    return np.ascontiguousarray(out)

@@ -1,0 +1,227 @@
+"""Train, evaluate and export the face_recon engine (2-core CPU: about 10-20 minutes).
+
+Usage (repository root)::
+
+    python -m training.face_recon.train --data ~/.cache/avatar_app/face_recon \
+        --out models/face_recon.onnx [--epochs 24] [--synthetic 120000] [--rt-repeat 3]
+
+Data: a synthetic projected set made on the fly (``--synthetic`` samples,
+seed 11) plus the render-and-track set ``rt_train.npz`` from make_data.py,
+repeated ``--rt-repeat`` times per epoch. Held out: synthetic seed 12
+(5000 samples) and ``rt_heldout.npz`` (other seed, other subjects).
+
+Loss: L1 on the 51 estimated blendshapes + 0.5 x the rotation-matrix
+L2 of the pose refinement (radian scale) + 0.2 x L1 translation refinement
+(centimetres; the distance is only known up to the unobserved focal length,
+so this term is small) + 0.1 x L1 identity coefficients.
+
+Writes the ONNX (opset 17, dynamic batch), ``<stem>.card.json`` (engine
+metadata and all figures), ``<stem>.val.npz`` and ``<stem>.calib.npz``
+(256 held-out samples each, half synthetic half render-and-track; the
+calibration set from other samples than the validation set) and
+``<stem>.metrics.json`` (training curve and the held-out tables).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from avatar_app.avatar.face_model import load_face_model
+from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+from avatar_app.reconstruction import normalise as N
+from training.face_recon import data as D
+from training.face_recon.make_data import synthetic_set
+from training.face_recon.model import FaceReconNet, rotation_from_6d_torch
+
+log = logging.getLogger("face_recon.train")
+
+SYN_TRAIN_SEED, SYN_HELDOUT_SEED = 11, 12
+
+
+def _batches(n: int, bs: int, rng: np.random.Generator):
+    idx = rng.permutation(n)
+    for i in range(0, n - bs + 1, bs):
+        yield idx[i:i + bs]
+
+
+def predict(model: FaceReconNet, prep: dict, bs: int = 2048) -> dict[str, np.ndarray]:
+    """Run the torch model over a prepared set: blendshapes, rotation (composed), translation, identity."""
+    model.eval()
+    outs = {"bs": [], "rot6d": [], "t": [], "ident": []}
+    with torch.no_grad():
+        for i in range(0, len(prep["x"]), bs):
+            x = torch.from_numpy(np.asarray(prep["x"][i:i + bs], np.float32))
+            n = torch.from_numpy(np.asarray(prep["n"][i:i + bs], np.float32))
+            b, r, t, k = model.forward_subset(x, n)
+            for key, v in zip(outs, (b, r, t, k)):
+                outs[key].append(v.numpy())
+    out = {k: np.concatenate(v) for k, v in outs.items()}
+    out["rotation"], out["translation"] = N.compose_pose(prep["r0"], prep["t0"], out["rot6d"], out["t"])
+    return out
+
+
+def evaluate(model: FaceReconNet, prep: dict, const: np.ndarray) -> dict:
+    """Held-out figures: blendshape MAE vs the constant predictor, rotation, translation, identity."""
+    out = predict(model, prep)
+    m = D.metrics(out["bs"], prep["weights"], const)
+    rot_err = N.rotation_angle_deg(out["rotation"], prep["rotation"])
+    rot0_err = N.rotation_angle_deg(prep["r0"], prep["rotation"])
+    m.update({
+        "rotation_err_deg_median": float(np.median(rot_err)),
+        "rotation_err_deg_p90": float(np.percentile(rot_err, 90)),
+        "alignment_only_rotation_err_deg_median": float(np.median(rot0_err)),
+        "translation_err_m_median": float(np.median(np.linalg.norm(out["translation"] - prep["translation"], axis=1))),
+        "identity_mae": float(np.abs(out["ident"] - prep["identity"]).mean()),
+        "samples": int(len(prep["x"])),
+    })
+    return m
+
+
+def train(args) -> dict:
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    t_start = time.time()
+    model_rig = load_face_model()
+    log.info("making %d synthetic samples", args.synthetic)
+    syn = D.prepare(synthetic_set(SYN_TRAIN_SEED, args.synthetic, model_rig))
+    syn_ho_raw = synthetic_set(SYN_HELDOUT_SEED, 5000, model_rig)
+    syn_ho = D.prepare(syn_ho_raw)
+    data_dir = Path(args.data).expanduser()
+    rt_raw = D.load_raw(data_dir / "rt_train.npz") if args.rt_repeat > 0 else None
+    rt_ho_raw = D.load_raw(data_dir / "rt_heldout.npz")
+    rt = D.prepare(rt_raw) if rt_raw is not None else None
+    rt_ho = D.prepare(rt_ho_raw)
+    keys = ("x", "n", "weights", "rot_res", "t_res", "identity")
+    parts = [syn] + ([rt] * args.rt_repeat if rt is not None else [])
+    train_set = {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in keys}
+    n_train = len(train_set["x"])
+    const = train_set["weights"].mean(0)
+    log.info("data ready in %.0f s: %d training samples (%d render-and-track x %d)", time.time() - t_start,
+             n_train, 0 if rt is None else len(rt["x"]), args.rt_repeat)
+
+    model = FaceReconNet(model_rig.mirror, model_rig.num_identity)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    steps = args.epochs * (n_train // args.batch)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
+    est = torch.from_numpy(D.ESTIMATED)
+    tensors = {k: torch.from_numpy(v) for k, v in train_set.items()}
+    rng = np.random.default_rng(0)
+    curve = []
+    for epoch in range(args.epochs):
+        model.train()
+        tot, nb = 0.0, 0
+        for idx in _batches(n_train, args.batch, rng):
+            it = torch.from_numpy(idx)
+            x, n = tensors["x"][it], tensors["n"][it]
+            bs, rot6, t, ident = model.forward_subset(x, n)
+            w = tensors["weights"][it]
+            l_bs = (bs - w).abs().index_select(1, est).mean()
+            l_rot = ((rotation_from_6d_torch(rot6) - tensors["rot_res"][it]) ** 2).sum((1, 2)).mean()
+            l_t = ((t - tensors["t_res"][it]).abs() * 100.0).clamp_max(10.0).mean()
+            l_id = (ident - tensors["identity"][it]).abs().mean()
+            loss = l_bs + 0.5 * l_rot + 0.2 * l_t * 0.01 + 0.1 * l_id
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            tot += float(loss)
+            nb += 1
+        ev_syn = evaluate(model, syn_ho, const)
+        ev_rt = evaluate(model, rt_ho, const)
+        row = {"epoch": epoch + 1, "loss": tot / nb, "syn_mae": ev_syn["mae"], "rt_mae": ev_rt["mae"],
+               "syn_rot_deg": ev_syn["rotation_err_deg_median"], "rt_rot_deg": ev_rt["rotation_err_deg_median"],
+               "elapsed_s": time.time() - t_start}
+        curve.append(row)
+        log.info("epoch %d: %s", epoch + 1, {k: round(v, 4) for k, v in row.items()})
+    result = {
+        "train_seconds": time.time() - t_start, "threads": args.threads, "epochs": args.epochs,
+        "training_samples": n_train, "synthetic_samples": args.synthetic,
+        "render_track_samples": 0 if rt is None else int(len(rt["x"])), "rt_repeat": args.rt_repeat,
+        "constant_predictor": {BLENDSHAPE_NAMES[i]: float(const[i]) for i in range(len(const))},
+        "heldout_synthetic": evaluate(model, syn_ho, const),
+        "heldout_render_track": evaluate(model, rt_ho, const), "curve": curve,
+    }
+    result["_model"] = model
+    result["_sets"] = (syn_ho_raw, rt_ho_raw)
+    return result
+
+
+def export(model: FaceReconNet, out: Path, card_extra: dict) -> None:
+    """Write the ONNX model with its engine metadata (opset 17, batch 1..16)."""
+    import onnx
+
+    model.eval()
+    dummy = (torch.zeros(1, 478, 3), torch.zeros(1, 478, 3))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dyn = {"landmarks": {0: "B"}, "neutral": {0: "B"}, "blendshapes": {0: "B"},
+           "rotation_6d": {0: "B"}, "translation": {0: "B"}, "identity": {0: "B"}}
+    torch.onnx.export(model, dummy, str(out), input_names=["landmarks", "neutral"],
+                      output_names=["blendshapes", "rotation_6d", "translation", "identity"],
+                      dynamic_axes=dyn, opset_version=17, dynamo=False)
+    m = onnx.load(str(out))
+    meta = {"avatar_app.dynamic_dims": json.dumps({"B": [1, 1, 16]}),
+            "avatar_app.normalisation_version": str(N.NORMALISATION_VERSION),
+            "avatar_app.model": "face_recon", "avatar_app.licence": "GPL-3.0-or-later"}
+    meta.update({k: json.dumps(v) if not isinstance(v, str) else v for k, v in card_extra.items()})
+    for k, v in meta.items():
+        p = m.metadata_props.add()
+        p.key, p.value = k, v
+    onnx.checker.check_model(m)
+    onnx.save(m, str(out))
+
+
+def write_sets(out: Path, syn_raw: dict, rt_raw: dict, n: int = 256, seed: int = 5) -> None:
+    """``<stem>.val.npz`` and ``<stem>.calib.npz``: disjoint held-out samples, half each kind."""
+    rng = np.random.default_rng(seed)
+    si = rng.permutation(len(syn_raw["subject"]))[: n]
+    ri = rng.permutation(len(rt_raw["subject"]))[: n]
+    for name, a, b in (("val", si[: n // 2], ri[: n // 2]), ("calib", si[n // 2:], ri[n // 2:])):
+        f1, f2 = D.full_inputs(syn_raw, a), D.full_inputs(rt_raw, b)
+        feeds = {k: np.concatenate([f1[k], f2[k]]).astype(np.float32) for k in f1}
+        np.savez_compressed(out.with_name(f"{out.stem}.{name}.npz"), **feeds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="~/.cache/avatar_app/face_recon")
+    ap.add_argument("--out", type=Path, default=Path("models/face_recon.onnx"))
+    ap.add_argument("--epochs", type=int, default=24)
+    ap.add_argument("--synthetic", type=int, default=120000)
+    ap.add_argument("--rt-repeat", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-export", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    res = train(args)
+    model = res.pop("_model")
+    syn_raw, rt_raw = res.pop("_sets")
+    out = args.out
+    metrics_path = out.with_name(out.stem + ".metrics.json")
+    if not args.no_export:
+        export(model, out, {})
+        write_sets(out, syn_raw, rt_raw)
+        torch.save(model.state_dict(), out.with_name(out.stem + ".pt"))
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text(json.dumps(res, indent=1))
+    for k in ("heldout_synthetic", "heldout_render_track"):
+        r = res[k]
+        log.info("%s: MAE %.4f (constant %.4f, ratio %.2f), rotation %.2f deg median (alignment only %.2f)",
+                 k, r["mae"], r["const_mae"], r["ratio"], r["rotation_err_deg_median"],
+                 r["alignment_only_rotation_err_deg_median"])
+    log.info("total %.0f s", res["train_seconds"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
