@@ -5,6 +5,11 @@ Usage::
     .venv/bin/python benchmarks/render.py [--frames 300] [--size 1280x720]
         [--out benchmarks/results/render.json] [--screens DIR]
 
+``--avatar FILE`` (repeatable; default: the ICT FaceKit head in
+../shared/testdata/avatars when present) also times user avatars loaded through
+``avatar_app.avatar.loader`` with the same animated states, under
+``"avatars": {name: {"mesh", "load_ms", "runs": {"msaa0", "msaa4"}}}``.
+
 Each timed frame is a full ``HeadlessRenderer.render`` call: uniforms, draw,
 MSAA resolve when enabled, and readback into a numpy array. All 52 weights,
 the head rotation and the gaze change every frame. Results (per MSAA setting:
@@ -34,6 +39,10 @@ from avatar_app.avatar.default_head import build_default_head  # noqa: E402
 from avatar_app.core.blendshapes import Blendshape  # noqa: E402
 from avatar_app.core.types import AvatarState  # noqa: E402
 from avatar_app.render.headless import HeadlessRenderer  # noqa: E402
+
+
+#: The ICT FaceKit test head (51 ARKit shapes), timed when present; never shipped.
+DEFAULT_ICT = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "avatars" / "ict_facekit_arkit51.glb"
 
 
 def rotation(yaw: float, pitch: float, roll: float = 0.0) -> np.ndarray:
@@ -84,6 +93,32 @@ def time_frames(renderer: HeadlessRenderer, states: list[AvatarState], warmup: i
     }
 
 
+def time_avatar(path: Path, states: list[AvatarState], width: int, height: int, msaa: list[int]) -> dict:
+    """Load a user avatar and time it like the default head (same animated states)."""
+    from avatar_app.avatar.loader import load_avatar
+
+    t0 = time.perf_counter()
+    mesh = load_avatar(path)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    out = {
+        "file": path.name,
+        "load_ms": round(load_ms, 1),
+        "mesh": {"vertices": mesh.num_vertices, "triangles": mesh.num_triangles,
+                 "morph_targets": len(mesh.target_names), "primitives": len(mesh.primitives),
+                 "arkit_mapped": len(mesh.report.mapped_arkit)},
+        "runs": {},
+    }
+    for samples in msaa:
+        with HeadlessRenderer(width, height, msaa=samples, avatar=mesh) as r:
+            out["mesh"]["morph_deltas"] = r.renderer.morph_entries
+            run = time_frames(r, states)
+            run["msaa_effective"] = r.renderer.msaa
+            out["runs"][f"msaa{samples}"] = run
+            print(f"{path.stem} msaa {samples}: {run['median_ms']:.2f} ms median, {run['fps_median']:.1f} fps "
+                  f"(p90 {run['p90_ms']:.2f} ms), CPU {run['cpu_ms_per_frame']:.2f} ms/frame")
+    return out
+
+
 def save_screens(mesh, directory: Path, width: int, height: int) -> list[str]:
     import cv2
 
@@ -117,7 +152,11 @@ def main() -> int:
     ap.add_argument("--msaa", default="0,4", help="comma-separated sample counts")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "render.json")
     ap.add_argument("--screens", type=Path, default=None, help="also save screenshots to this folder")
+    ap.add_argument("--avatar", type=Path, action="append", default=None,
+                    help="also time this glTF/VRM avatar (repeatable; default: the ICT test head if present)")
     args = ap.parse_args()
+    if args.avatar is None:
+        args.avatar = [p for p in (DEFAULT_ICT,) if p.is_file()]
     width, height = (int(v) for v in args.size.lower().split("x"))
 
     t0 = time.perf_counter()
@@ -143,6 +182,9 @@ def main() -> int:
             result["runs"][f"msaa{samples}"] = run
             print(f"msaa {samples}: {run['median_ms']:.2f} ms median, {run['fps_median']:.1f} fps "
                   f"(p90 {run['p90_ms']:.2f} ms), CPU {run['cpu_ms_per_frame']:.2f} ms/frame")
+    msaa_list = [int(x) for x in args.msaa.split(",")]
+    if args.avatar:
+        result["avatars"] = {p.stem: time_avatar(p, states, width, height, msaa_list) for p in args.avatar}
     result["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     if args.screens is not None:
         result["screens"] = save_screens(mesh, args.screens, width, height)

@@ -143,8 +143,8 @@ def test_ten_minutes_at_30_03_fps_and_100_ppm_stay_in_sync(tmp_path, record_prop
     off = offsets(path)
     assert len(off) == len(events) == 599
     start, end = off[:10], off[-10:]
-    record_property("offset_start_ms", [round(1e3 * o, 2) for o in start])
-    record_property("offset_end_ms", [round(1e3 * o, 2) for o in end])
+    record_property("offset_start_ms", [round(float(1e3 * o), 2) for o in start])
+    record_property("offset_end_ms", [round(float(1e3 * o), 2) for o in end])
     print(f"start offsets ms {np.round(1e3 * start, 1)}; end offsets ms {np.round(1e3 * end, 1)}; "
           f"max |offset| {1e3 * np.abs(off).max():.1f} ms; clock {rec.drift_ppm:+.1f} ppm")
     assert np.abs(start).max() < 1 / FPS

@@ -52,7 +52,7 @@ def test_mirror_convention_end_to_end(qtbot, still_window, head_images):
         img = render_state(win, st)
         base = render_state(win, replace(st, weights=np.zeros_like(st.weights)))
         cols = changed_columns(img, base)
-        assert len(cols) > 100, f"mirror={mirror}: the smile changed nothing in the viewport"
+        assert len(cols) > 30, f"mirror={mirror}: the smile changed nothing in the viewport"
         side = np.median(cols) - _face_centre_x(base)
         if mirror:
             assert side < -10, f"mirror on: the corner on the LEFT of the picture must rise (median dx {side:.0f})"

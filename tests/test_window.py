@@ -164,6 +164,8 @@ def test_record_button_writes_clip_with_sound(qtbot, file_window, settings):
     qtbot.wait(2500)
     win.record_button.click()
     assert win.recorder is None
+    # the file is finished on a worker thread (no GUI-thread stall); "Saved" says it is complete
+    qtbot.waitUntil(lambda: "Saved" in win.statusBar().currentMessage(), timeout=15000)
     streams = ffprobe_streams(path)
     assert "video" in streams and "audio" in streams
     assert float(streams["video"]["duration"]) > 1.5

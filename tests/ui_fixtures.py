@@ -213,11 +213,11 @@ class SlotStandIn:
         return params
 
 
-def tiny_sample_fn(points, neutral, audio):
+def tiny_sample_fn(landmarks, neutral, audio):
     """Calibration sample of the tiny stand-in: x (1, 32) from the landmarks' x coordinates."""
-    if points is None:
+    if landmarks is None:
         return None
-    return {"x": np.asarray(points[:32, 0], np.float32).reshape(1, 32)}
+    return {"x": np.asarray(landmarks.points[:32, 0], np.float32).reshape(1, 32)}
 
 
 def tiny_model(folder: Path) -> Path:

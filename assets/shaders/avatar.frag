@@ -9,7 +9,7 @@
 // Variants (#define, prepended by the renderer), so that no material pays for what it
 // does not use on a software rasteriser: TEXTURED, ALPHA_MASK (the only one with
 // `discard`, which turns off early depth tests), DOUBLE_SIDED (back faces drawn flat
-// in the interior colour).
+// in the interior colour; with BACK_LIT, lit like the front and dimmed: hair, cloth).
 in vec3 v_normal;
 #ifdef TEXTURED
 in vec2 v_uv;
@@ -45,7 +45,11 @@ void main() {
     float alpha = (u_alpha_mode == 2) ? lit.a : 1.0;
 #ifdef DOUBLE_SIDED
     if (!gl_FrontFacing) {
+#ifdef BACK_LIT
+        f_color = vec4(sqrt(clamp(lit.rgb * 0.6, 0.0, 1.0)), alpha);  // inner side, dimmed
+#else
         f_color = vec4(sqrt(u_interior_color), alpha);
+#endif
         return;
     }
 #endif

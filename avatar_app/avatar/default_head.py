@@ -33,9 +33,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
 from avatar_app.avatar.procedural import (
+    arc_band,
+    gauss,
     grid_indices,
+    lathe,
+    lathe_from_angles,
+    orient_outward,
     raycast_first_exit,
     sd_capsule,
     sd_ellipsoid,
@@ -46,6 +52,13 @@ from avatar_app.avatar.procedural import (
     smooth_periodic,
     smoothstep,
     sphere_dirs,
+)
+from avatar_app.avatar.transfer import (
+    Correspondence,
+    SurfaceInterpolator,
+    contour_weights,
+    fit_correspondence,
+    rigid_fit,
 )
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 
@@ -59,8 +72,6 @@ LID_GAP = 0.0015  # lid shell radius - eyeball radius
 LID_INNER, LID_OUTER = 0.125, 0.160  # angular radii (from ORIGIN) of the lid-shell blend
 MOUTH_Y = -0.056  # height of the lip line
 MOUTH_Z = 0.083  # depth of the lip line at the centre (where the lips meet)
-HINGE = np.array([0.0, -0.026, -0.008])  # jaw rotation axis point (axis = X)
-JAW_OPEN_RAD = 0.30  # jaw rotation at jawOpen = 1
 NECK_BASE = np.array([0.0, -0.178, -0.02])
 HEAD_PIVOT = np.array([0.0, -0.075, -0.02])
 
@@ -130,7 +141,7 @@ def _skin_sdf(p: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- skin grid
-_N_HALF_COLS = 64
+_N_HALF_COLS = 80
 
 
 def _columns() -> np.ndarray:
@@ -161,7 +172,7 @@ PHI_EYE_BAND_LO = 0.13
 
 
 #: Rows per skin band: crown, upper lid, lower lid, mid face, lower face, neck.
-_ROW_COUNTS = (13, 10, 7, 17, 15, 9)
+_ROW_COUNTS = (16, 13, 9, 21, 19, 11)
 
 
 def _rows(phi_eye: float, phi_mouth: float) -> _Rows:
@@ -271,6 +282,7 @@ class _SkinBuilder:
         # eye profile coordinate x in [-1, 1] from the inner to the outer corner, per column
         xe = (th - 0.5 * (th_in + th_out)) / (0.5 * (th_out - th_in))
         inside = np.abs(xe) < 1.0
+        self.eye_x = xe
         self.eye_cols = inside
         self.eye_side = np.where(inside, side, 0.0)
         s = np.clip(1.0 - xe ** 2, 0.0, None)
@@ -285,19 +297,24 @@ class _SkinBuilder:
         self.h_lo = 0.066 * EYE_R / 0.013
 
     # lid shapes ------------------------------------------------------------
-    def eye_shape(self, up: float, lo: float, close: float = 0.0, sides=(-1, 1)) -> _EyeShape:
-        """Lid edges: ``up``/``lo`` scale the rest opening; ``close`` in [0, 1] meets them."""
-        meet = -0.22 * self.h_lo * self.eye_lo_profile
-        u = self.h_up * up * self.eye_up_profile
-        l_ = -self.h_lo * lo * self.eye_lo_profile
-        u = (1 - close) * u + close * meet
-        l_ = (1 - close) * l_ + close * meet
-        mask = np.isin(self.eye_side, sides)
-        rest = self.eye_shape_rest() if sides != (-1, 1) else None
-        if rest is not None:
-            u = np.where(mask, u, rest.upper)
-            l_ = np.where(mask, l_, rest.lower)
-        return _EyeShape(u, l_)
+    def eye_shape(self, fractions: dict[int, tuple[float, float]]) -> _EyeShape:
+        """Lid edges moved by fractions of each eye's local opening.
+
+        Args:
+            fractions: side (+1 = the avatar's left eye, -1 = right) -> (du, dl): the
+                upper and lower lid edges move up by ``du`` and ``dl`` times the rest
+                opening at every column (du = -0.8, dl = 0.2 meets them: a blink).
+                Eyes not named keep their rest shape.
+        """
+        rest = self.eye_shape_rest()
+        u, lo = rest.upper.copy(), rest.lower.copy()
+        gap = rest.upper - rest.lower
+        for side, (du, dl) in fractions.items():
+            m = self.eye_side == side
+            u[m] = rest.upper[m] + du * gap[m]
+            lo[m] = rest.lower[m] + dl * gap[m]
+        lo = np.minimum(lo, u)  # never past each other
+        return _EyeShape(u, lo)
 
     def eye_shape_rest(self) -> _EyeShape:
         return _EyeShape(self.h_up * self.eye_up_profile, -self.h_lo * self.eye_lo_profile)
@@ -364,34 +381,6 @@ class _SkinBuilder:
 
 
 # ----------------------------------------------------------------------------- other parts
-def _lathe(center, radii, n_rings: int, n_seg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ellipsoid grid with poles on the Z axis: positions (V, 3), indices, polar angle per vertex."""
-    alpha = np.linspace(0.0, np.pi, n_rings)
-    beta = np.linspace(0.0, 2 * np.pi, n_seg, endpoint=False)
-    a, b = np.meshgrid(alpha, beta, indexing="ij")
-    return _lathe_from_angles(center, radii, a, b), _lathe_indices(n_rings, n_seg), a.reshape(-1)
-
-
-def _lathe_from_angles(center, radii, a, b) -> np.ndarray:
-    local = np.stack([np.sin(a) * np.cos(b), np.sin(a) * np.sin(b), np.cos(a)], axis=-1).reshape(-1, 3)
-    return np.asarray(center) + local * np.asarray(radii)
-
-
-def _lathe_indices(n_rings: int, n_seg: int) -> np.ndarray:
-    return grid_indices(n_rings, n_seg, wrap=True)
-
-
-def _orient_outward(positions: np.ndarray, indices: np.ndarray, center, inward: bool = False) -> np.ndarray:
-    """Flip triangles so their normals point away from (or toward) ``center``."""
-    tri = indices.reshape(-1, 3).copy()
-    p = positions
-    n = np.cross(p[tri[:, 1]] - p[tri[:, 0]], p[tri[:, 2]] - p[tri[:, 0]])
-    out = np.einsum("ij,ij->i", n, p[tri].mean(axis=1) - np.asarray(center))
-    flip = (out < 0) if not inward else (out > 0)
-    tri[flip] = tri[flip][:, ::-1]
-    return tri.reshape(-1).astype(np.uint32)
-
-
 def _eyeball(center: np.ndarray, style: HeadStyle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eyeball with the pupil/iris/sclera boundaries as duplicated vertex rings.
 
@@ -406,8 +395,8 @@ def _eyeball(center: np.ndarray, style: HeadStyle) -> tuple[np.ndarray, np.ndarr
     alpha = np.array([r[0] for r in rings])
     beta = np.linspace(0.0, 2 * np.pi, n_seg, endpoint=False)
     a, b = np.meshgrid(alpha, beta, indexing="ij")
-    pos = _lathe_from_angles(center, (EYE_R, EYE_R, EYE_R), a, b)
-    idx = _orient_outward(pos, _lathe_indices(len(rings), n_seg), center)
+    pos = lathe_from_angles(center, (EYE_R, EYE_R, EYE_R), a, b)
+    idx = orient_outward(pos, grid_indices(len(rings), n_seg, wrap=True), center)
     iris = np.asarray(style.iris)
     rng = np.random.default_rng(7)
     streak = smooth_periodic(rng.uniform(-1, 1, n_seg), 1)
@@ -427,43 +416,6 @@ def _eyeball(center: np.ndarray, style: HeadStyle) -> tuple[np.ndarray, np.ndarr
             c = np.tile(np.array([0.86, 0.84, 0.80]) * (1.0 - 0.25 * f) + np.array([0.0, -0.04, -0.04]) * f, (n_seg, 1))
         col[i, :, :3] = c
     return pos, idx, col.reshape(-1, 4)
-
-
-def _arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float, radius_x: float,
-              radius_z: float, alpha_max: float, thickness: float, n_along: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A rounded band swept along a horseshoe arc in XZ (teeth rows).
-
-    Returns positions (V, 3), indices and the arc parameter s in [-1, 1] per vertex.
-    """
-    s = np.linspace(-1.0, 1.0, n_along)
-    al = s * alpha_max
-    cx = radius_x * np.sin(al)
-    cz = z_front - radius_z * (1.0 - np.cos(al))
-    tx, tz = radius_x * np.cos(al), radius_z * np.sin(al)  # tangent
-    nrm = np.stack([tz, -tx], axis=-1)
-    nrm /= np.linalg.norm(nrm, axis=-1, keepdims=True)  # horizontal normal of the arc
-    y_lo = np.broadcast_to(np.asarray(y_lo, np.float64), s.shape)
-    y_hi = np.broadcast_to(np.asarray(y_hi, np.float64), s.shape)
-    # rounded-rectangle cross-section (outward offset u, height v in [0, 1])
-    ang = np.linspace(0, 2 * np.pi, 10, endpoint=False)
-    cu = 0.5 * np.sign(np.cos(ang)) * np.abs(np.cos(ang)) ** 0.4
-    cv = 0.5 + 0.5 * np.sign(np.sin(ang)) * np.abs(np.sin(ang)) ** 0.4
-    taper = np.sqrt(np.clip(1.0 - np.abs(s) ** 8, 0.0, 1.0))[:, None]  # close the band's ends
-    u = cu[None, :] * thickness * taper
-    y_mid = 0.5 * (y_lo + y_hi)[:, None]
-    y = y_mid + (y_hi - y_lo)[:, None] * (cv[None, :] - 0.5) * taper
-    x = cx[:, None] + nrm[:, 0:1] * u
-    z = cz[:, None] + nrm[:, 1:2] * u
-    pos = np.stack([x, y, z], axis=-1).reshape(-1, 3)
-    idx = grid_indices(n_along, len(ang), wrap=True)
-    # orient by the local section centre rather than one global point
-    tri = idx.reshape(-1, 3).copy()
-    sec_c = np.stack([cx, 0.5 * (y_lo + y_hi), cz], axis=-1)
-    along = np.repeat(np.arange(n_along), len(ang))
-    n = np.cross(pos[tri[:, 1]] - pos[tri[:, 0]], pos[tri[:, 2]] - pos[tri[:, 0]])
-    outward = np.einsum("ij,ij->i", n, pos[tri].mean(axis=1) - sec_c[along[tri[:, 0]]])
-    tri[outward < 0] = tri[outward < 0][:, ::-1]
-    return pos, tri.reshape(-1).astype(np.uint32), np.repeat(s, len(ang))
 
 
 def _ear(side: float) -> tuple[np.ndarray, np.ndarray]:
@@ -558,18 +510,23 @@ def _hair(style: HeadStyle) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pos, idx, col
 
 
+def _brow_dirs(side: float, s: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Ray directions of brow points: ``s`` 0 (inner end) .. 1 (outer end), ``c`` -1 (lower edge) .. 1 (upper)."""
+    th_in, th_out = 0.10, 0.66
+    _, phi_e = _dir_angles(EYE_C + [0, 0, EYE_R + LID_GAP])
+    theta = th_in + (th_out - th_in) * s
+    center_phi = phi_e + 0.195 + 0.055 * np.sin(np.pi * s ** 0.75) - 0.03 * s
+    width = 0.050 * (1.0 - 0.55 * s) * np.clip(np.sin(np.pi * np.clip(s, 0.02, 0.98)) ** 0.25, 0, 1)
+    phi = center_phi + c * width * 0.5
+    return sphere_dirs(theta * side, phi).reshape(-1, 3)
+
+
 def _brow(side: float) -> tuple[np.ndarray, np.ndarray]:
     n_a, n_c = 26, 7
     s = np.linspace(0.0, 1.0, n_a)
     c = np.linspace(-1.0, 1.0, n_c)
     S, Cc = np.meshgrid(s, c, indexing="ij")
-    th_in, th_out = 0.10, 0.66
-    _, phi_e = _dir_angles(EYE_C + [0, 0, EYE_R + LID_GAP])
-    theta = th_in + (th_out - th_in) * S
-    center_phi = phi_e + 0.195 + 0.055 * np.sin(np.pi * S ** 0.75) - 0.03 * S
-    width = 0.050 * (1.0 - 0.55 * S) * np.clip(np.sin(np.pi * np.clip(S, 0.02, 0.98)) ** 0.25, 0, 1)
-    phi = center_phi + Cc * width * 0.5
-    dirs = sphere_dirs(theta * side, phi).reshape(-1, 3)
+    dirs = _brow_dirs(side, S, Cc)
     dist = raycast_first_exit(_skin_sdf, ORIGIN, dirs)
     surf = ORIGIN + dirs * dist[:, None]
     nrm = sdf_normals(_skin_sdf, surf)
@@ -631,7 +588,7 @@ def _torso_sdf(p: np.ndarray) -> np.ndarray:
 
 
 def _torso() -> tuple[np.ndarray, np.ndarray]:
-    n_c, n_r = 64, 20
+    n_c, n_r = 80, 24
     theta = np.linspace(-np.pi, np.pi, n_c, endpoint=False)
     phi = np.linspace(np.pi / 2, -np.pi / 2, n_r)
     PH, TH = np.meshgrid(phi, theta, indexing="ij")
@@ -642,118 +599,44 @@ def _torso() -> tuple[np.ndarray, np.ndarray]:
     return pos, grid_indices(n_r, n_c, wrap=True)
 
 
-# ----------------------------------------------------------------------------- morph fields
-def _gauss(p: np.ndarray, center, sigma) -> np.ndarray:
-    q = (p - np.asarray(center)) / np.asarray(sigma)
-    return np.exp(-0.5 * np.einsum("ij,ij->i", q, q))
-
-
-def _rot_x_delta(p: np.ndarray, pivot: np.ndarray, angle: float) -> np.ndarray:
-    c, s = np.cos(angle), np.sin(angle)
-    q = p - pivot
-    out = np.zeros_like(p)
-    out[:, 1] = q[:, 1] * (c - 1) - q[:, 2] * s
-    out[:, 2] = q[:, 1] * s + q[:, 2] * (c - 1)
-    return out
-
-
+# ----------------------------------------------------------------------------- skin
 @dataclass
-class _PartInfo:
-    """Per-vertex attributes that the morph fields read."""
+class _Skin:
+    """The skin primitive with its grid layout (vertex ``r * C + c`` is grid row r, column c)."""
 
-    pos: np.ndarray  # (N, 3) rest positions
-    jaw: np.ndarray  # (N,) how much the vertex follows the jaw, 0..1
-    face: np.ndarray  # (N,) 1 where facial-expression fields apply (skin, brows)
-    upper_lip: np.ndarray  # (N,) upper lip region weight
-    lower_lip: np.ndarray  # (N,) lower lip region weight
+    sb: _SkinBuilder
+    grid: np.ndarray  # (R, C, 3) float64 rest positions
+    prim: MeshPrimitive
 
+    @property
+    def pos(self) -> np.ndarray:
+        return self.grid.reshape(-1, 3)
 
-def _expression_deltas(info: _PartInfo) -> dict[str, np.ndarray]:
-    """Displacement fields (metres) for every non-lid blendshape."""
-    p, f = info.pos, info.face[:, None]
-    x = p[:, 0:1]
-    out: dict[str, np.ndarray] = {}
-    jaw_rot = _rot_x_delta(p, HINGE, JAW_OPEN_RAD)
-    out["jawOpen"] = jaw_rot * info.jaw[:, None]
-    out["jawForward"] = np.array([0.0, 0.0, 0.0055]) * info.jaw[:, None]
-    out["jawLeft"] = np.array([0.0065, 0.0, 0.0]) * info.jaw[:, None]
-    out["jawRight"] = np.array([-0.0065, 0.0, 0.0]) * info.jaw[:, None]
-    # Fields that move the upper and lower lip apart fade to zero at the mouth corners,
-    # where both lips share vertices (else the corners would split open).
-    corners_shut = np.sqrt(np.clip(1.0 - (x / 0.0215) ** 2, 0.0, 1.0))
-    ul, ll = info.upper_lip[:, None] * corners_shut, info.lower_lip[:, None] * corners_shut
-    out["mouthClose"] = (-0.72 * jaw_rot * ll + 0.28 * jaw_rot * ul) * f
-    corner = np.array([0.0218, MOUTH_Y + 0.0025, MOUTH_Z - 0.0085])
-    mouth_c = np.array([0.0, MOUTH_Y, MOUTH_Z])
-    lips_region = _gauss(p, mouth_c, (0.020, 0.011, 0.02))[:, None] * f
-    for name, sx in (("Left", 1.0), ("Right", -1.0)):
-        c = corner * [sx, 1, 1]
-        g = _gauss(p, c, (0.013, 0.011, 0.02))[:, None] * f
-        g_cheek = _gauss(p, (0.036 * sx, -0.036, 0.062), (0.016, 0.013, 0.02))[:, None] * f
-        out[f"mouthSmile{name}"] = g * [0.0042 * sx, 0.0062, -0.0028] + g_cheek * [0.001 * sx, 0.0030, 0.0012]
-        out[f"mouthFrown{name}"] = g * [0.0008 * sx, -0.0060, -0.0008]
-        out[f"mouthStretch{name}"] = g * [0.0048 * sx, -0.0022, -0.0022]
-        out[f"mouthDimple{name}"] = g * [0.0018 * sx, 0.0004, -0.0032]
-        side_w = smoothstep(-0.006, 0.010, x * sx)
-        out[f"mouthPress{name}"] = (ul * [0, -0.0012, -0.0010] + ll * [0, 0.0014, -0.0010]) * side_w * f
-        out[f"mouthLowerDown{name}"] = ll * side_w * lips_region * [0.0, -0.0055, 0.0006] / np.maximum(lips_region.max(), 1e-9)
-        out[f"mouthUpperUp{name}"] = ul * side_w * lips_region * [0.0, 0.0045, 0.0004] / np.maximum(lips_region.max(), 1e-9)
-        out[f"cheekSquint{name}"] = _gauss(p, (0.037 * sx, -0.020, 0.064), (0.016, 0.009, 0.02))[:, None] * f * [0, 0.0032, 0.0006]
-        nose = _gauss(p, (0.011 * sx, -0.030, 0.088), (0.008, 0.008, 0.012))[:, None] * f
-        out[f"noseSneer{name}"] = nose * [0.0008 * sx, 0.0032, 0.0004]
-        brow_band = smoothstep(0.0125, 0.019, p[:, 1:2])  # keep the lids out of brow fields
-        own_side = smoothstep(-0.004, 0.008, x * sx)
-        g_brow = _gauss(p, (0.034 * sx, 0.026, 0.074), (0.020, 0.014, 0.03))[:, None] * f * brow_band * own_side
-        out[f"browDown{name}"] = g_brow * [-0.0016 * sx, -0.0042, 0.0010]
-        g_out = _gauss(p, (0.048 * sx, 0.026, 0.062), (0.016, 0.015, 0.03))[:, None] * f * brow_band * own_side
-        out[f"browOuterUp{name}"] = g_out * [0.0, 0.0055, 0.0]
-    out["mouthLeft"] = lips_region * [0.0062, 0.0, -0.0008]
-    out["mouthRight"] = lips_region * [-0.0062, 0.0, -0.0008]
-    squeeze = np.concatenate([-x, np.zeros_like(x), np.zeros_like(x)], axis=1)  # toward x = 0, uniform
-    out["mouthFunnel"] = lips_region * ([0.0, 0.0, 0.0065] + 0.38 * squeeze) \
-        + (ul * [0, 0.0030, 0.0015] + ll * [0, -0.0042, 0.0015]) * f
-    out["mouthPucker"] = lips_region * ([0.0, 0.0, 0.0080] + 0.45 * squeeze)
-    out["mouthRollLower"] = ll * lips_region * [0.0, 0.0018, -0.0032]
-    out["mouthRollUpper"] = ul * lips_region * [0.0, -0.0016, -0.0030]
-    chin = _gauss(p, (0.0, -0.092, 0.070), (0.02, 0.015, 0.02))[:, None] * f
-    out["mouthShrugLower"] = ll * lips_region * [0.0, 0.0026, 0.0018] + chin * [0, 0.002, 0.0015]
-    out["mouthShrugUpper"] = ul * lips_region * [0.0, 0.0022, 0.0010]
-    inner = (_gauss(p, (0.014, 0.024, 0.082), (0.011, 0.011, 0.03)) + _gauss(p, (-0.014, 0.024, 0.082), (0.011, 0.011, 0.03)))
-    brow_band = smoothstep(0.0125, 0.019, p[:, 1:2])
-    out["browInnerUp"] = inner[:, None] * f * brow_band * [0.0, 0.0060, 0.0004]
-    for sx in (1.0, -1.0):
-        puff = _gauss(p, (0.040 * sx, MOUTH_Y + 0.008, 0.052), (0.014, 0.016, 0.02))[:, None] * f
-        out["cheekPuff"] = out.get("cheekPuff", 0) + puff * [0.0060 * sx, 0.0, 0.0022]
-    return out
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.grid.shape[0], self.grid.shape[1]
+
+    def rows_of_kind(self, *kinds: int) -> np.ndarray:
+        return np.flatnonzero(np.isin(self.sb.rows.kind, kinds))
+
+    @property
+    def up_edge_row(self) -> int:
+        """Row of the upper lid edge (the last row of the upper eye band)."""
+        return int(self.rows_of_kind(K_EYE_UP)[-1])
+
+    @property
+    def lo_edge_row(self) -> int:
+        """Row of the lower lid edge (the first row of the lower eye band)."""
+        return int(self.rows_of_kind(K_EYE_LO)[0])
+
+    def fold_rows(self) -> np.ndarray:
+        """Rows folded inside (lid folds, the lips' inner surfaces)."""
+        return self.rows_of_kind(K_EYE_UP_FOLD, K_EYE_LO_FOLD, *[K_MOUTH + k for k in (1, 2, 3, 4)])
 
 
-# ----------------------------------------------------------------------------- assembly
-def _normals_with(base_pos: np.ndarray, delta: np.ndarray, idx: np.ndarray, base_nrm: np.ndarray) -> np.ndarray:
-    return compute_normals(base_pos + delta, idx) - base_nrm
-
-
-def _jaw_spatial(pos: np.ndarray) -> np.ndarray:
-    """How much each point follows the jaw, from position alone (0..1).
-
-    1 below the line from the mouth corner to the jaw hinge (side view), fading
-    out behind the hinge and down the neck.
-    """
-    y, z = pos[:, 1], pos[:, 2]
-    a = np.array([MOUTH_Y + 0.004, 0.078])
-    b = np.array([HINGE[1] - 0.004, HINGE[2]])
-    dvec = b - a
-    nline = np.array([dvec[1], -dvec[0]]) / np.linalg.norm(dvec)
-    if nline[0] > 0:  # make it point down (toward -y)
-        nline = -nline
-    below = (np.stack([y, z], axis=1) - a) @ nline
-    jaw = smoothstep(-0.004, 0.010, below) * smoothstep(-0.02, 0.005, z)
-    return jaw * smoothstep(0.028, 0.0, _jaw_volume_sdf(pos))
-
-
-def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
+def _skin_part(style: HeadStyle) -> _Skin:
     sb = _SkinBuilder(style)
-    rest_shape = sb.eye_shape_rest()
-    grid = sb.positions(rest_shape)
+    grid = sb.positions(sb.eye_shape_rest())
     R, C = grid.shape[:2]
     pos = grid.reshape(-1, 3)
     idx = sb.indices()
@@ -762,40 +645,10 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     col_of = np.tile(np.arange(C), R)
     kind = rows.kind[row_of]
 
-    # lid poses: recompute only the eye-band rows
-    eye_rows = np.flatnonzero(np.isin(rows.kind, (K_EYE_UP, K_EYE_LO, K_EYE_UP_FOLD, K_EYE_LO_FOLD)))
-    lid_targets = {}
-    for name, sides in (("Left", (1,)), ("Right", (-1,))):
-        for tname, kw, extra in (("eyeBlink", dict(up=1.0, lo=1.0, close=1.0), 0.0006),
-                                 ("eyeWide", dict(up=1.38, lo=1.10), 0.0),
-                                 ("eyeSquint", dict(up=0.90, lo=0.50), 0.0002)):
-            shape = sb.eye_shape(sides=sides, **kw)
-            moved = sb.positions(shape, eye_rows, extra, sides)
-            d = np.zeros_like(grid)
-            d[eye_rows] = moved - grid[eye_rows]
-            lid_targets[f"{tname}{name}"] = d.reshape(-1, 3)
-
-    # masks for the fields
-    y, z = pos[:, 1], pos[:, 2]
-    above_split = row_of <= rows.mouth_up_f2
-    mouth_x = np.abs(pos[:, 0])
-    lipzone_y = smoothstep(0.016, 0.004, np.abs(y - MOUTH_Y))
-    lip_x = smoothstep(0.030, 0.020, mouth_x)
-    upper_lip = np.where(above_split, 1.0, 0.0) * lipzone_y * lip_x * (z > 0.05)
-    lower_lip = np.where(~above_split, 1.0, 0.0) * lipzone_y * lip_x * (z > 0.05)
-    jaw = _jaw_spatial(pos)
-    # inside the mouth the split decides: upper lip stays, lower lip goes with the jaw
-    # (both lips follow the jaw halfway at the corners, so the mouth opens as an oval)
-    split_w = smoothstep(0.032, 0.021, mouth_x) * smoothstep(0.014, 0.006, np.abs(y - MOUTH_Y)) * (z > 0.05)
-    half_open = 0.5 * np.sqrt(np.clip(1.0 - (mouth_x / 0.0215) ** 2, 0.0, 1.0))
-    lip_jaw = np.where(above_split, 0.5 - half_open, 0.5 + half_open)
-    jaw = jaw * (1 - split_w) + lip_jaw * split_w
-
     # colours
     skin = np.asarray(style.skin)
     col = np.tile(skin, (len(pos), 1))
-    up_d, lo_d = _lips_sdf(pos)
-    lip = smoothstep(0.0024, 0.0002, np.minimum(up_d, lo_d))
+    lip = _lip_weight(pos)
     in_mouth = np.isin(kind, [K_MOUTH + k for k in (1, 2, 3, 4)])
     lip = np.where(in_mouth, 1.0, lip)
     col = col * (1 - lip[:, None]) + np.asarray(style.lips) * lip[:, None]
@@ -804,9 +657,9 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     # a darker line where the lips meet
     meet = np.isin(kind, (K_MOUTH, K_MOUTH + 5))
     col[meet] *= (1.0 - 0.45 * np.clip(sb.mouth_window[col_of[meet]] * 3.0, 0, 1))[:, None]
-    blush = sum(_gauss(pos, (0.040 * sx, -0.030, 0.060), (0.012, 0.009, 0.03)) for sx in (1, -1))
+    blush = sum(gauss(pos, (0.040 * sx, -0.030, 0.060), (0.012, 0.009, 0.03)) for sx in (1, -1))
     col = col * (1 - 0.35 * blush[:, None]) + np.asarray(style.blush) * 0.35 * blush[:, None]
-    nostril = sum(_gauss(pos, (0.0085 * sx, -0.0385, 0.0890), (0.0022, 0.0016, 0.004)) for sx in (1, -1))
+    nostril = sum(gauss(pos, (0.0085 * sx, -0.0385, 0.0890), (0.0022, 0.0016, 0.004)) for sx in (1, -1))
     col *= (1 - 0.55 * np.clip(nostril, 0, 1))[:, None]
     # lash line: the upper lid edge and its fold, fading at the corners
     eyew = sb.eye_fold_window[col_of]
@@ -819,13 +672,379 @@ def _skin_part(style: HeadStyle) -> tuple[MeshPrimitive, _PartInfo, dict]:
     col[lower_edge] = col[lower_edge] * (1 - lw) + np.array([0.55, 0.25, 0.22]) * lw
     colors = np.concatenate([col, np.ones((len(pos), 1))], axis=1).astype(np.float32)
 
-    info = _PartInfo(pos, jaw, np.ones(len(pos)), upper_lip, lower_lip)
     prim = MeshPrimitive(
         "skin", pos.astype(np.float32), compute_normals(pos, idx), idx,
         Material("skin", (1.0, 1.0, 1.0, 1.0), roughness=0.62, specular=0.22),
         colors=colors,
     )
-    return prim, info, lid_targets
+    return _Skin(sb, grid, prim)
+
+
+def _lip_weight(pos: np.ndarray) -> np.ndarray:
+    """(N,) 1 on the lips' red (vermilion), 0 on the skin around them, a thin blend between."""
+    up_d, lo_d = _lips_sdf(pos)
+    return smoothstep(0.0024, 0.0002, np.minimum(up_d, lo_d))
+
+
+def _shell_weight(pos: np.ndarray) -> np.ndarray:
+    """(N,) how much each point lies on an eyelid shell (1 on the lids, 0 beyond LID_OUTER)."""
+    d = pos - ORIGIN
+    d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+    out = np.zeros(len(pos))
+    for sx in (1.0, -1.0):
+        e = EYE_C * [sx, 1, 1] - ORIGIN
+        gamma = np.arccos(np.clip(d @ (e / np.linalg.norm(e)), -1.0, 1.0))
+        out = np.maximum(out, smoothstep(LID_OUTER, LID_INNER, gamma))
+    return out
+
+
+# ----------------------------------------------------------------------------- morph targets
+#: ARKit shapes that move the lower jaw. The lower teeth, the tongue and the floor of
+#: the mouth cavity follow the jaw's rigid motion, fitted to the transferred skin motion.
+JAW_SHAPES = ("jawOpen", "jawForward", "jawLeft", "jawRight")
+#: A point on the jaw's hinge axis (the axis is X), used to place the jaw weight field.
+JAW_HINGE = np.array([0.0, -0.026, -0.008])
+#: Share of jawOpen that tongueOut adds (the rig has no tongue; a tongue needs parted lips).
+TONGUE_OUT_JAW = 0.15
+#: How far tongueOut pushes the tongue tip forward, metres.
+TONGUE_OUT_REACH_M = 0.024
+#: Rig landmarks at the middle of the upper / lower lid, per eye (+1 left, -1 right).
+_EYE_MID = {1: (386, 374), -1: (159, 145)}
+#: Lid motion (fraction of the opening) below which a shape leaves the lid construction alone.
+_LID_EPS = 0.005
+#: For shapes that move the lids, rig landmarks this close to the lid contours are left to the
+#: lid construction (the rig spreads lid motion over 14 mm; the avatar's eye band does that).
+EYE_REGION_RIG_M = 0.016
+#: Transferred skin motion is zero beyond this distance (along the surface) from the rig's landmarks.
+FREE_RADIUS_M = 0.03
+#: Morph deltas below these are dropped (metres; unit-normal change): invisible, they only cost size.
+MORPH_EPS_M = 5e-6
+MORPH_NORMAL_EPS = 2e-3
+
+
+def _jaw_weight(pos: np.ndarray) -> np.ndarray:
+    """How much each point follows the lower jaw, from position alone (0..1).
+
+    1 below the line from the mouth corner to the jaw hinge (side view), fading
+    out behind the hinge and down the neck. The base of the jaw shapes' skin
+    motion beyond the rig's face (under the chin, down the neck).
+    """
+    y, z = pos[:, 1], pos[:, 2]
+    a = np.array([MOUTH_Y + 0.004, 0.078])
+    b = np.array([JAW_HINGE[1] - 0.004, JAW_HINGE[2]])
+    dvec = b - a
+    nline = np.array([dvec[1], -dvec[0]]) / np.linalg.norm(dvec)
+    if nline[0] > 0:  # make it point down (toward -y)
+        nline = -nline
+    below = (np.stack([y, z], axis=1) - a) @ nline
+    jaw = smoothstep(-0.005, 0.018, below) * smoothstep(-0.02, 0.005, z)
+    return jaw * smoothstep(0.028, 0.0, _jaw_volume_sdf(pos))
+
+
+def _lid_fractions(model) -> dict[str, dict[int, tuple[float, float]]]:
+    """How far each rig shape moves each eye's lids, as fractions of the rest opening.
+
+    Returns:
+        shape name -> {side: (du, dl)}: vertical motion of the rig's middle upper and
+        lower lid landmarks divided by the distance between them (up positive).
+    """
+    out: dict[str, dict[int, tuple[float, float]]] = {}
+    for side, (u, lo) in _EYE_MID.items():
+        gap = float(model.neutral[u, 1] - model.neutral[lo, 1])
+        for k, name in enumerate(BLENDSHAPE_NAMES):
+            du = float(model.blendshapes[k, u, 1]) / gap
+            dl = float(model.blendshapes[k, lo, 1]) / gap
+            if max(abs(du), abs(dl)) > _LID_EPS:
+                out.setdefault(name, {})[side] = (du, dl)
+    return out
+
+
+def _lid_targets(skin: _Skin, fractions: dict[str, dict[int, tuple[float, float]]]) -> dict[str, np.ndarray]:
+    """Eyelid motion by re-running the lid construction (exact on the lid shell).
+
+    A closing lid sits up to 0.6 mm further out (in proportion to the closing), so the
+    straight path of a linear morph clears the eyeball.
+    """
+    sb, grid = skin.sb, skin.grid
+    eye_rows = skin.rows_of_kind(K_EYE_UP, K_EYE_LO, K_EYE_UP_FOLD, K_EYE_LO_FOLD)
+    out = {}
+    for name, fr in fractions.items():
+        closing = max(0.0, max(dl - du for du, dl in fr.values()))
+        moved = sb.positions(sb.eye_shape(fr), eye_rows, 0.0006 * min(closing, 1.0), tuple(fr))
+        d = np.zeros_like(grid)
+        d[eye_rows] = moved - grid[eye_rows]
+        out[name] = d.reshape(-1, 3)
+    return out
+
+
+def _nearest_col(values: np.ndarray, target: float, allowed: np.ndarray) -> int:
+    cand = np.flatnonzero(allowed)
+    return int(cand[np.argmin(np.abs(values[cand] - target))])
+
+
+def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray]:
+    """Attach the rig's landmarks to the skin.
+
+    Landmarks placed by construction (anchors of the warp): lid contours on the
+    lid-edge rows, iris centres on the eyeball fronts, inner lip contours on the rows
+    where the lips meet, outer lip contours on the lips' colour border, brow contours
+    on the brow edges, nose tip / subnasale / nasion / chin on the midline profile,
+    ear fronts and jaw angles. Lid contours are anchors only: the lid construction
+    moves the lids, and the transfer holds the lid edges still.
+
+    Returns:
+        (correspondence, (Z,) skin vertices held at zero by the transfer).
+    """
+    sb, grid = skin.sb, skin.grid
+    R, C = skin.shape
+    pos = skin.pos
+    rows = sb.rows
+    up_edge, lo_edge = skin.up_edge_row, skin.lo_edge_row
+    m_up, m_lo = rows.mouth_rows[0], rows.mouth_rows[-1]
+    rig = model.neutral.astype(np.float64)
+    anchors: dict[int, np.ndarray] = {}
+    attached: dict[int, int] = {}
+
+    def put(lm: int, r: int, c: int, attach: bool = True) -> None:
+        anchors[lm] = grid[r, c]
+        if attach:
+            attached[lm] = r * C + c
+
+    side_of = np.sign(sb.cols)
+    zero: list[int] = []
+    # eyes: lid contours (outer corner first) on the lid edges; irises on the eyeball fronts
+    for side, upper, lower, iris in ((1, topo.LEFT_EYE_UPPER_LID, topo.LEFT_EYE_LOWER_LID, 473),
+                                     (-1, topo.RIGHT_EYE_UPPER_LID, topo.RIGHT_EYE_LOWER_LID, 468)):
+        x_out, x_in = abs(rig[upper[0], 0]), abs(rig[upper[-1], 0])
+        corner_cols = []
+        for contour, row in ((upper, up_edge), (lower, lo_edge)):
+            for k, lm in enumerate(contour):
+                t = 2.0 * (abs(rig[lm, 0]) - x_in) / (x_out - x_in) - 1.0
+                corner = k in (0, len(contour) - 1)
+                ok = (side_of == side) & ((np.abs(sb.eye_x) >= 1.0) if corner else sb.eye_cols)
+                c = _nearest_col(sb.eye_x, t, ok)
+                if corner:
+                    corner_cols.append(c)
+                put(lm, row, c, attach=False)
+        anchors[iris] = EYE_C * [side, 1, 1] + [0.0, 0.0, EYE_R]
+        cols = np.union1d(np.flatnonzero(sb.eye_cols & (side_of == side)), corner_cols)
+        lid_rows = skin.rows_of_kind(K_EYE_UP_FOLD, K_EYE_LO_FOLD).tolist() + [up_edge, lo_edge]
+        zero += [r * C + c for r in lid_rows for c in cols]
+    # lips: inner contours where the lips meet, outer contours on the colour border
+    xm = sb.cols / sb.theta_mouth
+    lip_w = _lip_weight(pos).reshape(R, C)
+
+    def lip_col(t: float, corner: bool) -> int:
+        ok = (np.abs(xm) >= 1.0) & (np.sign(xm) == np.sign(t)) if corner else sb.mouth_cols
+        return _nearest_col(xm, t, ok)
+
+    # every vertex where the lips meet is a handle, interpolated along the rig's inner contour
+    edge_cols = np.union1d(np.flatnonzero(sb.mouth_cols), [lip_col(-1.0, True), lip_col(1.0, True)])
+    contours = []
+    for contour, row in ((topo.LIP_INNER_UPPER, m_up), (topo.LIP_INNER_LOWER, m_lo)):
+        x_c = abs(rig[contour[-1], 0])
+        for k, lm in enumerate(contour):
+            anchors[lm] = grid[row, lip_col(rig[lm, 0] / x_c, k in (0, len(contour) - 1))]
+        lp = rig[list(contour), 0] / x_c
+        contours.append((contour, row * C + edge_cols, contour_weights(lp, np.clip(xm[edge_cols], -1, 1))))
+    # ... and every vertex of the lips' colour border, along the rig's outer contour
+    for contour, step in ((topo.LIP_OUTER_UPPER, -1), (topo.LIP_OUTER_LOWER, 1)):
+        x_c = abs(rig[contour[-1], 0])
+        border = []
+        for c in edge_cols:
+            r = m_up if step < 0 else m_lo
+            if sb.mouth_cols[c]:
+                while 0 < r + step < R - 1 and lip_w[r + step, c] >= 0.5:
+                    r += step
+                if abs(lip_w[r + step, c] - 0.5) < abs(lip_w[r, c] - 0.5):
+                    r += step
+            border.append(r * C + c)
+        border = np.array(border)
+        for k, lm in enumerate(contour):
+            anchors[lm] = pos[border[np.argmin(np.abs(np.clip(xm[edge_cols], -1, 1) - rig[lm, 0] / x_c))]]
+        lp = rig[list(contour), 0] / x_c
+        contours.append((contour, border, contour_weights(lp, np.clip(xm[edge_cols], -1, 1))))
+    # brows: their edges, projected onto the skin
+    fold = np.isin(np.repeat(np.arange(R), C), skin.fold_rows())
+    tree_ok = np.flatnonzero(~fold)
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(pos[tree_ok])
+    for side, upper, lower in ((1, topo.LEFT_BROW_UPPER, topo.LEFT_BROW_LOWER),
+                               (-1, topo.RIGHT_BROW_UPPER, topo.RIGHT_BROW_LOWER)):
+        for contour, cc in ((upper, 1.0), (lower, -1.0)):
+            x_out, x_in = abs(rig[contour[0], 0]), abs(rig[contour[-1], 0])
+            s = np.array([(abs(rig[lm, 0]) - x_in) / (x_out - x_in) for lm in contour])
+            dirs = _brow_dirs(side, s, np.full_like(s, cc))
+            pts = ORIGIN + dirs * raycast_first_exit(_skin_sdf, ORIGIN, dirs)[:, None]
+            _, near = tree.query(pts)
+            for lm, p_, v in zip(contour, pts, tree_ok[near]):
+                anchors[lm] = p_
+                attached[lm] = int(v)
+    # midline profile: nose tip, subnasale, nasion, chin
+    c0 = int(np.argmin(np.abs(sb.cols)))
+    prof = grid[:, c0]
+    rr = np.arange(R)
+    tip = int(np.argmax(np.where((rr > lo_edge) & (rr < m_up), prof[:, 2], -np.inf)))
+    put(topo.NOSE_TIP, tip, c0)
+    below_nose = (rr > tip) & (rr < m_up) & (prof[:, 1] > MOUTH_Y + 0.009)
+    put(topo.SUBNASALE, int(np.argmin(np.where(below_nose, prof[:, 2], np.inf))), c0)
+    bridge = (rr < tip) & (prof[:, 1] > -0.005) & (prof[:, 1] < 0.03) & (prof[:, 2] > 0.05)
+    put(topo.NASION, int(np.argmin(np.where(bridge, prof[:, 2], np.inf))), c0)
+    chin_rows = (rr > m_lo) & (prof[:, 2] > prof[m_lo:, 2].max() - 0.012)
+    put(topo.CHIN, int(np.argmin(np.where(chin_rows, prof[:, 1], np.inf))), c0)
+    # face sides: in front of the ears, jaw angles (anchors only)
+    for lm_ear, lm_jaw, sx in ((topo.CHEEK_EAR_LEFT, 397, 1.0), (topo.CHEEK_EAR_RIGHT, 172, -1.0)):
+        for lm, target in ((lm_ear, (0.070 * sx, -0.018, 0.004)), (lm_jaw, (0.050 * sx, -0.082, 0.0))):
+            d = np.asarray(target) - ORIGIN
+            d = (d / np.linalg.norm(d))[None]
+            anchors[lm] = ORIGIN + d[0] * raycast_first_exit(_skin_sdf, ORIGIN, d)[0]
+
+    # every other landmark: nearest allowed vertex on its side of the mouth, not between
+    # the lip contours (the lips are interpolated between them)
+    zero_a = np.unique(np.array(zero, np.int64))
+    row_of = np.repeat(np.arange(R), C)
+    ok = ~fold & (_shell_weight(pos) < 0.5)
+    ok[zero_a] = False
+    for (_, border, _), (_, edge, _) in zip(contours[2:], contours[:2]):
+        for b_v, e_v in zip(border, edge):
+            lo_r, hi_r = sorted((b_v // C, e_v // C))
+            ok[np.arange(lo_r, hi_r + 1) * C + b_v % C] = False
+    jaw_w = model.blendshapes[BLENDSHAPE_NAMES.index("jawForward"), :topo.NUM_MESH, 2]
+    jaw_w = jaw_w / jaw_w.max()
+    lids = set(topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID + topo.RIGHT_EYE_UPPER_LID
+               + topo.RIGHT_EYE_LOWER_LID)
+    free = np.array([i for i in range(topo.NUM_MESH) if i not in lids and i not in attached])
+    regions = [(free[jaw_w[free] < 0.5], np.flatnonzero(ok & (row_of <= m_up))),
+               (free[jaw_w[free] >= 0.5], np.flatnonzero(ok & (row_of >= m_lo)))]
+    corr = fit_correspondence(rig, pos, anchors, attached, regions, contours, max_distance_m=0.006)
+    return corr, zero_a
+
+
+def _transfer_skin(skin: _Skin, model, corr: Correspondence, zero: np.ndarray,
+                   lid: dict[str, np.ndarray], lid_sides: dict[str, tuple[int, ...]],
+                   jaw: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    """All 52 shapes on the skin.
+
+    Each shape is the transferred field (lid edges held still) plus the lid
+    construction; jaw shapes add a base motion first: the jaw's rigid motion times a
+    jaw weight (the rig's, transferred, continued under the chin and down the neck by
+    :func:`_jaw_weight`), and the field transfers only what the base misses.
+    """
+    pos = skin.pos
+    v = len(pos)
+    R, C = skin.shape
+    # The lips' inner surfaces (folded rows) copy the row where the lips meet: left in
+    # the graph, a biharmonic field would extrapolate past that row into them.
+    mouth = skin.sb.rows.mouth_rows
+    leader_row = {mouth[1]: mouth[0], mouth[2]: mouth[0], mouth[3]: mouth[5], mouth[4]: mouth[5]}
+    tri = skin.prim.indices.reshape(-1, 3)
+    in_mouth = np.zeros(C, bool)
+    in_mouth[np.flatnonzero(skin.sb.mouth_cols)] = True
+    folded = (np.isin(tri // C, list(leader_row)) & in_mouth[tri % C]).any(axis=1)
+    interp = SurfaceInterpolator(pos, tri[~folded].reshape(-1), corr.vertices, zero, FREE_RADIUS_M)
+    vals = corr.map_offsets(model.blendshapes)  # (52, H, 3)
+    # Where the lid construction moves an eye's band (the lids and the skin up to the
+    # brow and down to the cheek), it alone moves it: handles there hold still.
+    band = np.zeros((R, C), bool)
+    band[skin.rows_of_kind(K_EYE_UP, K_EYE_LO, K_EYE_UP_FOLD, K_EYE_LO_FOLD)] = True
+    eye_cols = {side: np.convolve(skin.sb.eye_side == side, np.ones(3), "same") > 0 for side in (1, -1)}
+    # The rig spreads its lid motion over a 14 mm radius; on the avatar the band does that.
+    rig = model.neutral
+    near_eye = {}
+    for side, lids in ((1, topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID),
+                       (-1, topo.RIGHT_EYE_UPPER_LID + topo.RIGHT_EYE_LOWER_LID)):
+        dist = np.linalg.norm(rig[corr.landmarks, None] - rig[None, list(lids)], axis=-1).min(axis=1)
+        near_eye[side] = corr.mix @ (dist < EYE_REGION_RIG_M) > 0
+    weight = _jaw_weight(pos).reshape(R, C)
+    for row, leader in leader_row.items():
+        weight[row, in_mouth] = weight[leader, in_mouth]
+    base = {n: _rigid_delta(pos, jaw[n]) * weight.reshape(-1, 1) for n in JAW_SHAPES}
+    # jaw shapes: the rig's motion is kept on its lips (where it differs most from a rigid
+    # jaw); elsewhere the base alone (the rig's jaw region, bent onto the avatar, is too
+    # uneven for a 30 mm motion)
+    from avatar_app.avatar.face_model_shapes import lip_regions
+
+    upper, lower = lip_regions(np.asarray(model.triangles))
+    lips = np.zeros(topo.NUM_POINTS, bool)
+    lips[sorted(upper | lower)] = True
+    lips[list(topo.MOUTH_CORNER_ROW_LEFT + topo.MOUTH_CORNER_ROW_RIGHT)] = True
+    on_lips = corr.mix @ lips[corr.landmarks] > 0.5
+    for k, name in enumerate(BLENDSHAPE_NAMES):
+        for side in lid_sides.get(name, ()):
+            in_band = (band & eye_cols[side][None, :]).reshape(-1)[corr.vertices]
+            vals[k, in_band | near_eye[side]] = 0.0
+        if name in base:
+            vals[k] -= base[name][corr.vertices]
+            vals[k, ~on_lips] = 0.0
+    k_h = len(corr.vertices)
+    field = interp(vals.transpose(1, 0, 2).reshape(k_h, -1)).reshape(v, len(BLENDSHAPE_NAMES), 3)
+    keep = 1.0 - _shell_weight(pos)  # the lid construction alone moves the lids
+    out = {}
+    for k, name in enumerate(BLENDSHAPE_NAMES):
+        d = field[:, k] * keep[:, None]
+        if name in lid:
+            d = d + lid[name]
+        if name in base:
+            d = d + base[name]
+        d = d.reshape(R, C, 3)
+        for row, leader in leader_row.items():
+            d[row, in_mouth] = d[leader, in_mouth]
+        out[name] = d.reshape(v, 3)
+    return out
+
+
+def _jaw_motions(skin: _Skin, model, corr: Correspondence) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Rigid motion (R (3, 3), t (3,)) of the lower jaw for each jaw shape.
+
+    Fitted (Kabsch) to the transferred motion of the skin points whose rig landmarks
+    move fully with the rig's jaw (the rig's jawForward weight above 0.95).
+    """
+    jf = model.blendshapes[BLENDSHAPE_NAMES.index("jawForward"), :, 2]
+    on_jaw = corr.mix @ (jf[corr.landmarks] / jf.max() > 0.95) > 0.999
+    p = skin.pos[corr.vertices[on_jaw]]
+    out = {}
+    for name in JAW_SHAPES:
+        d = corr.map_offsets(model.blendshapes[BLENDSHAPE_NAMES.index(name)])[on_jaw]
+        out[name] = rigid_fit(p, p + d)
+    return out
+
+
+def _rigid_delta(pos: np.ndarray, motion: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    rot, t = motion
+    return pos @ rot.T + t - pos
+
+
+def _follow_skin(skin: _Skin, pos: np.ndarray, skin_targets: dict[str, np.ndarray], avoid_lids: bool,
+                 k: int = 4) -> dict[str, np.ndarray]:
+    """Targets of a part that rides on the skin (brows, interior lining): inverse-distance
+    weighted average of the ``k`` nearest skin vertices' deltas (folded rows left out;
+    with ``avoid_lids`` the eyelids too, which move far over the eyeballs)."""
+    from scipy.spatial import cKDTree
+
+    R, C = skin.shape
+    rows = np.repeat(np.arange(R), C)
+    use = ~np.isin(rows, skin.fold_rows())
+    if avoid_lids:
+        use &= _shell_weight(skin.pos) < 0.01
+    ok = np.flatnonzero(use)
+    dist, near = cKDTree(skin.pos[ok]).query(pos, k=k)
+    w = 1.0 / np.maximum(dist, 1e-5) ** 2
+    w /= w.sum(axis=1, keepdims=True)
+    src = ok[near]
+    return {name: np.einsum("nk,nkc->nc", w, d[src]) for name, d in skin_targets.items()}
+
+
+def _tongue_out(pos: np.ndarray, center: np.ndarray, radii) -> np.ndarray:
+    """The tongue slid forward out of the mouth: the front half stretches, thins and
+    rises to the lip line, the tip droops over the lower lip."""
+    rel = (pos - center) / np.asarray(radii)
+    f = smoothstep(-1.0, 1.0, rel[:, 2])  # 0 at the back, 1 at the tip
+    d = np.zeros_like(pos)
+    d[:, 2] = 0.35 * TONGUE_OUT_REACH_M + 0.65 * TONGUE_OUT_REACH_M * f
+    d[:, 1] = 0.0075 * f - 0.35 * (pos[:, 1] - center[1]) * f - 0.004 * smoothstep(0.6, 1.0, f) ** 2
+    d[:, 0] = -0.12 * (pos[:, 0] - center[0]) * f
+    return d
 
 
 def _simple_prim(name: str, pos: np.ndarray, idx: np.ndarray, material: Material,
@@ -842,45 +1061,101 @@ def _simple_prim(name: str, pos: np.ndarray, idx: np.ndarray, material: Material
 _cache: dict[HeadStyle, AvatarMesh] = {}
 _cache_lock = threading.Lock()
 
+#: The shipped default head, written by ``training/build_default_head.py``.
+DEFAULT_HEAD_ASSET = "assets/default_head.glb"
+#: Bump when the construction changes: an asset written by another version is rebuilt.
+BUILDER_VERSION = 2
 
-def build_default_head(style: HeadStyle | None = None, *, cached: bool = True) -> AvatarMesh:
-    """Build the default avatar head by code.
 
-    The first build in a process takes a few hundred milliseconds; later calls
-    return a deep copy of the cached result (about 2 ms), so callers may modify
-    what they get. Thread-safe.
+def build_default_head(style: HeadStyle | None = None, *, cached: bool = True,
+                       from_asset: bool = True) -> AvatarMesh:
+    """The default avatar head.
+
+    With the default style it is read from ``assets/default_head.glb`` (about
+    0.1 s) when that file exists and was written by this builder version;
+    otherwise it is built by code (about 2 s, see :func:`build_head`). Later
+    calls return a deep copy of the cached result (a few ms), so callers may
+    modify what they get. Thread-safe.
 
     Args:
-        style: colours; default :class:`HeadStyle`.
-        cached: reuse (a copy of) an earlier build with the same style.
+        style: colours; default :class:`HeadStyle` (other styles are always built).
+        cached: reuse (a copy of) an earlier result with the same style.
+        from_asset: allow reading the shipped asset.
 
     Returns:
-        An :class:`AvatarMesh` with primitives skin, hair, brow_L/R, ear_L/R,
-        eye_L/R, teeth_upper/lower, tongue, mouth, torso, collar; a 5-joint
-        skeleton (root, neck, head, eye_L, eye_R); morph targets named after the
-        ARKit blendshapes (all except the eight eyeLook*, which the gaze joints
-        cover), each mapped from its own ARKit name.
+        An :class:`AvatarMesh`, see :func:`build_head`.
     """
     style = style or HeadStyle()
     if not cached:
-        return _build(style)
+        return _load_or_build(style, from_asset)
     with _cache_lock:
         if style not in _cache:
-            _cache[style] = _build(style)
+            _cache[style] = _load_or_build(style, from_asset)
         return copy.deepcopy(_cache[style])
 
 
-def _build(style: HeadStyle) -> AvatarMesh:
+def _load_or_build(style: HeadStyle, from_asset: bool) -> AvatarMesh:
+    if from_asset and style == HeadStyle():
+        from avatar_app.avatar.glb_writer import read_avatar_glb
+        from avatar_app.core.errors import AvatarError
+        from avatar_app.resources import resource_path
+
+        path = resource_path(DEFAULT_HEAD_ASSET)
+        if path.is_file():
+            try:
+                mesh, extras = read_avatar_glb(path)
+            except AvatarError as exc:
+                logger.warning("default head asset unusable, building it instead: %s", exc)
+            else:
+                if extras.get("builder_version") == BUILDER_VERSION:
+                    return mesh
+                logger.warning("%s was written by builder version %s (this is %s): building the head "
+                               "instead; run training/build_default_head.py", path,
+                               extras.get("builder_version"), BUILDER_VERSION)
+        else:
+            logger.info("%s not found: building the default head by code", path)
+    return build_head(style)
+
+
+def build_head(style: HeadStyle | None = None) -> AvatarMesh:
+    """Build the default head by code (deterministic).
+
+    The 52 ARKit morph targets are transferred from the face model
+    (:func:`avatar_app.avatar.face_model.load_face_model`) through corresponding
+    surface points (:mod:`avatar_app.avatar.transfer`): a weight means the same
+    motion on both heads, scaled to the avatar's size. Parts the rig lacks are
+    built here: the eyelids close over the eyeballs by re-running the lid
+    construction, as far as the rig's lid landmarks move; the lower teeth,
+    tongue and mouth floor follow the jaw's rigid motion; tongueOut slides the
+    tongue out between parted lips. The eyeballs are turned by the gaze joints
+    (``AvatarState.gaze``), not by morphs: the eight eyeLook* targets move only
+    the lids, which follow the gaze as on the rig.
+
+    Args:
+        style: colours; default :class:`HeadStyle`.
+
+    Returns:
+        An :class:`AvatarMesh` with primitives hair, skin, brow_L/R, ear_L/R,
+        eye_L/R, teeth_upper/lower, tongue, mouth, interior, torso, collar; a
+        5-joint skeleton (root, neck, head, eye_L, eye_R); morph targets named
+        after all 52 ARKit blendshapes, each driven by its own name.
+
+    Raises:
+        ModelLoadError: the face model asset is missing or unreadable.
+    """
+    from avatar_app.avatar.face_model import load_face_model
+
+    style = style or HeadStyle()
     t0 = time.perf_counter()
-    skin, skin_info, lid_targets = _skin_part(style)
+    model = load_face_model()
+    skin = _skin_part(style)
+    skin_prim = skin.prim
+    # part, joint, motion: "skin" (transferred), "follow" (rides on the skin), "jaw" + weights
+    prims: list[tuple[MeshPrimitive, str, str | None, np.ndarray | None]] = [(skin_prim, "face", "skin", None)]
 
-    prims: list[tuple[MeshPrimitive, _PartInfo, str]] = [(skin, skin_info, "face")]
-
-    def add(prim: MeshPrimitive, joint: str, jaw: np.ndarray | float = 0.0, face: float = 0.0):
-        n = prim.num_vertices
-        info = _PartInfo(prim.positions.astype(np.float64), np.broadcast_to(np.asarray(jaw, float), (n,)).copy(),
-                         np.full(n, face), np.zeros(n), np.zeros(n))
-        prims.append((prim, info, joint))
+    def add(prim: MeshPrimitive, joint: str, motion: str | None = None, weights=None):
+        prims.append((prim, joint, motion, None if weights is None
+                      else np.broadcast_to(np.asarray(weights, np.float64), (prim.num_vertices,))))
 
     # eyes
     for name, sx in (("eye_L", 1.0), ("eye_R", -1.0)):
@@ -891,7 +1166,7 @@ def _build(style: HeadStyle) -> AvatarMesh:
     for name, sx in (("brow_L", 1.0), ("brow_R", -1.0)):
         pos, idx = _brow(sx)
         add(_simple_prim(name, pos, idx, Material(name, (*style.brows, 1.0), roughness=0.85, specular=0.05)),
-            "head", face=1.0)
+            "head", "follow")
     # ears
     for name, sx in (("ear_L", 1.0), ("ear_R", -1.0)):
         pos, idx = _ear(sx)
@@ -906,97 +1181,69 @@ def _build(style: HeadStyle) -> AvatarMesh:
     arc_len = np.abs(s) * 1.35 * 0.0245
     tooth = np.abs(((arc_len / 0.0072) + 0.5) % 1.0 - 0.5)  # 0 at a tooth centre, 0.5 at a gap
     notch = 0.0009 * smoothstep(0.30, 0.5, tooth)
-    pos, idx, sp = _arc_band(MOUTH_Y - 0.0022 + notch, MOUTH_Y + 0.0085, z_lip - 0.0095, 0.0245, 0.019,
-                             1.35, 0.0030, n_along)
+    pos, idx, sp = arc_band(MOUTH_Y - 0.0022 + notch, MOUTH_Y + 0.0085, z_lip - 0.0095, 0.0245, 0.019,
+                            1.35, 0.0030, n_along)
     ao = 1.0 - 0.6 * np.abs(sp) ** 1.4
     gap = np.repeat(1.0 - 0.30 * smoothstep(0.36, 0.5, tooth), 10)
     tcol = np.array([0.86, 0.84, 0.76])[None, :] * (ao * gap)[:, None]
     mat_teeth = Material("teeth", roughness=0.35, specular=0.45)
-    add(_simple_prim("teeth_upper", pos, idx, mat_teeth, tcol), "head", jaw=0.0)
-    pos, idx, sp = _arc_band(MOUTH_Y - 0.0095, MOUTH_Y - 0.0004 - notch, z_lip - 0.0132, 0.0232, 0.018,
-                             1.32, 0.0030, n_along)
+    add(_simple_prim("teeth_upper", pos, idx, mat_teeth, tcol), "head")
+    pos, idx, sp = arc_band(MOUTH_Y - 0.0095, MOUTH_Y - 0.0004 - notch, z_lip - 0.0132, 0.0232, 0.018,
+                            1.32, 0.0030, n_along)
     ao = 1.0 - 0.6 * np.abs(sp) ** 1.4
     tcol = np.array([0.82, 0.80, 0.72])[None, :] * (ao * gap)[:, None]
-    add(_simple_prim("teeth_lower", pos, idx, mat_teeth, tcol), "head", jaw=1.0)
+    add(_simple_prim("teeth_lower", pos, idx, mat_teeth, tcol), "head", "jaw", 1.0)
     tc = np.array([0.0, MOUTH_Y - 0.0105, z_lip - 0.031])
-    pos, idx, _ = _lathe(tc, (0.0170, 0.0062, 0.0215), 12, 20)
-    idx = _orient_outward(pos, idx, tc)
+    t_radii = (0.0170, 0.0062, 0.0215)
+    pos, idx, _ = lathe(tc, t_radii, 12, 20)
+    idx = orient_outward(pos, idx, tc)
     tcol = np.array([0.52, 0.14, 0.15])[None, :] * (0.45 + 0.55 * smoothstep(tc[2] - 0.02, tc[2] + 0.02, pos[:, 2]))[:, None]
-    add(_simple_prim("tongue", pos, idx, Material("tongue", roughness=0.4, specular=0.3), tcol), "head", jaw=1.0)
+    add(_simple_prim("tongue", pos, idx, Material("tongue", roughness=0.4, specular=0.3), tcol), "head", "jaw", 1.0)
     bc = np.array([0.0, MOUTH_Y - 0.004, z_lip - 0.036])
-    pos, idx, _ = _lathe(bc, (0.0250, 0.0185, 0.0290), 12, 20)
-    idx = _orient_outward(pos, idx, bc, inward=True)
-    bag_jaw = smoothstep(MOUTH_Y + 0.004, MOUTH_Y - 0.008, pos[:, 1])
+    pos, idx, _ = lathe(bc, (0.0250, 0.0185, 0.0290), 12, 20)
+    idx = orient_outward(pos, idx, bc, inward=True)
     add(_simple_prim("mouth", pos, idx, Material("mouth", (0.10, 0.022, 0.028, 1.0), roughness=0.9, specular=0.05)),
-        "head", jaw=bag_jaw)
+        "head", "jaw", smoothstep(MOUTH_Y + 0.004, MOUTH_Y - 0.008, pos[:, 1]))
     # interior lining: an inward-facing shell a little inside the skull and jaw. Inward
     # faces are culled from outside, so it only shows through openings (mouth, lid
     # corners) from any angle, as a dark interior instead of the background.
     pos, idx = _lining()
     add(_simple_prim("interior", pos, idx, Material("interior", (0.06, 0.014, 0.018, 1.0), roughness=1.0,
-                                                    specular=0.0)), "face", jaw=_jaw_spatial(pos))
+                                                    specular=0.0)), "face", "follow")
     # shoulders and collar
     pos, idx = _torso()
     add(_simple_prim("torso", pos, idx, Material("shirt", (*style.shirt, 1.0), roughness=0.85, specular=0.08)), "root")
     cpos, cidx = _collar()
     add(_simple_prim("collar", cpos, cidx,
                      Material("collar", (*style.collar, 1.0), roughness=0.8, specular=0.08)), "root")
+    t_parts = time.perf_counter()
 
-    # skeleton
-    joint_names = ["root", "neck", "head", "eye_L", "eye_R"]
-    world = {"root": NECK_BASE + [0, -0.03, 0], "neck": NECK_BASE, "head": HEAD_PIVOT,
-             "eye_L": EYE_C, "eye_R": EYE_C * [-1, 1, 1]}
-    parents = {"root": -1, "neck": 0, "head": 1, "eye_L": 2, "eye_R": 2}
-    joints = []
-    for n in joint_names:
-        par = parents[n]
-        local = np.eye(4)
-        local[:3, 3] = world[n] - (world[joint_names[par]] if par >= 0 else 0.0)
-        ib = np.eye(4)
-        ib[:3, 3] = -world[n]
-        joints.append(Joint(n, par, local, ib))
-    skeleton = Skeleton(joints)
-    jidx = {n: i for i, n in enumerate(joint_names)}
+    # morph targets: transfer onto the skin, then everything that rides on it or on the jaw
+    fractions = _lid_fractions(model)
+    lid = _lid_targets(skin, fractions)
+    corr, zero = _skin_correspondence(skin, model)
+    jaw = _jaw_motions(skin, model, corr)
+    skin_t = _transfer_skin(skin, model, corr, zero, lid, {n: tuple(f) for n, f in fractions.items()}, jaw)
+    skin_t["tongueOut"] = skin_t["tongueOut"] + TONGUE_OUT_JAW * skin_t["jawOpen"]
+    t_transfer = time.perf_counter()
 
-    # morph targets
-    names_order = [n for n in BLENDSHAPE_NAMES if not n.startswith("eyeLook")]  # gaze joints do those
+    skeleton, jidx = _skeleton()
     out_prims = []
-    for prim, info, joint in prims:
-        deltas = _expression_deltas(info)
-        if prim.name == "skin":
-            deltas.update(lid_targets)
-        targets, normals = {}, {}
-        for n in names_order:
-            d = deltas.get(n)
-            if d is None:
-                continue
-            d = np.asarray(d, np.float64)
-            if d.shape != prim.positions.shape:
-                d = np.broadcast_to(d, prim.positions.shape)
-            if not np.any(np.abs(d) > 1e-7):
-                continue
-            targets[n] = d.astype(np.float32)
-            normals[n] = _normals_with(prim.positions.astype(np.float64), d, prim.indices, prim.normals).astype(np.float32)
-        prim.morph_targets = targets
-        prim.morph_normals = normals
-        # skin weights
-        nv = prim.num_vertices
-        joints_a = np.zeros((nv, 4), np.uint16)
-        weights_a = np.zeros((nv, 4), np.float32)
-        if joint == "face":
-            p = prim.positions.astype(np.float64)
-            d_head = _head_core_sdf(p)
-            wh = smoothstep(0.045, 0.006, d_head) * smoothstep(-0.17, -0.095, p[:, 1])
-            wh = np.maximum(wh, smoothstep(-0.11, -0.075, p[:, 1]))
-            wn = (1.0 - wh) * smoothstep(NECK_BASE[1] - 0.01, NECK_BASE[1] + 0.05, p[:, 1])
-            wr = 1.0 - wh - wn
-            joints_a[:, :3] = [jidx["head"], jidx["neck"], jidx["root"]]
-            weights_a[:, 0], weights_a[:, 1], weights_a[:, 2] = wh, wn, wr
+    for prim, joint, motion, weights in prims:
+        p = prim.positions.astype(np.float64)
+        if motion == "skin":
+            deltas = skin_t
+        elif motion == "follow":
+            deltas = _follow_skin(skin, p, skin_t, avoid_lids=prim.name == "interior")
+        elif motion == "jaw":
+            deltas = {n: _rigid_delta(p, jaw[n]) * weights[:, None] for n in JAW_SHAPES}
+            deltas["tongueOut"] = TONGUE_OUT_JAW * deltas["jawOpen"]
+            if prim.name == "tongue":
+                deltas["tongueOut"] = deltas["tongueOut"] + _tongue_out(p, tc, t_radii)
         else:
-            joints_a[:, 0] = jidx[joint]
-            weights_a[:, 0] = 1.0
-        prim.joints = joints_a
-        prim.weights = weights_a
+            deltas = {}
+        _set_targets(prim, deltas)
+        _set_skin_weights(prim, joint, jidx)
         out_prims.append(prim)
     # Draw order: big near occluders first, so hidden pixels fail the early depth test
     # instead of being shaded and overwritten (matters on software OpenGL).
@@ -1015,6 +1262,66 @@ def _build(style: HeadStyle) -> AvatarMesh:
         view_height_m=0.40,
     )
     mesh.validate()
-    logger.info("default head built in %.0f ms: %d vertices, %d triangles, %d morph targets",
-                (time.perf_counter() - t0) * 1e3, mesh.num_vertices, mesh.num_triangles, len(mesh.target_names))
+    t1 = time.perf_counter()
+    logger.info("default head built in %.0f ms (parts %.0f, transfer %.0f, targets %.0f): %d vertices, "
+                "%d triangles, %d morph targets, %d rig landmarks attached (mean residual %.1f mm, scale %.3f)",
+                (t1 - t0) * 1e3, (t_parts - t0) * 1e3, (t_transfer - t_parts) * 1e3, (t1 - t_transfer) * 1e3,
+                mesh.num_vertices, mesh.num_triangles, len(mesh.target_names), len(corr.vertices),
+                corr.residual_m.mean() * 1e3, corr.scale)
     return mesh
+
+
+def _set_targets(prim: MeshPrimitive, deltas: dict[str, np.ndarray]) -> None:
+    """Store deltas as morph targets in ARKit order, with normal deltas; tiny values dropped."""
+    p = prim.positions.astype(np.float64)
+    targets, normals = {}, {}
+    for name in BLENDSHAPE_NAMES:
+        d = deltas.get(name)
+        if d is None:
+            continue
+        d = np.array(np.broadcast_to(d, p.shape), np.float64)
+        d[np.abs(d).max(axis=1) < MORPH_EPS_M] = 0.0
+        if not d.any():
+            continue
+        dn = compute_normals(p + d, prim.indices).astype(np.float64) - prim.normals
+        dn[np.abs(dn).max(axis=1) < MORPH_NORMAL_EPS] = 0.0
+        targets[name] = d.astype(np.float32)
+        normals[name] = dn.astype(np.float32)
+    prim.morph_targets = targets
+    prim.morph_normals = normals
+
+
+def _skeleton() -> tuple[Skeleton, dict[str, int]]:
+    joint_names = ["root", "neck", "head", "eye_L", "eye_R"]
+    world = {"root": NECK_BASE + [0, -0.03, 0], "neck": NECK_BASE, "head": HEAD_PIVOT,
+             "eye_L": EYE_C, "eye_R": EYE_C * [-1, 1, 1]}
+    parents = {"root": -1, "neck": 0, "head": 1, "eye_L": 2, "eye_R": 2}
+    joints = []
+    for n in joint_names:
+        par = parents[n]
+        local = np.eye(4)
+        local[:3, 3] = world[n] - (world[joint_names[par]] if par >= 0 else 0.0)
+        ib = np.eye(4)
+        ib[:3, 3] = -world[n]
+        joints.append(Joint(n, par, local, ib))
+    return Skeleton(joints), {n: i for i, n in enumerate(joint_names)}
+
+
+def _set_skin_weights(prim: MeshPrimitive, joint: str, jidx: dict[str, int]) -> None:
+    nv = prim.num_vertices
+    joints_a = np.zeros((nv, 4), np.uint16)
+    weights_a = np.zeros((nv, 4), np.float32)
+    if joint == "face":
+        p = prim.positions.astype(np.float64)
+        d_head = _head_core_sdf(p)
+        wh = smoothstep(0.045, 0.006, d_head) * smoothstep(-0.17, -0.095, p[:, 1])
+        wh = np.maximum(wh, smoothstep(-0.11, -0.075, p[:, 1]))
+        wn = (1.0 - wh) * smoothstep(NECK_BASE[1] - 0.01, NECK_BASE[1] + 0.05, p[:, 1])
+        wr = 1.0 - wh - wn
+        joints_a[:, :3] = [jidx["head"], jidx["neck"], jidx["root"]]
+        weights_a[:, 0], weights_a[:, 1], weights_a[:, 2] = wh, wn, wr
+    else:
+        joints_a[:, 0] = jidx[joint]
+        weights_a[:, 0] = 1.0
+    prim.joints = joints_a
+    prim.weights = weights_a

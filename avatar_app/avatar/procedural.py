@@ -184,3 +184,86 @@ def smooth_periodic(values: np.ndarray, passes: int = 2) -> np.ndarray:
     for _ in range(passes):
         v = 0.25 * np.roll(v, 1) + 0.5 * v + 0.25 * np.roll(v, -1)
     return v
+
+
+def gauss(p: np.ndarray, center, sigma) -> np.ndarray:
+    """(N,) anisotropic Gaussian bump ``exp(-|(p - center) / sigma|^2 / 2)`` (sigma per axis, metres)."""
+    q = (p - np.asarray(center)) / np.asarray(sigma)
+    return np.exp(-0.5 * np.einsum("ij,ij->i", q, q))
+
+
+def lathe(center, radii, n_rings: int, n_seg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ellipsoid grid with poles on the Z axis.
+
+    Returns:
+        positions (n_rings * n_seg, 3), indices (F * 3,) uint32, polar angle per vertex.
+    """
+    alpha = np.linspace(0.0, np.pi, n_rings)
+    beta = np.linspace(0.0, 2 * np.pi, n_seg, endpoint=False)
+    a, b = np.meshgrid(alpha, beta, indexing="ij")
+    return lathe_from_angles(center, radii, a, b), grid_indices(n_rings, n_seg, wrap=True), a.reshape(-1)
+
+
+def lathe_from_angles(center, radii, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Ellipsoid points for polar angles ``a`` (from +Z) and azimuths ``b`` (from +X toward +Y)."""
+    local = np.stack([np.sin(a) * np.cos(b), np.sin(a) * np.sin(b), np.cos(a)], axis=-1).reshape(-1, 3)
+    return np.asarray(center) + local * np.asarray(radii)
+
+
+def orient_outward(positions: np.ndarray, indices: np.ndarray, center, inward: bool = False) -> np.ndarray:
+    """Flip triangles so their normals point away from (or, ``inward``, toward) ``center``."""
+    tri = indices.reshape(-1, 3).copy()
+    p = positions
+    n = np.cross(p[tri[:, 1]] - p[tri[:, 0]], p[tri[:, 2]] - p[tri[:, 0]])
+    out = np.einsum("ij,ij->i", n, p[tri].mean(axis=1) - np.asarray(center))
+    flip = (out < 0) if not inward else (out > 0)
+    tri[flip] = tri[flip][:, ::-1]
+    return tri.reshape(-1).astype(np.uint32)
+
+
+def arc_band(y_lo: np.ndarray | float, y_hi: np.ndarray | float, z_front: float, radius_x: float,
+             radius_z: float, alpha_max: float, thickness: float, n_along: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A rounded band swept along a horseshoe arc in XZ (rows of teeth).
+
+    Args:
+        y_lo, y_hi: bottom and top of the band, scalars or (n_along,) per arc position.
+        z_front: depth of the arc's front (its middle).
+        radius_x, radius_z: half-axes of the elliptic arc.
+        alpha_max: the arc spans parameter angles -alpha_max .. alpha_max.
+        thickness: band thickness across the arc, metres.
+        n_along: vertex sections along the arc.
+
+    Returns:
+        positions (V, 3), indices (F * 3,) uint32 facing out of the band, and the
+        arc parameter s in [-1, 1] per vertex.
+    """
+    s = np.linspace(-1.0, 1.0, n_along)
+    al = s * alpha_max
+    cx = radius_x * np.sin(al)
+    cz = z_front - radius_z * (1.0 - np.cos(al))
+    tx, tz = radius_x * np.cos(al), radius_z * np.sin(al)  # tangent
+    nrm = np.stack([tz, -tx], axis=-1)
+    nrm /= np.linalg.norm(nrm, axis=-1, keepdims=True)  # horizontal normal of the arc
+    y_lo = np.broadcast_to(np.asarray(y_lo, np.float64), s.shape)
+    y_hi = np.broadcast_to(np.asarray(y_hi, np.float64), s.shape)
+    # rounded-rectangle cross-section (outward offset u, height v in [0, 1])
+    ang = np.linspace(0, 2 * np.pi, 10, endpoint=False)
+    cu = 0.5 * np.sign(np.cos(ang)) * np.abs(np.cos(ang)) ** 0.4
+    cv = 0.5 + 0.5 * np.sign(np.sin(ang)) * np.abs(np.sin(ang)) ** 0.4
+    taper = np.sqrt(np.clip(1.0 - np.abs(s) ** 8, 0.0, 1.0))[:, None]  # close the band's ends
+    u = cu[None, :] * thickness * taper
+    y_mid = 0.5 * (y_lo + y_hi)[:, None]
+    y = y_mid + (y_hi - y_lo)[:, None] * (cv[None, :] - 0.5) * taper
+    x = cx[:, None] + nrm[:, 0:1] * u
+    z = cz[:, None] + nrm[:, 1:2] * u
+    pos = np.stack([x, y, z], axis=-1).reshape(-1, 3)
+    idx = grid_indices(n_along, len(ang), wrap=True)
+    # orient by the local section centre rather than one global point
+    tri = idx.reshape(-1, 3).copy()
+    sec_c = np.stack([cx, 0.5 * (y_lo + y_hi), cz], axis=-1)
+    along = np.repeat(np.arange(n_along), len(ang))
+    n = np.cross(pos[tri[:, 1]] - pos[tri[:, 0]], pos[tri[:, 2]] - pos[tri[:, 0]])
+    outward = np.einsum("ij,ij->i", n, pos[tri].mean(axis=1) - sec_c[along[tri[:, 0]]])
+    tri[outward < 0] = tri[outward < 0][:, ::-1]
+    return pos, tri.reshape(-1).astype(np.uint32), np.repeat(s, len(ang))

@@ -48,6 +48,10 @@ _MORPH_TEX_WIDTH = 4096  # 2**12, even: an entry's two texels never straddle row
 MORPH_POSITION_EPS_M = 1e-6
 MORPH_NORMAL_EPS = 1e-4
 
+#: Depth range kept in front of / behind the view centre at least (metres).
+_NEAR_MARGIN_M = 0.35
+_FAR_MARGIN_M = 0.6
+
 Background = Union[tuple[int, int, int], tuple[int, int, int, int], str]
 
 
@@ -200,6 +204,8 @@ def _variant(prim) -> tuple[str, ...]:
         defines.append("ALPHA_MASK")
     if m.double_sided:
         defines.append("DOUBLE_SIDED")
+        if m.interior_color is None:  # loaded avatars: back faces lit like the front (hair, cloth)
+            defines.append("BACK_LIT")
     return tuple(defines)
 
 
@@ -488,6 +494,14 @@ class Renderer:
         self._view_center = (np.asarray(mesh.view_center, np.float64) if mesh.view_center is not None
                              else (lo + hi) / 2.0)
         self._view_height = float(mesh.view_height_m or 1.15 * (hi[1] - lo[1]))
+        # Depth range: at least 0.35 m in front of / 0.6 m behind the view centre (a head),
+        # more for avatars whose horizontal radius about the centre is larger (a full body
+        # framed at its head, wide clothes), so turning never pushes them past the planes.
+        reach = 0.05 + max(float(np.hypot(p.positions[:, 0] - self._view_center[0],
+                                          p.positions[:, 2] - self._view_center[2]).max())
+                           for p in mesh.primitives)
+        self._depth_front = max(_NEAR_MARGIN_M, reach)
+        self._depth_back = max(_FAR_MARGIN_M, reach)
         logger.info("avatar '%s' uploaded: %d primitives, %d vertices, %d triangles, %d morph targets, "
                     "%d morph deltas", mesh.name, len(self._prims), mesh.num_vertices, mesh.num_triangles,
                     len(names), count)
@@ -574,7 +588,8 @@ class Renderer:
             pr.set("u_rim_scale", gp.rim_scale)
             pr.set("u_alpha_mode", gp.alpha_code)
             pr.set("u_alpha_cutoff", float(m.alpha_cutoff))
-            pr.set("u_interior_color", tuple(m.interior_color))
+            if m.interior_color is not None:
+                pr.set("u_interior_color", tuple(m.interior_color))
             if gp.texture is not None:
                 gp.texture.use(1)
             gp.vao.render(moderngl.TRIANGLES)
@@ -637,8 +652,8 @@ class Renderer:
         c = self._view_center
         view = np.eye(4)
         view[:3, 3] = -np.array([c[0], c[1], c[2] + dist])
-        near = max(dist - 0.35, 0.02)  # 0.35 m in front of the centre
-        return view, perspective(fovy, aspect, near, dist + 0.6)
+        near = max(dist - self._depth_front, 0.02)  # 0.35 m in front of the centre, or the avatar's reach
+        return view, perspective(fovy, aspect, near, dist + self._depth_back)
 
     def project(self, points: np.ndarray, width: int, height: int) -> np.ndarray:
         """Pixel positions of model-space points (rest pose, no skinning or morphs).

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from avatar_app.ui.qt_env import fix_qt_plugin_path, set_default_gl_format
+from avatar_app.ui.qt_env import fix_qt_plugin_path, guard_emit_refcount_bug, set_default_gl_format
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ def create_app():
         app = QApplication(sys.argv[:1])
         app.setApplicationName("avatar_app")
         app.setOrganizationName("avatar_app")
+        guard_emit_refcount_bug()
     return app
 
 

@@ -40,10 +40,11 @@ BACKEND_LABELS: dict[str, str] = {
 }
 PRECISIONS = ("fp32", "fp16", "int8")
 
-#: ``sample_fn(points, neutral_points, audio_window) -> feeds or None``: one calibration
-#: sample from a tracked frame. points: (478, 3) float32 landmarks; neutral_points: the
-#: neutral face's (478, 3) or None; audio_window: (N,) float32 16 kHz audio ending at the frame.
-SampleFn = Callable[[np.ndarray, "np.ndarray | None", "np.ndarray | None"], "dict[str, np.ndarray] | None"]
+#: ``sample_fn(landmarks, neutral, audio_window) -> feeds or None``: one calibration sample
+#: from a tracked frame. landmarks: the frame's Landmarks (478 points) or None when no face
+#: was found; neutral: the neutral face's Landmarks or None; audio_window: (N,) float32 16 kHz
+#: audio ending at the frame, or None when the user is not talking.
+SampleFn = Callable[[object, object, "np.ndarray | None"], "dict[str, np.ndarray] | None"]
 
 
 def default_model_path(name: str) -> Path:
@@ -53,32 +54,30 @@ def default_model_path(name: str) -> Path:
     return Path(resource_path(f"models/{name}.onnx"))
 
 
-def face_recon_sample(points, neutral, audio) -> dict[str, np.ndarray] | None:
-    """face_recon input of one frame: ``landmarks`` (1, 478, 3) float32 relative to the neutral face.
+def face_recon_sample(landmarks, neutral, audio) -> dict[str, np.ndarray] | None:
+    """face_recon inputs of one frame (``landmarks`` and ``neutral``, each (1, 478, 3) float32 metres).
 
-    Uses the reconstruction engine's own normalisation when its module provides one
-    (``avatar_app.reconstruction.engine.normalise_landmarks``), else ``points - neutral``.
-    Returns None without a neutral face.
+    The engine's own normalisation (:mod:`avatar_app.reconstruction.normalise`: align to
+    the rig's template, then the displacement from the user's neutral). Returns None
+    without a face or without a neutral face.
     """
-    if neutral is None:
+    if landmarks is None or neutral is None:
         return None
-    try:
-        from avatar_app.reconstruction.engine import normalise_landmarks  # type: ignore[import-not-found]
-    except ImportError:
-        rel = np.asarray(points, np.float32) - np.asarray(neutral, np.float32)
-    else:
-        rel = np.asarray(normalise_landmarks(points, neutral), np.float32)
-    return {"landmarks": rel.reshape(1, 478, 3)}
+    from avatar_app.reconstruction.normalise import align, network_inputs
+
+    head, _, _ = align(np.asarray(landmarks.points, np.float32), landmarks.image_size)
+    ref, _, _ = align(np.asarray(neutral.points, np.float32), neutral.image_size)
+    return network_inputs(head, ref[0])
 
 
-def speech_sample(points, neutral, audio) -> dict[str, np.ndarray] | None:
+def speech_sample(landmarks, neutral, audio) -> dict[str, np.ndarray] | None:
     """speech2face input of one frame: ``features`` (1, T, 64) log-mel of the last second of audio."""
     if audio is None or len(audio) < 1600:
         return None
     from avatar_app.speech.mel import log_mel
 
     feats = np.asarray(log_mel(np.asarray(audio, np.float32)[-16000:]), np.float32)
-    return {"features": feats[None]} if feats.ndim == 2 and feats.shape[0] >= 10 else None
+    return {"features": feats[None]} if feats.ndim == 2 and 10 <= feats.shape[0] <= 300 else None
 
 
 DEFAULT_SAMPLE_FNS: dict[str, SampleFn] = {"face_recon": face_recon_sample, "speech2face": speech_sample}
@@ -348,9 +347,19 @@ class EngineController(QObject):
         e.error = ""
         e.build_stage, e.build_fraction = "queued", 0.0
         fut = e.slot.request(None if backend == "auto" else backend, precision)
-        e.futures.append(fut)
+        e.futures = [f for f in e.futures if not f.done()] + [fut]
+        # once the slot is no longer pending (the Future completes after the swap's bookkeeping)
+        fut.add_done_callback(lambda f, n=name: self._done(n, f))
         self._emit(name)
         return fut
+
+    def _done(self, name: str, fut: Future) -> None:
+        e = self.entries[name]
+        if not fut.cancelled() and fut.exception() is not None and not e.error:
+            e.error = str(fut.exception())
+        if not self.pending(name):
+            e.build_stage, e.build_fraction = "", 0.0
+        self._emit(name)
 
     def store(self, name: str) -> CalibrationStore | None:
         """The user's calibration store of ``name`` (None when the model is not installed)."""

@@ -60,6 +60,19 @@ class _Opened:
     reconnect: bool = False
 
 
+def engine_speech_animator(engines: EngineController):
+    """The learned speech animator on the controller's speech2face slot, or None (loudness solver).
+
+    The default ``speech_factory`` of :class:`MainWindow`.
+    """
+    slot = engines.slot("speech2face")
+    if slot is None:
+        return None
+    from avatar_app.speech.engine_animator import EngineSpeechAnimator
+
+    return EngineSpeechAnimator(slot=slot)
+
+
 class MainWindow(QMainWindow):
     """The streamer's window.
 
@@ -71,7 +84,9 @@ class MainWindow(QMainWindow):
         reconstructor_factory: ``f(engines) -> FaceReconstructor`` used for every new
             pipeline (default: the pipeline's geometric solver). The learned
             reconstructor plugs in here, and tests wire an EngineSlot stand-in.
-        speech_factory: ``f(engines) -> SpeechAnimator`` likewise (default: loudness solver).
+        speech_factory: ``f(engines) -> SpeechAnimator or None`` likewise (default:
+            :func:`engine_speech_animator`: the speech2face engine once its slot is open,
+            attached to the running pipeline when it opens; the loudness solver before).
 
     Thread: GUI thread only. Processing runs on the pipeline's thread; this
     window polls its newest state on a display-rate timer.
@@ -97,9 +112,9 @@ class MainWindow(QMainWindow):
         self._last_preview_index = -1
         self._source_fps = (0, 0.0, 0.0)  # (frame index, time, fps)
         self.last_error: str | None = None
-        self.neutral_points: np.ndarray | None = None
+        self.neutral_landmarks = None  # Landmarks of the last neutral calibration
         self.reconstructor_factory = reconstructor_factory
-        self.speech_factory = speech_factory
+        self.speech_factory = speech_factory or engine_speech_animator
         self.camera_id = ""
         self.camera_index: int | None = None
         self.source_kind = ""
@@ -110,6 +125,9 @@ class MainWindow(QMainWindow):
         self._opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-opener")
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-worker")
         self._sampler = None  # set by the calibration panel: f(state, pipeline) on the pipeline thread
+        self.vmc = None  # outputs.VmcSender while the VMC output is on
+        self.vcam = None  # outputs.VirtualCamera while the virtual camera is on
+        self._vmc_key = None
         self.latency_history: deque = deque()
         self.fps_history: deque = deque()
 
@@ -134,6 +152,7 @@ class MainWindow(QMainWindow):
         self.viewport.frame_captured.connect(self._on_frame_captured)
         self.viewport.gl_failed.connect(self._show_error)
         self.setCentralWidget(self.viewport)
+        self.setAcceptDrops(True)  # drop a video to play it, an avatar (.glb/.gltf/.vrm) to load it
         self._source_ready.connect(self._install_opened)
         self._recording_closed.connect(self._on_recording_closed)
         self._avatar_loaded.connect(self._on_avatar_loaded)
@@ -158,6 +177,7 @@ class MainWindow(QMainWindow):
 
         choices = {k: dict(v) for k, v in self.engine_choice.choices.items()}
         self.engines.start(choices)
+        self._apply_live_outputs()
         if self.avatar_settings.path:
             self.load_avatar(Path(self.avatar_settings.path), quiet=True)
         if source is not None:
@@ -229,7 +249,7 @@ class MainWindow(QMainWindow):
             if shortcut:
                 a.setShortcut(QKeySequence(shortcut))
             a.setToolTip(tip or text)
-            a.triggered.connect(slot)
+            a.triggered.connect(lambda _checked=False, f=slot: f())
             self.addAction(a)  # shortcuts keep working with the menu bar hidden
             return a
 
@@ -324,8 +344,9 @@ class MainWindow(QMainWindow):
 
         recon = self.reconstructor_factory(self.engines) if self.reconstructor_factory else None
         kwargs = {}
-        if self.speech_factory is not None:
-            kwargs["speech"] = self.speech_factory(self.engines)
+        speech = self.speech_factory(self.engines) if self.speech_factory is not None else None
+        if speech is not None and ring is not None:
+            kwargs["speech"] = speech
         # smoothing is done per region by the tuner
         pipe = LivePipeline(source, ring=ring, reconstructor=recon,
                             fusion_settings=FusionSettings(smoothing=False), **kwargs)
@@ -515,7 +536,7 @@ class MainWindow(QMainWindow):
         except AvatarError as exc:
             self._show_error(str(exc))
             return False
-        self.neutral_points = np.asarray(lm.points, np.float32).copy()
+        self.neutral_landmarks = lm
         self.status.showMessage("Neutral face calibrated", 3000)
         self.calibration_panel.on_neutral_captured()
         return True
@@ -525,6 +546,12 @@ class MainWindow(QMainWindow):
         sampler = self._sampler
         if sampler is not None:
             sampler(state, self.pipeline)
+        vmc = self.vmc
+        if vmc is not None:
+            try:
+                vmc.send(state)
+            except AvatarError as exc:
+                log.debug("VMC frame not sent: %s", exc)
 
     # ================================================================== settings
     def set_tuning(self, s: TuningSettings) -> None:
@@ -556,7 +583,49 @@ class MainWindow(QMainWindow):
             self.pipeline.set_max_fps(cap)
         self.display_timer.setInterval(15 if not cap else max(15, int(1000 / cap / 2)))
         self.viewport.set_render_settings(msaa=self._effective_msaa())
+        self._apply_live_outputs()
         store.save_area(self.settings, o)
+
+    def _apply_live_outputs(self) -> None:
+        """Open or close the VMC sender and the virtual camera as the Output settings say."""
+        o = self.output_settings
+        want = (o.vmc_host, o.vmc_port, o.vmc_names) if o.vmc_enabled else None
+        if want != self._vmc_key:
+            old, self.vmc, self._vmc_key = self.vmc, None, None
+            if old is not None:
+                old.close()
+            text = "Off."
+            if want is not None:
+                try:
+                    from avatar_app.outputs import VmcSender
+
+                    self.vmc = VmcSender(o.vmc_host, o.vmc_port, name_style=o.vmc_names)
+                    self._vmc_key = want
+                    text = f"Sending to {o.vmc_host}:{o.vmc_port}."
+                except (AvatarError, ImportError) as exc:
+                    text = f"Not sending: {exc}"
+            self.output_panel.vmc_status.setText(text)
+        if o.virtual_camera and self.vcam is None:
+            try:
+                from avatar_app.outputs import VirtualCamera
+
+                bg = self.avatar_settings.background
+                self.vcam = VirtualCamera(*RECORD_SIZE, RECORD_FPS,
+                                          background=tuple(bg) if isinstance(bg, list) else (0, 177, 64))
+                self.output_panel.vcam_status.setText(f"Sending to {self.vcam.device}.")
+            except (AvatarError, ImportError) as exc:
+                self.output_panel.vcam_status.setText(f"Not available: {exc}")
+        elif not o.virtual_camera and self.vcam is not None:
+            vcam, self.vcam = self.vcam, None
+            vcam.close()
+        self._update_capture()
+
+    def _update_capture(self) -> None:
+        """Render 1280x720 frames on the render thread while recording or feeding the virtual camera."""
+        self.viewport.capture_size = RECORD_SIZE
+        if self.recorder is None:
+            self.viewport.capture_components = 3
+        self.viewport.capture_frames = self.recorder is not None or self.vcam is not None
 
     def effective_fps_cap(self) -> float:
         """The processing cap in Hz: the lower of the user's cap and the CPU mode's (0 = none)."""
@@ -626,7 +695,7 @@ class MainWindow(QMainWindow):
         self.viewport.set_avatar(mesh)
         self.avatar_settings.path = str(path)
         store.save_area(self.settings, self.avatar_settings)
-        self.avatar_panel.on_avatar_loaded(path)
+        self.avatar_panel.on_avatar_loaded(path, mesh)
 
     # ================================================================== timers
     def _on_display_tick(self) -> None:
@@ -710,7 +779,7 @@ class MainWindow(QMainWindow):
         cam_id = self.camera_id or f"index:{self.camera_index or 0}"
 
         def make() -> _Opened:
-            index = resolve_camera_id(cam_id)
+            index = resolve_camera_id(cam_id, None)
             if index is None:
                 return _Opened(error=f"camera {cam_id} is not connected", kind="camera")
             self.camera_index = index
@@ -770,6 +839,21 @@ class MainWindow(QMainWindow):
     def _on_engine_changed(self, name: str) -> None:
         self._update_engine_status()
         self.engines_panel.refresh(name)
+        self._attach_speech_engine()
+
+    def _attach_speech_engine(self) -> None:
+        """Give the running pipeline the speech engine once its slot has opened (between two frames)."""
+        pipe = self.pipeline
+        slot = self.engines.slot("speech2face")
+        if pipe is None or slot is None or pipe.ring is None or getattr(pipe.processor.speech, "slot", None) is slot:
+            return
+        try:
+            speech = self.speech_factory(self.engines)
+        except AvatarError as exc:
+            log.warning("speech engine not attached: %s", exc)
+            return
+        if speech is not None:
+            pipe.processor.speech = speech  # the processing thread reads it once per frame
 
     def _update_engine_status(self) -> None:
         short = {"face_recon": "Face", "speech2face": "Speech"}
@@ -790,7 +874,7 @@ class MainWindow(QMainWindow):
         if on:
             self.start_recording()
         else:
-            self.stop_recording()
+            self.stop_recording(wait=False)  # the file is finished on a worker; "Saved" follows
 
     def _reset_record_button(self) -> None:
         self.record_button.blockSignals(True)
@@ -833,9 +917,8 @@ class MainWindow(QMainWindow):
         self.record_path = path
         self._rec_t0_ns = time.perf_counter_ns()
         self._rec_audio_end_ns = self._rec_t0_ns
-        self.viewport.capture_size = RECORD_SIZE
         self.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
-        self.viewport.capture_frames = True
+        self._update_capture()
         if ring is not None:
             self.audio_timer.start()
         if not self.record_button.isChecked():
@@ -854,7 +937,7 @@ class MainWindow(QMainWindow):
                 "Saved" message comes when the file is complete).
         """
         rec, self.recorder = self.recorder, None
-        self.viewport.capture_frames = False
+        self._update_capture()
         self.audio_timer.stop()
         self._reset_record_button()
         if rec is None:
@@ -881,6 +964,15 @@ class MainWindow(QMainWindow):
             self._show_error(f"The recording stopped with an error: {error}. What was written is kept in {path}.")
 
     def _on_frame_captured(self, rgb, t_ns: int) -> None:
+        vcam = self.vcam
+        if vcam is not None:
+            try:
+                vcam.send(rgb)
+            except AvatarError as exc:
+                log.warning("virtual camera stopped: %s", exc)
+                self.vcam = None
+                vcam.close()
+                self._update_capture()
         rec = self.recorder
         if rec is None:
             return
@@ -891,9 +983,8 @@ class MainWindow(QMainWindow):
         try:
             rec.write_video(rgb, (t_ns - self._rec_t0_ns) / 1e9)
         except AvatarError as exc:
-            self.recorder = None
-            self.stop_recording()
-            self._show_error(str(exc))
+            log.warning("recording stopped: %s", exc)
+            self.stop_recording(wait=False)  # reports the error when the file is closed
 
     def _on_audio_tick(self, rec=None) -> None:
         rec = rec or self.recorder
@@ -910,6 +1001,33 @@ class MainWindow(QMainWindow):
         except AvatarError as exc:
             self._show_error(str(exc))
         self._rec_audio_end_ns = end
+
+    # ================================================================== drag and drop
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if any(self._drop_kind(Path(u.toLocalFile())) for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        for u in event.mimeData().urls():
+            path = Path(u.toLocalFile())
+            kind = self._drop_kind(path)
+            if kind == "avatar":
+                self.load_avatar(path)
+            elif kind == "video":
+                self.open_file(path, wait=False)
+            if kind:
+                event.acceptProposedAction()
+                return
+
+    @staticmethod
+    def _drop_kind(path: Path) -> str:
+        """"avatar" (.glb .gltf .vrm), "video" (.mp4 .mpg .mov .mkv .webm .avi) or ""."""
+        suffix = path.suffix.lower()
+        if suffix in (".glb", ".gltf", ".vrm"):
+            return "avatar"
+        if suffix in (".mp4", ".mpg", ".mpeg", ".mov", ".mkv", ".webm", ".avi"):
+            return "video"
+        return ""
 
     # ================================================================== keys (expressions)
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)
@@ -950,6 +1068,10 @@ class MainWindow(QMainWindow):
         self._opener.shutdown(wait=True, cancel_futures=True)
         self._worker.shutdown(wait=True, cancel_futures=True)
         self.stop_pipeline()
+        for out in (self.vmc, self.vcam):
+            if out is not None:
+                out.close()
+        self.vmc = self.vcam = None
         self.viewport.shutdown()
         self.engines.close()
         super().closeEvent(event)

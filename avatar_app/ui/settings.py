@@ -103,12 +103,19 @@ class OutputSettings:
         overlay_in_recording: draw the latency overlay into recordings.
         fps_cap: frame-rate cap of processing and display, Hz (0 = none).
         cpu_mode: a key of CPU_MODES.
+        vmc_enabled, vmc_host, vmc_port, vmc_names: the VMC protocol output (off by default).
+        virtual_camera: send the avatar to a virtual camera (off by default).
     """
 
     format: str = "h264-mp4"
     overlay_in_recording: bool = False
     fps_cap: float = 0.0
     cpu_mode: str = "full"
+    vmc_enabled: bool = False
+    vmc_host: str = "127.0.0.1"
+    vmc_port: int = 39539
+    vmc_names: str = "unity"
+    virtual_camera: bool = False
 
 
 def _check(cls, data: dict):
@@ -151,6 +158,10 @@ def validate(obj):
             obj.fps_cap = d.fps_cap
         if obj.cpu_mode not in CPU_MODES:
             obj.cpu_mode = d.cpu_mode
+        if not 1 <= obj.vmc_port <= 65535:
+            obj.vmc_port = d.vmc_port
+        if obj.vmc_names not in ("unity", "arkit"):
+            obj.vmc_names = d.vmc_names
     if isinstance(obj, ExpressionSettings):
         obj.hotkeys = {k: str(obj.hotkeys.get(k, d.hotkeys[k])) for k in EXPRESSION_NAMES}
         obj.modes = {k: obj.modes.get(k) if obj.modes.get(k) in ("toggle", "hold") else "toggle"

@@ -133,16 +133,22 @@ class _RenderThread(threading.Thread):
     def run(self) -> None:
         from avatar_app.render.renderer import Renderer
 
+        what = "OpenGL 3.3 could not be started for the avatar view"
         try:
             self.ctx = _create_context()
             s = self._settings
             self.renderer = Renderer(self.ctx, background=s["background"], msaa=s["msaa"], lighting=s["lighting"])
             from avatar_app.avatar.default_head import build_default_head
 
+            what = "The default avatar could not be built"
             self.renderer.set_avatar(build_default_head())
         except Exception as exc:  # noqa: BLE001 - OpenGL missing or too old: the window stays usable
-            self.error = f"OpenGL 3.3 could not be started for the avatar view: {exc}"
+            self.error = f"{what}: {exc}"
             log.error("%s", self.error)
+            if self.renderer is not None:
+                self.renderer.release()
+            if getattr(self, "ctx", None) is not None:
+                self.ctx.release()
             self.renderer = None
             self.ready.set()
             try:

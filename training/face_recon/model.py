@@ -14,7 +14,7 @@ quantises to INT8 with plain QDQ MatMuls.
 
 Structure:
 
-- trunk: [expression (438), neutral (438)] -> 384 -> 384 -> 256 (ReLU);
+- trunk: [expression (438), neutral (438)] -> 512 -> 256 (ReLU, He init);
 - heads: ``blendshapes`` (52, sigmoid; tongueOut masked to 0: no landmark
   sees the tongue), ``rotation_6d`` (6, added to the identity rotation's
   6D vector), ``translation`` (3, metres, scaled by 0.05);
@@ -51,7 +51,7 @@ class FaceReconNet(nn.Module):
         symmetric: average with the mirrored pass (always True for export).
     """
 
-    def __init__(self, mirror: np.ndarray, num_identity: int = 15, hidden=(384, 384, 256),
+    def __init__(self, mirror: np.ndarray, num_identity: int = 15, hidden=(512, 256),
                  symmetric: bool = True):
         super().__init__()
         sub = np.asarray(SUBSET, np.int64)
@@ -70,6 +70,11 @@ class FaceReconNet(nn.Module):
         self.register_buffer("rot_flip", torch.tensor([1.0, -1, -1, -1, 1, 1]))
         self.symmetric = symmetric
         n_in = len(SUBSET) * 3
+        # per-feature standardisation (set from the training data by set_input_stats)
+        self.register_buffer("x_mean", torch.zeros(n_in))
+        self.register_buffer("x_scale", torch.full((n_in,), INPUT_SCALE))
+        self.register_buffer("n_mean", torch.zeros(n_in))
+        self.register_buffer("n_scale", torch.full((n_in,), INPUT_SCALE))
         layers, d = [], 2 * n_in
         for h in hidden:
             layers += [nn.Linear(d, h), nn.ReLU()]
@@ -79,14 +84,37 @@ class FaceReconNet(nn.Module):
         self.head_rot = nn.Linear(d, 6)
         self.head_t = nn.Linear(d, 3)
         self.ident = nn.Sequential(nn.Linear(n_in, 128), nn.ReLU(), nn.Linear(128, num_identity))
+        for mod in list(self.trunk) + list(self.ident):
+            if isinstance(mod, nn.Linear):  # He init: the default shrinks the signal 6x per ReLU layer
+                nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
+                nn.init.zeros_(mod.bias)
         for head in (self.head_rot, self.head_t):
             nn.init.zeros_(head.weight)
             nn.init.zeros_(head.bias)
 
+    def set_input_stats(self, x: np.ndarray, n: np.ndarray, floor_m: float = 5e-4) -> None:
+        """Standardise each input feature by its training mean and sd (sd floored at ``floor_m``).
+
+        Both signs of x are seen in training through the mirrored pass, so the
+        statistics are taken over the data and its mirror image (keeps the
+        network's mirror symmetry exact).
+
+        Args:
+            x, n: (N, 146, 3) training inputs on the subset, metres.
+        """
+        mir = self.subset_mirror.numpy()
+        flip = self.flip.numpy()
+        for arr, mean_name, scale_name in ((x, "x_mean", "x_scale"), (n, "n_mean", "n_scale")):
+            both = np.concatenate([arr, arr[:, mir] * flip])
+            mean = both.reshape(len(both), -1).mean(0)
+            sd = np.maximum(both.reshape(len(both), -1).std(0), floor_m)
+            getattr(self, mean_name).copy_(torch.from_numpy(mean.astype(np.float32)))
+            getattr(self, scale_name).copy_(torch.from_numpy((1.0 / sd).astype(np.float32)))
+
     def _core(self, x: torch.Tensor, n: torch.Tensor):
         b = x.shape[0]
-        xf = x.reshape(b, -1) * INPUT_SCALE
-        nf = n.reshape(b, -1) * INPUT_SCALE
+        xf = (x.reshape(b, -1) - self.x_mean) * self.x_scale
+        nf = (n.reshape(b, -1) - self.n_mean) * self.n_scale
         h = self.trunk(torch.cat([xf, nf], 1))
         return self.head_bs(h), self.head_rot(h), self.head_t(h), self.ident(nf)
 

@@ -10,7 +10,8 @@ seed 11) plus the render-and-track set ``rt_train.npz`` from make_data.py,
 repeated ``--rt-repeat`` times per epoch. Held out: synthetic seed 12
 (5000 samples) and ``rt_heldout.npz`` (other seed, other subjects).
 
-Loss: L1 on the 51 estimated blendshapes + 0.5 x the rotation-matrix
+Loss: L2 + 0.1 x L1 on the 51 estimated blendshapes (plain L1 learns
+slowly on sparse targets: it favours the all-zero answer) + 0.5 x the rotation-matrix
 L2 of the pose refinement (radian scale) + 0.2 x L1 translation refinement
 (centimetres; the distance is only known up to the unobserved focal length,
 so this term is small) + 0.1 x L1 identity coefficients.
@@ -108,6 +109,7 @@ def train(args) -> dict:
              n_train, 0 if rt is None else len(rt["x"]), args.rt_repeat)
 
     model = FaceReconNet(model_rig.mirror, model_rig.num_identity)
+    model.set_input_stats(train_set["x"], train_set["n"])
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     steps = args.epochs * (n_train // args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
@@ -123,7 +125,8 @@ def train(args) -> dict:
             x, n = tensors["x"][it], tensors["n"][it]
             bs, rot6, t, ident = model.forward_subset(x, n)
             w = tensors["weights"][it]
-            l_bs = (bs - w).abs().index_select(1, est).mean()
+            d_bs = (bs - w).index_select(1, est)
+            l_bs = (d_bs ** 2).mean() + 0.1 * d_bs.abs().mean()
             l_rot = ((rotation_from_6d_torch(rot6) - tensors["rot_res"][it]) ** 2).sum((1, 2)).mean()
             l_t = ((t - tensors["t_res"][it]).abs() * 100.0).clamp_max(10.0).mean()
             l_id = (ident - tensors["identity"][it]).abs().mean()
@@ -132,7 +135,7 @@ def train(args) -> dict:
             loss.backward()
             opt.step()
             sched.step()
-            tot += float(loss)
+            tot += float(loss.detach())
             nb += 1
         ev_syn = evaluate(model, syn_ho, const)
         ev_rt = evaluate(model, rt_ho, const)

@@ -6,6 +6,19 @@ from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFrame, QLabel, QScrollArea, QSizePolicy, QWidget
 
 
+def pyqtgraph():
+    """The pyqtgraph module, configured once for the studio.
+
+    ``exitCleanup`` is off: its at-exit sweep of graphics scenes runs after Qt is
+    gone with PySide6 6.12 and aborts the interpreter ("none_dealloc"); the window
+    closes its plots itself.
+    """
+    import pyqtgraph as pg
+
+    pg.setConfigOptions(exitCleanup=False, antialias=False)
+    return pg
+
+
 class Panel(QWidget):
     """Base of the panels: keeps the window and wraps itself in a scroll area for its dock.
 

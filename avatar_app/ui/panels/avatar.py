@@ -151,7 +151,14 @@ class AvatarPanel(Panel):
         store.save_area(self.win.settings, a)
         self.avatar_label.setText("Default head")
 
-    def on_avatar_loaded(self, path: Path) -> None:
-        """The window loaded ``path``."""
-        self.avatar_label.setText(Path(path).name)
+    def on_avatar_loaded(self, path: Path, mesh=None) -> None:
+        """The window loaded ``path`` (``mesh``: the loaded avatar, with its load report if any)."""
+        text = Path(path).name
+        report = getattr(mesh, "report", None)
+        if report is not None:
+            mapped = len(getattr(report, "mapped_arkit", []))
+            text += f"\n{report.kind}: {mapped} of 52 ARKit shapes drive it; head: {report.head}"
+            if report.warnings:
+                text += "\n" + "\n".join(report.warnings[:3])
+        self.avatar_label.setText(text)
         self.avatar_label.setToolTip(str(path))

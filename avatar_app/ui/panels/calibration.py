@@ -45,7 +45,7 @@ class SampleCollector:
     Args:
         engines: engine name -> sample_fn (see ui.engines.SampleFn).
         specs: engine name -> the model's input TensorSpecs (checked on the first sample).
-        neutral: (478, 3) float32 neutral landmarks, or None.
+        neutral: the neutral face's Landmarks, or None.
         target: samples wanted per engine.
 
     Thread: ``__call__`` on the processing thread; the rest from the GUI thread.
@@ -60,13 +60,13 @@ class SampleCollector:
         self.errors: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def add(self, points, audio) -> None:
-        """Offer one frame: (478, 3) landmarks or None, (N,) 16 kHz audio or None."""
+    def add(self, landmarks, audio) -> None:
+        """Offer one frame: its Landmarks (or None: no face), (N,) 16 kHz audio (or None: silence)."""
         for name, fn in self.fns.items():
             if name in self.errors or len(self.samples[name]) >= self.target:
                 continue
             try:
-                feeds = fn(points, self.neutral, audio)
+                feeds = fn(landmarks, self.neutral, audio)
             except AvatarError as exc:
                 self.errors[name] = str(exc)
                 continue
@@ -95,14 +95,14 @@ class SampleCollector:
         if pipeline is None:
             return
         lm = pipeline.processor.last_landmarks
-        points = np.asarray(lm.points, np.float32) if (state.face_found and lm is not None) else None
+        lm = lm if state.face_found else None
         audio = None
         ring = pipeline.ring
         if ring is not None:
             window = ring.read_window(state.t_capture_ns, 1.0)
             if level_dbfs(window[-1600:]) > VOICE_LEVEL_DB:
                 audio = window
-        self.add(points, audio)
+        self.add(lm, audio)
 
     def counts(self) -> dict[str, int]:
         """Samples collected per engine."""
@@ -225,7 +225,7 @@ class CalibrationPanel(Panel):
             return False
         specs = {n: (self.win.engines.entry(n).info.inputs if self.win.engines.entry(n).info else ())
                  for n in engines}
-        self.collector = SampleCollector(engines, specs, self.win.neutral_points, self.target)
+        self.collector = SampleCollector(engines, specs, self.win.neutral_landmarks, self.target)
         self.win._sampler = self.collector
         self._prompt_t = 0.0
         self.timer.start()
@@ -274,7 +274,7 @@ class CalibrationPanel(Panel):
             self._countdown -= 1
             if self._countdown == 0:
                 self.win.calibrate_neutral()
-                if self.win.neutral_points is None:
+                if self.win.neutral_landmarks is None:
                     self.neutral_label.setText("No face found: look at the camera and try again.")
             else:
                 self.neutral_label.setText(f"Look at the camera and relax… {1 + self._countdown // 5}")

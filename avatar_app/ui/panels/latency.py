@@ -6,7 +6,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout
 
 from avatar_app.ui import settings as store
-from avatar_app.ui.panels import Panel, legend_label, set_legend
+from avatar_app.ui.panels import Panel, legend_label, pyqtgraph, set_legend
 
 #: Colours of the stage curves (colour-blind-safe Okabe-Ito palette).
 _COLOURS = [(0, 114, 178), (230, 159, 0), (0, 158, 115), (204, 121, 167), (86, 180, 233), (213, 94, 0),
@@ -19,7 +19,7 @@ class LatencyPanel(Panel):
     """
 
     def __init__(self, win):
-        import pyqtgraph as pg
+        pg = pyqtgraph()
 
         super().__init__(win)
         lay = QVBoxLayout(self)
@@ -69,7 +69,7 @@ class LatencyPanel(Panel):
         self.timer.start()
 
     def _curve(self, name: str):
-        import pyqtgraph as pg
+        pg = pyqtgraph()
 
         c = self.curves.get(name)
         if c is None:

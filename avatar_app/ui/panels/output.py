@@ -3,17 +3,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLineEdit, QPushButton, QVBoxLayout)
+                               QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout)
 
 from avatar_app.ui import settings as store
 from avatar_app.ui.panels import Panel, hint, set_item_enabled
 
 
 class OutputPanel(Panel):
-    """Where and how clips are recorded, and how much CPU the studio may use.
+    """Where and how clips are recorded, live outputs, and how much CPU the studio may use.
+
+    Live outputs (avatar_app.outputs, off by default): the VMC protocol sender
+    (sent from the processing thread at the tracking rate) and a virtual camera
+    (fed with the 1280x720 frames the render thread makes for recording).
 
     The frame-rate cap limits how often frames are processed and drawn. The CPU
     budget modes are for streaming while a game runs: Balanced caps at 30 fps;
@@ -63,6 +67,33 @@ class OutputPanel(Panel):
         pf.addRow("CPU budget", self.cpu_mode)
         pf.addRow(hint("Balanced: 30 fps cap. Low CPU: 20 fps cap, no MSAA, no camera preview or plots."))
         lay.addWidget(pg)
+
+        og = QGroupBox("Live outputs")
+        ol = QFormLayout(og)
+        ol.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.vmc = QCheckBox("Send to VMC receivers (VSeeFace, VNyan, Warudo…)")
+        self.vmc.setToolTip("VMC protocol over OSC/UDP: blendshapes, head and eye bones, at the tracking rate")
+        ol.addRow(self.vmc)
+        vrow = QHBoxLayout()
+        self.vmc_host = QLineEdit(o.vmc_host)
+        self.vmc_port = QSpinBox()
+        self.vmc_port.setRange(1, 65535)
+        self.vmc_port.setValue(o.vmc_port)
+        vrow.addWidget(self.vmc_host, 1)
+        vrow.addWidget(self.vmc_port)
+        ol.addRow("Receiver", vrow)
+        self.vmc_names = QComboBox()
+        self.vmc_names.addItem("PerfectSync (EyeBlinkLeft…)", "unity")
+        self.vmc_names.addItem("ARKit (eyeBlinkLeft…)", "arkit")
+        ol.addRow("Shape names", self.vmc_names)
+        self.vmc_status = QLabel("")
+        self.vmc_status.setWordWrap(True)
+        ol.addRow(self.vmc_status)
+        self.vcam = QCheckBox("Virtual camera (1280x720)")
+        ol.addRow(self.vcam)
+        self.vcam_status = hint("checking…")
+        ol.addRow(self.vcam_status)
+        lay.addWidget(og)
         lay.addStretch(1)
 
         self._loading = True
@@ -70,11 +101,40 @@ class OutputPanel(Panel):
         self.overlay.setChecked(o.overlay_in_recording)
         self.fps_cap.setValue(o.fps_cap)
         self.cpu_mode.setCurrentIndex(max(0, self.cpu_mode.findData(o.cpu_mode)))
+        self.vmc.setChecked(o.vmc_enabled)
+        self.vmc_names.setCurrentIndex(max(0, self.vmc_names.findData(o.vmc_names)))
+        self.vcam.setChecked(o.virtual_camera)
+        self.vcam.setEnabled(False)  # until the probe says a backend exists
         self._loading = False
         self.format.currentIndexChanged.connect(self._changed)
         self.overlay.toggled.connect(self._changed)
         self.fps_cap.valueChanged.connect(self._changed)
         self.cpu_mode.currentIndexChanged.connect(self._changed)
+        for w in (self.vmc, self.vcam):
+            w.toggled.connect(self._changed)
+        self.vmc_host.editingFinished.connect(self._changed)
+        self.vmc_port.editingFinished.connect(self._changed)
+        self.vmc_names.currentIndexChanged.connect(self._changed)
+        self.vcam_probed.connect(self._on_vcam_probed)
+        win._worker.submit(self._probe_vcam)
+
+    vcam_probed = Signal(bool, str)
+
+    def _probe_vcam(self) -> None:
+        try:
+            from avatar_app.outputs import virtual_camera_status
+        except ImportError:
+            self.vcam_probed.emit(False, "virtual camera output is not part of this version")
+            return
+        ok, text = virtual_camera_status(1280, 720, 30.0)
+        self.vcam_probed.emit(ok, text)
+
+    def _on_vcam_probed(self, ok: bool, text: str) -> None:
+        self.vcam.setEnabled(ok)
+        self.vcam.setToolTip(text)
+        self.vcam_status.setText(("Available: " if ok else "") + text)
+        if not ok and self.vcam.isChecked():
+            self.vcam.setChecked(False)
 
     def _fill_formats(self) -> None:
         from avatar_app.record.formats import KNOWN_FORMATS, available_formats
@@ -89,7 +149,10 @@ class OutputPanel(Panel):
     def current(self) -> store.OutputSettings:
         """The settings the widgets show."""
         return store.OutputSettings(format=self.format.currentData(), overlay_in_recording=self.overlay.isChecked(),
-                                    fps_cap=float(self.fps_cap.value()), cpu_mode=self.cpu_mode.currentData())
+                                    fps_cap=float(self.fps_cap.value()), cpu_mode=self.cpu_mode.currentData(),
+                                    vmc_enabled=self.vmc.isChecked(), vmc_host=self.vmc_host.text().strip(),
+                                    vmc_port=int(self.vmc_port.value()), vmc_names=self.vmc_names.currentData(),
+                                    virtual_camera=self.vcam.isChecked())
 
     def _changed(self, *_):
         if not self._loading:

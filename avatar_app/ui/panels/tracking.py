@@ -8,7 +8,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import AvatarError
-from avatar_app.ui.panels import Panel, hint, legend_label
+from avatar_app.ui.panels import Panel, hint, legend_label, pyqtgraph
 from avatar_app.ui.tuning import MIRROR_CONVENTION, REGION_NAMES, TuningSettings, smoothing_cutoff_hz
 
 
@@ -116,7 +116,7 @@ class TrackingPanel(Panel):
         self.timer.start()
 
     def _make_plot(self):
-        import pyqtgraph as pg
+        pg = pyqtgraph()
 
         w = pg.PlotWidget()
         w.setMinimumHeight(130)

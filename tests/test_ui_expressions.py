@@ -1,0 +1,81 @@
+"""Expression hotkeys layered over tracking: the pipeline's state and the rendered mouth region change."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from avatar_app.core.blendshapes import Blendshape
+from ui_fixtures import (head_images, render_state, settings, still_window,  # noqa: F401
+                         wait_frames)
+
+pytestmark = [pytest.mark.gui, pytest.mark.gl]
+
+
+def _mouth_box(win, st):
+    """(y0, y1, x0, x1) of the pixels jawOpen moves, at the pose of ``st``."""
+    neutral = replace(st, weights=np.zeros_like(st.weights))
+    w = np.zeros_like(st.weights)
+    w[Blendshape.jawOpen] = 1.0
+    a = render_state(win, neutral)
+    b = render_state(win, replace(st, weights=w))
+    ys, xs = np.nonzero(np.abs(a.astype(np.int16) - b.astype(np.int16)).max(axis=2) > 30)
+    return ys.min(), ys.max(), xs.min(), xs.max()
+
+
+def test_expression_hotkey_changes_the_rendered_mouth(qtbot, still_window):
+    win = still_window
+    for sld in win.tracking_panel.sliders.values():
+        sld.setValue(0)
+    wait_frames(qtbot, win, 5)
+    st0 = win.pipeline.latest_state()
+    assert st0.face_found and st0.weights[Blendshape.mouthSmileLeft] < 0.3
+    img0 = render_state(win, st0)
+
+    qtbot.keyClick(win, Qt.Key.Key_F5)  # happy, toggle mode
+    assert win.tuner.expressions.is_active("happy")
+    qtbot.wait(300)
+    wait_frames(qtbot, win, 3)
+    st1 = win.pipeline.latest_state()
+    assert st1.weights[Blendshape.mouthSmileLeft] > 0.8 and st1.weights[Blendshape.mouthSmileRight] > 0.8
+    img1 = render_state(win, st1)
+    y0, y1, x0, x1 = _mouth_box(win, st1)
+    d = np.abs(img1.astype(np.int16) - img0.astype(np.int16)).max(axis=2) > 30
+    inside = d[y0:y1 + 1, x0:x1 + 1].sum()
+    assert inside > 100, "the happy hotkey did not change the mouth region"
+    ys, xs = np.nonzero(d)
+    assert y0 - 10 <= np.median(ys) <= y1 + 10 and x0 - 10 <= np.median(xs) <= x1 + 10
+
+    qtbot.keyClick(win, Qt.Key.Key_F5)  # toggles off, fades out
+    assert not win.tuner.expressions.is_active("happy")
+    qtbot.wait(400)
+    wait_frames(qtbot, win, 3)
+    assert win.pipeline.latest_state().weights[Blendshape.mouthSmileLeft] < 0.3
+
+
+def test_hold_mode_and_custom_mix(qtbot, still_window):
+    win = still_window
+    panel = win.expressions_panel
+    panel.mode_combos["angry"].setCurrentIndex(panel.mode_combos["angry"].findData("hold"))
+    assert win.expression_settings.modes["angry"] == "hold"
+    qtbot.keyPress(win, Qt.Key.Key_F6)
+    qtbot.wait(300)
+    wait_frames(qtbot, win, 3)
+    assert win.tuner.expressions.is_active("angry")
+    assert win.pipeline.latest_state().weights[Blendshape.browDownLeft] > 0.8
+    qtbot.keyRelease(win, Qt.Key.Key_F6)
+    assert not win.tuner.expressions.is_active("angry")
+
+    panel.custom_edit.setText("jawOpen=1, tongueOut=1")
+    panel.custom_edit.editingFinished.emit()
+    assert win.tuner.expressions.mixes()["custom"] == {"jawOpen": 1.0, "tongueOut": 1.0}
+    qtbot.keyClick(win, Qt.Key.Key_F9)
+    qtbot.wait(300)
+    wait_frames(qtbot, win, 3)
+    st = win.pipeline.latest_state()
+    assert st.weights[Blendshape.jawOpen] > 0.9 and st.weights[Blendshape.tongueOut] > 0.9
+    panel.custom_edit.setText("jawOpen=7")
+    panel.custom_edit.editingFinished.emit()
+    assert "between 0 and 1" in panel.custom_error.text()

@@ -1,0 +1,204 @@
+"""Each panel's controls change what the pipeline, the renderer or the recorder do; settings survive a restart.
+
+Assertions read the pipeline (its tuner, frame-rate cap, latest state), the renderer
+and the recording, not the widgets.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from avatar_app.core.blendshapes import Blendshape
+from ui_fixtures import settings, wait_frames  # noqa: F401
+
+pytestmark = [pytest.mark.gui, pytest.mark.gl]
+
+VIDEO = "video/grid_s1_bbaf2n.mp4"
+OTHER = "video/grid_s2_swwp2s.mp4"
+
+
+@pytest.fixture
+def window(qtbot, testdata, settings):
+    from avatar_app.ui.main_window import MainWindow
+
+    win = MainWindow(source=testdata / VIDEO, settings=settings)
+    qtbot.addWidget(win)
+    win.viewport.setFixedSize(640, 360)
+    win.show()
+    qtbot.waitExposed(win)
+    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5, timeout=20000)
+    yield win
+    win.close()
+
+
+def test_tracking_panel_changes_the_pipeline(qtbot, window):
+    win = window
+    p = win.tracking_panel
+    # sensitivity 0 on jawOpen: the avatar's mouth stays shut while the talker speaks
+    p.shape.setCurrentText("jawOpen")
+    p.gain.setValue(0.0)
+    assert win.tuner.settings.sensitivity[Blendshape.jawOpen] == 0.0
+    wait_frames(qtbot, win, 15)
+    jaws = []
+    for _ in range(10):
+        wait_frames(qtbot, win, 1)
+        st = win.pipeline.latest_state()
+        jaws.append((st.vision_weights[Blendshape.jawOpen], st.weights[Blendshape.jawOpen]))
+    assert max(j[0] for j in jaws) > 0.02 and max(j[1] for j in jaws) < 1e-3
+    p.reset_shape()
+    # link eyes: both blink weights equal in every published state
+    p.link_eyes.setChecked(True)
+    wait_frames(qtbot, win, 3)
+    for _ in range(5):
+        wait_frames(qtbot, win, 1)
+        w = win.pipeline.latest_state().weights
+        assert w[Blendshape.eyeBlinkLeft] == pytest.approx(w[Blendshape.eyeBlinkRight], abs=1e-6)
+    # smoothing 0 for the mouth: the tuner's output follows its input exactly
+    p.sliders["mouth"].setValue(0)
+    wait_frames(qtbot, win, 5)
+    hist = win.tuner.preview()[-5:]
+    assert all(h[1]["mouth"] == pytest.approx(h[2]["mouth"], abs=1e-6) for h in hist)
+    p.sliders["mouth"].setValue(100)
+    wait_frames(qtbot, win, 20)
+    hist = win.tuner.preview()[-20:]
+    assert max(abs(h[1]["mouth"] - h[2]["mouth"]) for h in hist) > 1e-3
+
+
+def test_output_avatar_and_sources_panels_change_the_pipeline(qtbot, window, testdata):
+    from avatar_app.render.renderer import LIGHTING_PRESETS
+
+    win = window
+    o = win.output_panel
+    o.fps_cap.setValue(12)
+    assert win.pipeline.max_fps == 12.0
+    o.cpu_mode.setCurrentIndex(o.cpu_mode.findData("low"))
+    assert win.pipeline.max_fps == 12.0  # the lower of the cap and the mode's 20 fps
+    o.fps_cap.setValue(0)
+    assert win.pipeline.max_fps == 20.0
+    o.cpu_mode.setCurrentIndex(o.cpu_mode.findData("full"))
+    assert win.pipeline.max_fps == 0.0
+
+    a = win.avatar_panel
+    a.lighting.setCurrentIndex(a.lighting.findData("soft"))
+    a.set_colour((30, 60, 90))
+    win.viewport.grabFramebuffer()  # the render thread applied the commands before this frame
+    r = win.viewport.renderer
+    assert r.lighting == LIGHTING_PRESETS["soft"] and tuple(r.background) == (30, 60, 90)
+    img = win.viewport.grabFramebuffer()
+    assert img.pixelColor(3, 3).getRgb()[:3] == (30, 60, 90)
+    a.bg_transparent.setChecked(True)
+    img = win.viewport.grabFramebuffer()
+    assert r.transparent and img.hasAlphaChannel() and img.pixelColor(3, 3).alpha() == 0
+    a.msaa.setCurrentIndex(a.msaa.findData(2))
+    win.viewport.grabFramebuffer()
+    assert r.msaa in (2, int(win.viewport.renderer.ctx.max_samples))
+
+    s = win.sources_panel
+    qtbot.waitUntil(lambda: s.mic_combo.count() >= 1, timeout=10000)  # devices listed off the GUI thread
+    qtbot.waitUntil(lambda: s.meter.value() > -50, timeout=10000)  # the file's voice in the level meter
+    s.file_edit.setText(str(testdata / OTHER))
+    s.play_button.click()
+    qtbot.waitUntil(lambda: win.pipeline is not None and str(getattr(win.pipeline.source, "path", "")).endswith(
+        "grid_s2_swwp2s.mp4") and win.pipeline.frames_processed >= 3, timeout=20000)
+    assert win.settings.value("last_file", type=str).endswith("grid_s2_swwp2s.mp4")
+
+
+def test_vmc_output_sends_the_pipeline_states(qtbot, window):
+    import socket
+
+    win = window
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(5.0)
+    try:
+        o = win.output_panel
+        o.vmc_port.setValue(rx.getsockname()[1])
+        o.vmc_port.editingFinished.emit()
+        o.vmc.setChecked(True)
+        assert win.vmc is not None and "Sending to 127.0.0.1" in o.vmc_status.text()
+        data, _ = rx.recvfrom(65536)
+        assert b"/VMC/Ext/Blend/Val" in data and b"JawOpen" in data and b"/VMC/Ext/Bone/Pos" in data
+        o.vmc.setChecked(False)
+        assert win.vmc is None
+    finally:
+        rx.close()
+
+
+def test_hide_panels_and_record_shortcut(qtbot, window, settings):
+    from tests.helpers import ffprobe_streams
+
+    win = window
+    win.output_panel.overlay.setChecked(True)
+    win.output_panel.format.setCurrentIndex(win.output_panel.format.findData("h264-mp4"))
+    win.activateWindow()  # shortcuts go to the active window
+    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+    qtbot.keyClick(win, Qt.Key.Key_H, Qt.KeyboardModifier.ControlModifier)
+    assert not win.panels_visible() and not win.menuBar().isVisible()
+    qtbot.keyClick(win, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # neutral face, panels hidden
+    assert win.neutral_landmarks is not None and win.pipeline.processor.reconstructor.is_calibrated
+    qtbot.keyClick(win, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # works with the menu hidden
+    assert win.recorder is not None and win.record_button.isChecked()
+    qtbot.wait(2000)
+    qtbot.keyClick(win, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    assert win.recorder is None
+    qtbot.keyClick(win, Qt.Key.Key_H, Qt.KeyboardModifier.ControlModifier)
+    assert win.panels_visible() and win.menuBar().isVisible()
+    streams = ffprobe_streams(win.record_path)
+    assert "video" in streams and "audio" in streams and float(streams["video"]["duration"]) > 1.0
+
+
+def test_settings_survive_a_restart(qtbot, testdata, settings):
+    from avatar_app.render.renderer import LIGHTING_PRESETS
+    from avatar_app.ui.main_window import MainWindow
+
+    win = MainWindow(source=testdata / VIDEO, settings=settings)
+    qtbot.addWidget(win)
+    win.show()
+    t = win.tracking_panel
+    t.mirror.setChecked(False)
+    t.link_eyes.setChecked(True)
+    t.idle.setChecked(False)
+    t.sliders["head"].setValue(90)
+    t.shape.setCurrentText("mouthSmileLeft")
+    t.gain.setValue(1.7)
+    t.hi.setValue(0.8)
+    win.avatar_panel.lighting.setCurrentIndex(win.avatar_panel.lighting.findData("flat"))
+    win.avatar_panel.set_colour((12, 34, 56))
+    win.output_panel.fps_cap.setValue(24)
+    win.output_panel.cpu_mode.setCurrentIndex(win.output_panel.cpu_mode.findData("balanced"))
+    win.output_panel.overlay.setChecked(True)
+    e = win.expressions_panel
+    e.mode_combos["sad"].setCurrentIndex(e.mode_combos["sad"].findData("hold"))
+    e.custom_edit.setText("tongueOut=0.5")
+    e.custom_edit.editingFinished.emit()
+    win.overlay_box.setChecked(False)
+    win.set_engine_choice("speech2face", "ort_cpu", "fp16")
+    win.docks["latency"].hide()
+    before = win.tuner.settings
+    win.close()
+
+    win2 = MainWindow(source=testdata / VIDEO, settings=settings)
+    qtbot.addWidget(win2)
+    win2.show()
+    qtbot.waitUntil(lambda: win2.pipeline is not None and win2.pipeline.frames_processed >= 3, timeout=20000)
+    s = win2.tuner.settings
+    assert (s.mirror, s.link_eyes, s.idle_motion) == (False, True, False)
+    assert s.smoothing == before.smoothing and s.smoothing["head"] == 0.9
+    assert s.sensitivity[Blendshape.mouthSmileLeft] == pytest.approx(1.7)
+    assert s.remap_max[Blendshape.mouthSmileLeft] == pytest.approx(0.8)
+    assert win2.pipeline.max_fps == 24.0  # min(24, balanced 30)
+    win2.viewport.grabFramebuffer()
+    r = win2.viewport.renderer
+    assert r.lighting == LIGHTING_PRESETS["flat"] and tuple(r.background) == (12, 34, 56)
+    assert win2.output_settings.overlay_in_recording
+    assert win2.expression_settings.modes["sad"] == "hold"
+    assert win2.tuner.expressions.mixes()["custom"] == {"tongueOut": 0.5}
+    assert not win2.overlay_box.isChecked()
+    assert win2.engines.entry("speech2face").choice == ("ort_cpu", "fp16")
+    assert not win2.docks["latency"].isVisible() and win2.docks["tracking"].isVisible()
+    # and the panels show them
+    assert not win2.tracking_panel.mirror.isChecked() and win2.tracking_panel.sliders["head"].value() == 90
+    assert win2.output_panel.fps_cap.value() == 24
+    win2.close()
+    assert np.isfinite(s.sensitivity).all()
