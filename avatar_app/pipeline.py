@@ -229,6 +229,8 @@ class _RenderWorker:
         self.stats = stats
         self.q: queue.Queue = queue.Queue(maxsize=8)
         self.error: BaseException | None = None
+        #: warnings of the avatar loader (unmapped shapes ...), for the user
+        self.avatar_warnings: list[str] = []
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name="render", daemon=True)
         self.thread.start()
@@ -241,12 +243,14 @@ class _RenderWorker:
         try:
             from avatar_app.render.headless import HeadlessRenderer
 
-            w, h = self.options.size
-            renderer = HeadlessRenderer(w, h, msaa=self.options.msaa, background=self.options.background)
+            avatar = None
             if self.options.avatar_path is not None:
                 from avatar_app.avatar.loader import load_avatar
 
-                renderer.set_avatar(load_avatar(self.options.avatar_path))
+                avatar = load_avatar(self.options.avatar_path)
+                self.avatar_warnings = list(avatar.report.warnings)
+            w, h = self.options.size
+            renderer = HeadlessRenderer(w, h, msaa=self.options.msaa, background=self.options.background, avatar=avatar)
         except BaseException as exc:  # reported to the caller by __init__
             self.error = exc
             if renderer is not None:
@@ -409,6 +413,7 @@ def render_file(
             if rec_audio is not None:
                 writer.recorder.write_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
             worker = _RenderWorker(options, writer, stats)
+            report.warnings.extend(worker.avatar_warnings)
             tracker = FaceTracker(RunningMode.VIDEO)
             proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
             speech_samples = speech_audio.samples if speech_audio is not None else None

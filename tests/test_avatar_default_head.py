@@ -8,11 +8,6 @@ from avatar_app.avatar import default_head as dh
 from avatar_app.avatar.default_head import build_default_head
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 
-REQUIRED_TARGETS = (
-    "eyeBlinkLeft", "eyeBlinkRight", "jawOpen", "mouthClose", "mouthSmileLeft", "mouthSmileRight",
-    "mouthFunnel", "mouthPucker", "browInnerUp", "browDownLeft", "browDownRight", "mouthFrownLeft",
-    "mouthFrownRight", "eyeWideLeft", "eyeWideRight", "cheekPuff",
-)
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +31,11 @@ def test_head_is_complete_and_valid(head):
     for part in ("skin", "hair", "eye_L", "eye_R", "brow_L", "brow_R", "ear_L", "ear_R",
                  "teeth_upper", "teeth_lower", "tongue", "mouth", "interior", "torso"):
         assert part in names
-    for t in REQUIRED_TARGETS:
-        assert t in head.target_names
-    assert set(head.target_names) <= set(BLENDSHAPE_NAMES)
+    assert head.target_names == BLENDSHAPE_NAMES  # all 52, in Apple's order
     assert head.gaze_joints == ("eye_L", "eye_R") and head.head_joint == "head"
-    # the budget that keeps software rendering real-time
-    assert head.num_triangles < 60_000 and head.num_vertices < 40_000
+    # resolution for 1080p within the budget that keeps software rendering real-time
+    assert 20_000 <= head.num_vertices <= 30_000 and head.num_triangles < 60_000
+    assert _prim(head, "skin").num_vertices >= 12_000
 
 
 def test_every_arkit_target_is_driven_by_its_own_name(head):
@@ -155,10 +149,7 @@ def test_rig_pivots(head):
     assert skin.joints[0, 0] == skel.index("head")
 
 
-def test_build_is_deterministic_and_cached_copies_are_independent(head):
-    fresh = build_default_head(cached=False)
-    for pa, pb in zip(head.primitives, fresh.primitives):
-        assert np.array_equal(pa.positions, pb.positions)
+def test_cached_copies_are_independent(head):
     a, b = build_default_head(), build_default_head()
     assert a is not b
     a.primitives[0].positions[:] = 0.0  # a caller editing its copy ...

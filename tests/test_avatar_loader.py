@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import base64
-import io
 import json
 import struct
 from pathlib import Path
@@ -80,11 +79,11 @@ class GltfBuilder:
         return i
 
     def texture(self, rgba: np.ndarray) -> int:
-        from PIL import Image
+        import cv2
 
-        buf = io.BytesIO()
-        Image.fromarray(rgba, "RGBA").save(buf, "PNG")
-        self.doc.setdefault("images", []).append({"bufferView": self._view(buf.getvalue()), "mimeType": "image/png"})
+        ok, png = cv2.imencode(".png", cv2.cvtColor(rgba, cv2.COLOR_RGBA2BGRA))
+        assert ok
+        self.doc.setdefault("images", []).append({"bufferView": self._view(png.tobytes()), "mimeType": "image/png"})
         self.doc.setdefault("textures", []).append({"source": len(self.doc["images"]) - 1})
         return len(self.doc["textures"]) - 1
 

@@ -53,42 +53,57 @@ def _active(win):
 
 
 def test_precision_switch_keeps_frames_flowing(qtbot, engine_window):
-    """FP32 -> INT8 -> FP32 on ONNX Runtime CPU while a file plays: no gap over 200 ms in rendered frames."""
+    """FP32 -> INT8 -> FP32 on ONNX Runtime CPU while a file plays: no gap over 200 ms in rendered frames.
+
+    Gaps are measured from each request until 1 s after its engine serves (the
+    build runs in a child process meanwhile).
+    """
+    import time
+
     win = engine_window
     box = win.engines_panel.boxes["face_recon"]
     presented: list[tuple[float, int]] = []
 
+    stamps: list[dict] = []
+
     def on_presented(state, t_ns):
         if state is not None and state.stamps and (not presented or presented[-1][1] != state.frame_index):
             presented.append((t_ns / 1e9, state.frame_index))
+            stamps.append(dict(state.stamps))
 
     win.viewport.frame_presented.connect(on_presented)
     box.select("ort_cpu", "fp32")
     qtbot.waitUntil(lambda: not win.engines.pending("face_recon"), timeout=60000)
     assert _active(win).precision is Precision.FP32
-    presented.clear()
-    qtbot.wait(1000)
-
-    box.select("ort_cpu", "int8")
-    assert win.engines.pending("face_recon") and box.progress.isVisible()  # builds in the background
-    qtbot.waitUntil(lambda: _active(win).precision is Precision.INT8, timeout=120000)
-    qtbot.wait(1000)
-    assert "int8 passed" in box.verification.text(), box.verification.text()
-    assert "ONNX Runtime CPU INT8" in win.status_labels["engines"].text()
-    assert win.settings.value("studio/EngineChoice", type=str).count("int8") == 1
-
-    box.select("ort_cpu", "fp32")
-    qtbot.waitUntil(lambda: _active(win).precision is Precision.FP32, timeout=60000)
-    qtbot.wait(1000)
+    windows = []
+    for precision in (Precision.INT8, Precision.FP32):
+        qtbot.wait(500)
+        t0 = time.perf_counter()
+        box.select("ort_cpu", precision.value)
+        if precision is Precision.INT8:  # (FP32 on the CPU is the reference: it may open at once)
+            assert win.engines.pending("face_recon") and box.progress.isVisible()  # builds in the background
+        qtbot.waitUntil(lambda p=precision: _active(win).precision is p and not win.engines.pending("face_recon"),
+                        timeout=120000)
+        qtbot.wait(1000)
+        windows.append((t0, time.perf_counter()))
+        if precision is Precision.INT8:
+            assert "int8 passed" in box.verification.text(), box.verification.text()
+            assert "ONNX Runtime CPU INT8" in win.status_labels["engines"].text()
+            assert win.settings.value("studio/EngineChoice", type=str).count("int8") == 1
     win.viewport.frame_presented.disconnect(on_presented)
 
     stand_in = win.stand_ins[-1]
     assert not stand_in.errors, stand_in.errors[:3]
     assert stand_in.served.get("int8", 0) > 5 and stand_in.served.get("fp32", 0) > 5, stand_in.served
     t = np.array([p[0] for p in presented])
-    gaps_ms = np.diff(t) * 1000
-    assert len(t) > 30, "frames stopped during the switch"
-    assert gaps_ms.max() < 200, f"rendered frames paused {gaps_ms.max():.0f} ms during a precision switch"
+    for t0, t1 in windows:
+        inside = t[(t >= t0) & (t <= t1)]
+        assert len(inside) > 10, "frames stopped during the switch"
+        gaps_ms = np.diff(np.r_[t0, inside, t1]) * 1000
+        i = int(np.searchsorted(t, inside[0])) + max(0, int(np.argmax(gaps_ms)) - 1)
+        around = [{k: round((e - b) / 1e6, 1) for k, (b, e) in st.items()} for st in stamps[max(0, i - 1): i + 2]]
+        assert gaps_ms.max() < 200, (f"rendered frames paused {gaps_ms.max():.0f} ms during a precision switch; "
+                                     f"stage ms of the frames around it: {around}")
 
 
 def test_unavailable_options_are_disabled_with_reasons(qtbot, engine_window):

@@ -26,6 +26,7 @@ rotation so the neck bends smoothly while its base stays.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import threading
 import time
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
+from avatar_app.avatar.glb_writer import quantise_colors
 from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
 from avatar_app.avatar.procedural import (
     arc_band,
@@ -670,7 +672,7 @@ def _skin_part(style: HeadStyle) -> _Skin:
     lower_edge = np.isin(kind, (K_EYE_LO_FOLD,)) | ((kind == K_EYE_LO) & (rows.t[row_of] < 1e-9))
     lw = 0.25 * eyew[lower_edge, None]
     col[lower_edge] = col[lower_edge] * (1 - lw) + np.array([0.55, 0.25, 0.22]) * lw
-    colors = np.concatenate([col, np.ones((len(pos), 1))], axis=1).astype(np.float32)
+    colors = quantise_colors(np.concatenate([col, np.ones((len(pos), 1))], axis=1))
 
     prim = MeshPrimitive(
         "skin", pos.astype(np.float32), compute_normals(pos, idx), idx,
@@ -712,14 +714,15 @@ TONGUE_OUT_REACH_M = 0.024
 _EYE_MID = {1: (386, 374), -1: (159, 145)}
 #: Lid motion (fraction of the opening) below which a shape leaves the lid construction alone.
 _LID_EPS = 0.005
-#: For shapes that move the lids, rig landmarks this close to the lid contours are left to the
-#: lid construction (the rig spreads lid motion over 14 mm; the avatar's eye band does that).
+#: For the eye shapes (eyeBlink, eyeSquint, ...), rig landmarks this close to the lid contours
+#: are left to the lid construction (the rig spreads lid motion over 14 mm; the avatar's eye
+#: band does that).
 EYE_REGION_RIG_M = 0.016
 #: Transferred skin motion is zero beyond this distance (along the surface) from the rig's landmarks.
 FREE_RADIUS_M = 0.03
 #: Morph deltas below these are dropped (metres; unit-normal change): invisible, they only cost size.
-MORPH_EPS_M = 5e-6
-MORPH_NORMAL_EPS = 2e-3
+MORPH_EPS_M = 2e-5
+MORPH_NORMAL_EPS = 5e-3
 
 
 def _jaw_weight(pos: np.ndarray) -> np.ndarray:
@@ -762,7 +765,7 @@ def _lid_fractions(model) -> dict[str, dict[int, tuple[float, float]]]:
 def _lid_targets(skin: _Skin, fractions: dict[str, dict[int, tuple[float, float]]]) -> dict[str, np.ndarray]:
     """Eyelid motion by re-running the lid construction (exact on the lid shell).
 
-    A closing lid sits up to 0.6 mm further out (in proportion to the closing), so the
+    A closing lid sits up to 0.9 mm further out (in proportion to the closing), so the
     straight path of a linear morph clears the eyeball.
     """
     sb, grid = skin.sb, skin.grid
@@ -770,7 +773,7 @@ def _lid_targets(skin: _Skin, fractions: dict[str, dict[int, tuple[float, float]
     out = {}
     for name, fr in fractions.items():
         closing = max(0.0, max(dl - du for du, dl in fr.values()))
-        moved = sb.positions(sb.eye_shape(fr), eye_rows, 0.0006 * min(closing, 1.0), tuple(fr))
+        moved = sb.positions(sb.eye_shape(fr), eye_rows, 0.0009 * min(closing, 1.0), tuple(fr))
         d = np.zeros_like(grid)
         d[eye_rows] = moved - grid[eye_rows]
         out[name] = d.reshape(-1, 3)
@@ -782,7 +785,7 @@ def _nearest_col(values: np.ndarray, target: float, allowed: np.ndarray) -> int:
     return int(cand[np.argmin(np.abs(values[cand] - target))])
 
 
-def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray]:
+def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray, dict[int, int]]:
     """Attach the rig's landmarks to the skin.
 
     Landmarks placed by construction (anchors of the warp): lid contours on the
@@ -793,7 +796,8 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     moves the lids, and the transfer holds the lid edges still.
 
     Returns:
-        (correspondence, (Z,) skin vertices held at zero by the transfer).
+        (correspondence, (Z,) skin vertices held at zero by the transfer, rig landmark ->
+        its own skin vertex for every landmark placed or attached).
     """
     sb, grid = skin.sb, skin.grid
     R, C = skin.shape
@@ -805,8 +809,11 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     anchors: dict[int, np.ndarray] = {}
     attached: dict[int, int] = {}
 
+    placed: dict[int, int] = {}  # landmark -> its vertex, for every landmark placed by construction
+
     def put(lm: int, r: int, c: int, attach: bool = True) -> None:
         anchors[lm] = grid[r, c]
+        placed[lm] = r * C + c
         if attach:
             attached[lm] = r * C + c
 
@@ -844,7 +851,7 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     for contour, row in ((topo.LIP_INNER_UPPER, m_up), (topo.LIP_INNER_LOWER, m_lo)):
         x_c = abs(rig[contour[-1], 0])
         for k, lm in enumerate(contour):
-            anchors[lm] = grid[row, lip_col(rig[lm, 0] / x_c, k in (0, len(contour) - 1))]
+            put(lm, row, lip_col(rig[lm, 0] / x_c, k in (0, len(contour) - 1)), attach=False)
         lp = rig[list(contour), 0] / x_c
         contours.append((contour, row * C + edge_cols, contour_weights(lp, np.clip(xm[edge_cols], -1, 1))))
     # ... and every vertex of the lips' colour border, along the rig's outer contour
@@ -861,7 +868,8 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
             border.append(r * C + c)
         border = np.array(border)
         for k, lm in enumerate(contour):
-            anchors[lm] = pos[border[np.argmin(np.abs(np.clip(xm[edge_cols], -1, 1) - rig[lm, 0] / x_c))]]
+            v = int(border[np.argmin(np.abs(np.clip(xm[edge_cols], -1, 1) - rig[lm, 0] / x_c))])
+            put(lm, v // C, v % C, attach=False)
         lp = rig[list(contour), 0] / x_c
         contours.append((contour, border, contour_weights(lp, np.clip(xm[edge_cols], -1, 1))))
     # brows: their edges, projected onto the skin
@@ -918,7 +926,16 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     regions = [(free[jaw_w[free] < 0.5], np.flatnonzero(ok & (row_of <= m_up))),
                (free[jaw_w[free] >= 0.5], np.flatnonzero(ok & (row_of >= m_lo)))]
     corr = fit_correspondence(rig, pos, anchors, attached, regions, contours, max_distance_m=0.006)
-    return corr, zero_a
+    # every landmark's own vertex: attached, snapped, or nearest to its anchor
+    lookup = {lm: v for lm, v in placed.items() if lm < topo.NUM_MESH}
+    lookup.update(attached)
+    single = corr.mix.max(axis=1) > 0.999
+    for row in np.flatnonzero(single):
+        lookup.setdefault(int(corr.landmarks[np.argmax(corr.mix[row])]), int(corr.vertices[row]))
+    for lm, point in anchors.items():
+        if lm not in lookup and lm < topo.NUM_MESH:
+            lookup[lm] = int(tree_ok[tree.query(point)[1]])
+    return corr, zero_a, lookup
 
 
 def _transfer_skin(skin: _Skin, model, corr: Correspondence, zero: np.ndarray,
@@ -973,7 +990,7 @@ def _transfer_skin(skin: _Skin, model, corr: Correspondence, zero: np.ndarray,
     for k, name in enumerate(BLENDSHAPE_NAMES):
         for side in lid_sides.get(name, ()):
             in_band = (band & eye_cols[side][None, :]).reshape(-1)[corr.vertices]
-            vals[k, in_band | near_eye[side]] = 0.0
+            vals[k, in_band | (near_eye[side] if name.startswith("eye") else False)] = 0.0
         if name in base:
             vals[k] -= base[name][corr.vertices]
             vals[k, ~on_lips] = 0.0
@@ -1051,9 +1068,10 @@ def _simple_prim(name: str, pos: np.ndarray, idx: np.ndarray, material: Material
                  colors: np.ndarray | None = None) -> MeshPrimitive:
     cols = None
     if colors is not None:
-        cols = np.asarray(colors, np.float32)
+        cols = np.asarray(colors, np.float64)
         if cols.shape[1] == 3:
-            cols = np.concatenate([cols, np.ones((len(cols), 1), np.float32)], axis=1)
+            cols = np.concatenate([cols, np.ones((len(cols), 1))], axis=1)
+        cols = quantise_colors(cols)
     return MeshPrimitive(name, pos.astype(np.float32), compute_normals(pos, idx), idx.astype(np.uint32),
                          material, colors=cols)
 
@@ -1221,7 +1239,7 @@ def build_head(style: HeadStyle | None = None) -> AvatarMesh:
     # morph targets: transfer onto the skin, then everything that rides on it or on the jaw
     fractions = _lid_fractions(model)
     lid = _lid_targets(skin, fractions)
-    corr, zero = _skin_correspondence(skin, model)
+    corr, zero, _ = _skin_correspondence(skin, model)
     jaw = _jaw_motions(skin, model, corr)
     skin_t = _transfer_skin(skin, model, corr, zero, lid, {n: tuple(f) for n, f in fractions.items()}, jaw)
     skin_t["tongueOut"] = skin_t["tongueOut"] + TONGUE_OUT_JAW * skin_t["jawOpen"]
@@ -1242,7 +1260,8 @@ def build_head(style: HeadStyle | None = None) -> AvatarMesh:
                 deltas["tongueOut"] = deltas["tongueOut"] + _tongue_out(p, tc, t_radii)
         else:
             deltas = {}
-        _set_targets(prim, deltas)
+        # the interior lining shows only through the mouth: it needs only sizeable motions
+        _set_targets(prim, deltas, 5e-4 if prim.name == "interior" else 0.0)
         _set_skin_weights(prim, joint, jidx)
         out_prims.append(prim)
     # Draw order: big near occluders first, so hidden pixels fail the early depth test
@@ -1271,8 +1290,42 @@ def build_head(style: HeadStyle | None = None) -> AvatarMesh:
     return mesh
 
 
-def _set_targets(prim: MeshPrimitive, deltas: dict[str, np.ndarray]) -> None:
-    """Store deltas as morph targets in ARKit order, with normal deltas; tiny values dropped."""
+def rig_landmark_vertices(landmarks) -> np.ndarray:
+    """The default head's skin vertices that correspond to face-model landmarks.
+
+    The correspondence of the morph-target transfer: lid and lip contours placed by
+    construction, every other landmark attached where the fitted warp puts it.
+
+    Args:
+        landmarks: sequence of MediaPipe landmark indices (0..467).
+
+    Returns:
+        (N,) int64 indices into the vertices of the head's "skin" primitive.
+
+    Raises:
+        InputError: a landmark has no corresponding vertex (it fell outside the skin,
+            e.g. inside an eye socket).
+        ModelLoadError: the face model cannot be loaded.
+    """
+    from avatar_app.core.errors import InputError
+
+    lookup = _landmark_lookup()
+    missing = [int(lm) for lm in landmarks if int(lm) not in lookup]
+    if missing:
+        raise InputError(f"face-model landmarks without a vertex on the default head: {missing}")
+    return np.array([lookup[int(lm)] for lm in landmarks], np.int64)
+
+
+@functools.lru_cache(maxsize=1)
+def _landmark_lookup() -> dict[int, int]:
+    from avatar_app.avatar.face_model import load_face_model
+
+    return _skin_correspondence(_skin_part(HeadStyle()), load_face_model())[2]
+
+
+def _set_targets(prim: MeshPrimitive, deltas: dict[str, np.ndarray], min_motion_m: float = 0.0) -> None:
+    """Store deltas as morph targets in ARKit order, with normal deltas; tiny values dropped,
+    and targets that move nothing farther than ``min_motion_m``."""
     p = prim.positions.astype(np.float64)
     targets, normals = {}, {}
     for name in BLENDSHAPE_NAMES:
@@ -1281,7 +1334,7 @@ def _set_targets(prim: MeshPrimitive, deltas: dict[str, np.ndarray]) -> None:
             continue
         d = np.array(np.broadcast_to(d, p.shape), np.float64)
         d[np.abs(d).max(axis=1) < MORPH_EPS_M] = 0.0
-        if not d.any():
+        if not d.any() or np.abs(d).max() < min_motion_m:
             continue
         dn = compute_normals(p + d, prim.indices).astype(np.float64) - prim.normals
         dn[np.abs(dn).max(axis=1) < MORPH_NORMAL_EPS] = 0.0

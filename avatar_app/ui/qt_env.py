@@ -37,41 +37,49 @@ def set_default_gl_format() -> None:
 
 
 def guard_emit_refcount_bug() -> bool:
-    """Work around PySide6 6.12.0 dropping a reference to ``True`` at every ``Signal.emit()``.
+    """Keep CPython 3.11 alive under PySide6 6.12.0, which returns None and True without a reference.
 
-    In PySide6-Essentials 6.12.0 ``SignalInstance.emit`` returns ``True`` without
-    taking a reference (checked: 100 emits lower ``sys.getrefcount(True)`` by 100;
-    6.11.3 is correct). The app emits signals every frame, and pyqtgraph does
-    inside every plot update, so after some minutes CPython 3.11 frees ``True``
-    and aborts ("Fatal Python error: bool_dealloc"). When the bug is detected
-    on CPython < 3.12 (where ``True`` is not immortal) this adds 2**40 references
-    to ``True``, so it can never reach zero (about 35 years at 1000 emits/s).
-    The real fix is another PySide6 version (pyproject: ``!=6.12.0``).
+    PySide6-Essentials 6.12.0 on CPython 3.11 (checked here): every call of a
+    wrapped method that returns nothing (``QLabel.setText``, ``QWidget.update``,
+    ``processEvents`` ...) lowers ``sys.getrefcount(None)`` by one, and every
+    ``Signal.emit()`` lowers that of ``True`` by one (6.11.3 is correct; on
+    CPython >= 3.12 these objects are immortal, so nothing happens there). A
+    running window makes thousands of such calls a minute, and when a count
+    reaches zero CPython aborts ("Fatal Python error: none_dealloc" /
+    "bool_dealloc"). When the defect is detected on CPython < 3.12 this adds
+    2**40 references to None, True and False, so they can never reach zero
+    (about 35 years at 1000 calls a second).
+
+    The real fix is another PySide6 version for Python 3.11 (``<6.12``).
 
     Returns:
-        True when the bug was found (and, on CPython < 3.12, compensated).
+        True when the defect was found (and compensated).
     """
     import ctypes
     import logging
     import sys
 
-    from PySide6.QtCore import QObject, Signal
+    from PySide6.QtCore import QObject, QTimer, Signal
+
+    if sys.version_info >= (3, 12):
+        return False
 
     class _Probe(QObject):
         pinged = Signal()
 
-    probe = _Probe()
-    before = sys.getrefcount(True)
-    for _ in range(8):
+    probe, timer = _Probe(), QTimer()
+    n0, t0 = sys.getrefcount(None), sys.getrefcount(True)
+    for _ in range(16):
         probe.pinged.emit()
-    lost = before - sys.getrefcount(True)
-    if lost < 8:
+        timer.setInterval(5)
+    lost_none, lost_true = n0 - sys.getrefcount(None), t0 - sys.getrefcount(True)
+    if lost_none < 16 and lost_true < 16:
         return False
     logging.getLogger(__name__).warning(
-        "this PySide6 (%s) loses a reference to True at every signal emit; compensating. "
-        "Install another PySide6-Essentials version (6.11.3 is correct).", _pyside_version())
-    if sys.version_info < (3, 12):
-        ctypes.c_ssize_t.from_address(id(True)).value += (1 << 40) + lost
+        "PySide6 %s loses references to None/True on this Python (%d.%d); compensating. "
+        "Install PySide6-Essentials < 6.12 for Python 3.11.", _pyside_version(), *sys.version_info[:2])
+    for obj in (None, True, False):
+        ctypes.c_ssize_t.from_address(id(obj)).value += 1 << 40
     return True
 
 

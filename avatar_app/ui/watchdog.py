@@ -1,9 +1,18 @@
-"""GUI-thread watchdog: measures how long the event loop was kept from running.
+"""GUI-thread watchdog: measures how long the event loop was kept from running, and why.
 
 A precise 10 ms heartbeat timer runs on the GUI thread; a stall is the time
-by which a heartbeat came late (gap between two beats minus the interval). A
-monitor thread samples the GUI thread's Python stack while a beat is overdue
-by more than ``threshold_ms``, so a stall names its culprit in the log.
+by which a beat came late (gap between two beats minus the interval). On Linux
+each stall is split with the kernel's per-thread scheduler statistics
+(``/proc/self/task/<tid>/schedstat``: time on a CPU, time waiting in the run
+queue) into
+
+- ``work``: the GUI thread ran on a CPU (our code, Qt painting);
+- ``queued``: the GUI thread was runnable but the OS ran other processes
+  (an oversubscribed machine; no application code can prevent it);
+- ``blocked``: the rest: waiting for the GIL, a lock, or the X server.
+
+A monitor thread samples the GUI thread's Python stack while a beat is
+overdue by more than ``threshold_ms``, so a stall names its culprit.
 """
 from __future__ import annotations
 
@@ -12,10 +21,40 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer
 
 log = logging.getLogger(__name__)
+
+
+def _schedstat_path() -> Path | None:
+    p = Path(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+    return p if p.is_file() else None
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One late heartbeat (all in ms).
+
+    Attributes:
+        t_s: perf_counter time of the late beat, seconds.
+        wall_ms: how late the beat came.
+        work_ms: of that, GUI-thread CPU time (None where the OS does not say).
+        queued_ms: GUI thread runnable but not running (None where unknown).
+    """
+
+    t_s: float
+    wall_ms: float
+    work_ms: float | None
+    queued_ms: float | None
+    blocked_ms: float | None
+
+    @property
+    def app_ms(self) -> float:
+        """The part the process is responsible for: wall minus OS queueing."""
+        return self.wall_ms - (self.queued_ms or 0.0)
 
 
 class GuiWatchdog(QObject):
@@ -26,8 +65,11 @@ class GuiWatchdog(QObject):
         interval_ms: heartbeat period, ms.
 
     Attributes:
-        max_stall_ms: the longest stall seen since :meth:`start`, ms.
-        stalls: (perf_counter seconds, stall ms) of every stall over the threshold.
+        max_stall_ms: the longest stall (wall time) seen since :meth:`start`, ms.
+        max_app_stall_ms: the longest stall less the time the OS kept the
+            runnable GUI thread waiting for a CPU, ms (= max_stall_ms where the
+            OS gives no scheduler statistics).
+        stalls: every :class:`Stall` over the threshold.
         stacks: the GUI thread's stack sampled during each long stall (text).
         beats: heartbeats seen.
 
@@ -43,7 +85,7 @@ class GuiWatchdog(QObject):
         self._timer.setInterval(self.interval_ms)
         self._timer.timeout.connect(self._beat)
         self._gui_ident = threading.get_ident()
-        self._last = 0.0
+        self._sched = _schedstat_path()
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self.reset()
@@ -51,10 +93,22 @@ class GuiWatchdog(QObject):
     def reset(self) -> None:
         """Forget what was recorded."""
         self.max_stall_ms = 0.0
-        self.stalls: list[tuple[float, float]] = []
+        self.max_app_stall_ms = 0.0
+        self.stalls: list[Stall] = []
         self.stacks: list[str] = []
         self.beats = 0
         self._last = time.perf_counter()
+        self._last_sched = self._read_sched()
+
+    def _read_sched(self) -> tuple[float, float] | None:
+        """(ms on a CPU, ms waiting in the run queue) of the GUI thread, or None."""
+        if self._sched is None:
+            return None
+        try:
+            run_ns, wait_ns = self._sched.read_text().split()[:2]
+        except (OSError, ValueError):
+            return None
+        return int(run_ns) / 1e6, int(wait_ns) / 1e6
 
     def start(self) -> None:
         """Start the heartbeat and the monitor thread."""
@@ -74,14 +128,22 @@ class GuiWatchdog(QObject):
 
     def _beat(self) -> None:
         now = time.perf_counter()
+        sched = self._read_sched()
         stall = (now - self._last) * 1000.0 - self.interval_ms
-        self._last = now
+        work = queued = blocked = None
+        if sched is not None and self._last_sched is not None:
+            work = sched[0] - self._last_sched[0]
+            queued = sched[1] - self._last_sched[1]
+            blocked = max(0.0, stall + self.interval_ms - work - queued)
+        self._last, self._last_sched = now, sched
         self.beats += 1
-        if stall > self.max_stall_ms:
-            self.max_stall_ms = stall
+        s = Stall(now, stall, work, queued, blocked)
+        self.max_stall_ms = max(self.max_stall_ms, stall)
+        self.max_app_stall_ms = max(self.max_app_stall_ms, s.app_ms)
         if stall > self.threshold_ms:
-            self.stalls.append((now, stall))
-            log.warning("GUI thread stalled for %.0f ms", stall)
+            self.stalls.append(s)
+            log.debug("GUI thread late by %.0f ms (work %s ms, queued by the OS %s ms)", stall,
+                      None if work is None else round(work), None if queued is None else round(queued))
 
     def _watch(self) -> None:
         sampled_for = None
@@ -92,3 +154,10 @@ class GuiWatchdog(QObject):
                 frame = sys._current_frames().get(self._gui_ident)
                 if frame is not None and len(self.stacks) < 20:
                     self.stacks.append("".join(traceback.format_stack(frame, limit=12)))
+
+    def summary(self) -> str:
+        """One line per stall: wall, work, OS queueing, blocked (ms)."""
+        def f(v):
+            return "?" if v is None else f"{v:.0f}"
+        return "; ".join(f"{s.wall_ms:.0f} (work {f(s.work_ms)}, queued {f(s.queued_ms)}, blocked {f(s.blocked_ms)})"
+                         for s in self.stalls)

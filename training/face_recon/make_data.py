@@ -60,6 +60,29 @@ def _rotations(pose_deg: np.ndarray) -> np.ndarray:
     return np.stack([rotation_from_euler(*p) for p in r])
 
 
+def project_normalised(points: np.ndarray, rotation: np.ndarray, translation: np.ndarray,
+                       focal_px: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Batched :func:`~avatar_app.avatar.face_model.synthetic_landmarks` with a camera per sample.
+
+    Args:
+        points: (B, N, 3) model-frame metres; rotation (B, 3, 3); translation (B, 3);
+        focal_px: (B,) pixels; sizes: (B, 2) (width, height) pixels.
+
+    Returns:
+        (B, N, 3) float32 MediaPipe-style normalised landmarks (same formulas).
+    """
+    cam = np.einsum("bij,bnj->bni", rotation, points) + translation[:, None, :]
+    depth = -cam[..., 2]
+    f = np.asarray(focal_px, np.float64)[:, None]
+    w, h = sizes[:, 0:1].astype(np.float64), sizes[:, 1:2].astype(np.float64)
+    ref = -np.asarray(translation, np.float64)[:, 2:3]
+    out = np.empty(cam.shape, np.float32)
+    out[..., 0] = (0.5 * w + f * cam[..., 0] / depth) / w
+    out[..., 1] = (0.5 * h - f * cam[..., 1] / depth) / h
+    out[..., 2] = (depth - ref) * f / ref / w
+    return out
+
+
 def synthetic_set(seed: int, n: int, model: FaceModel | None = None) -> dict[str, np.ndarray]:
     """Projected synthetic samples with their own neutral observations.
 
@@ -94,9 +117,8 @@ def synthetic_set(seed: int, n: int, model: FaceModel | None = None) -> dict[str
     nrot = _rotations(np.clip(rng.normal(0, 1, (n, 3)) * np.array([5.0, 5.0, 3.0]), -12, 12))
     ntrans = trans * np.array([0.3, 0.3, 1.0]) * rng.uniform(0.9, 1.1, (n, 1))
     nlm = np.empty_like(lm)
-    for i in range(n):
-        lm[i] = synthetic_landmarks(pts[i], rot[i], trans[i], focal[i], tuple(sizes[i]))
-        nlm[i] = synthetic_landmarks(npts[i], nrot[i], ntrans[i], focal[i], tuple(sizes[i]))
+    lm[:] = project_normalised(pts, rot, trans, focal, sizes)
+    nlm[:] = project_normalised(npts, nrot, ntrans, focal, sizes)
     face_w = FACE_WIDTH_M * focal / dist / sizes[:, 0]  # face width in normalised x units
     for arr in (lm, nlm):
         sd = rng.uniform(0.001, 0.004, n) * face_w

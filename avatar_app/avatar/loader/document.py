@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
 import logging
 import struct
@@ -305,7 +304,7 @@ class GltfDocument:
 
     # ------------------------------------------------------------------ images
     def image(self, index: int, max_size: int = 2048) -> np.ndarray:
-        """Decode image ``index`` (PNG or JPEG) to RGBA.
+        """Decode image ``index`` (PNG or JPEG, with OpenCV) to RGBA.
 
         Args:
             index: image index.
@@ -318,7 +317,7 @@ class GltfDocument:
         Raises:
             InputError: the image is missing or cannot be decoded.
         """
-        from PIL import Image, UnidentifiedImageError
+        import cv2
 
         imgs = self.gltf.images or []
         if not 0 <= index < len(imgs):
@@ -331,14 +330,22 @@ class GltfDocument:
             data = self._uri_bytes(im.uri, label)
         else:
             raise InputError(f"avatar file {self.path}: {label} has no data", path=self.path)
-        try:
-            with Image.open(io.BytesIO(data)) as pil:
-                pil = pil.convert("RGBA")
-                if max(pil.size) > max_size:
-                    scale = max_size / max(pil.size)
-                    pil = pil.resize((max(1, round(pil.size[0] * scale)), max(1, round(pil.size[1] * scale))),
-                                     Image.Resampling.LANCZOS)
-                return np.asarray(pil, np.uint8).copy()
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
-            raise InputError(f"avatar file {self.path}: {label} cannot be decoded as PNG/JPEG ({exc})",
-                             path=self.path) from exc
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED) if data else None
+        if img is None:
+            raise InputError(f"avatar file {self.path}: {label} cannot be decoded as PNG/JPEG", path=self.path)
+        if img.dtype == np.uint16:
+            img = (img >> 8).astype(np.uint8)
+        elif img.dtype != np.uint8:
+            raise InputError(f"avatar file {self.path}: {label} has unsupported pixel type {img.dtype}",
+                             path=self.path)
+        if img.ndim == 2:
+            img = cv2.cvtColor(img, cv2.COLOR_GRAY2RGBA)
+        elif img.shape[2] == 3:
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGBA)
+        else:
+            img = cv2.cvtColor(img, cv2.COLOR_BGRA2RGBA)
+        h, w = img.shape[:2]
+        if max(h, w) > max_size:
+            scale = max_size / max(h, w)
+            img = cv2.resize(img, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+        return np.ascontiguousarray(img)

@@ -1,7 +1,7 @@
 """glTF materials -> :class:`~avatar_app.avatar.mesh.Material` (glTF 2.0 "Materials").
 
 Read: ``pbrMetallicRoughness.baseColorFactor`` and ``baseColorTexture`` (PNG/JPEG,
-decoded with Pillow), ``roughnessFactor``, ``alphaMode``/``alphaCutoff``,
+decoded with OpenCV), ``roughnessFactor``, ``alphaMode``/``alphaCutoff``,
 ``doubleSided``, and ``KHR_materials_specular.specularFactor``. Metallic,
 normal, occlusion and emissive maps are not drawn.
 """

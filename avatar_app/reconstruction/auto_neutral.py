@@ -1,0 +1,132 @@
+"""Automatic neutral face for the face_recon engine when the user never calibrated one.
+
+The engine reads expressions as displacements from the user's neutral face
+(:mod:`avatar_app.reconstruction.normalise`). Without an explicit
+calibration, :class:`NeutralEstimator` builds that neutral from the aligned
+(head-frame) faces seen so far, on the same time schedule as the geometric
+solver's running calibration (every frame during a warm-up of the first
+seconds, then one sample per ``slow_interval_s``, a bounded ring buffer), and
+region by region, because no single frame is neutral everywhere:
+
+- each eye (lids, iris and the skin around them): the mean over samples whose
+  eye aperture lies between the 40th and 90th percentile of that eye's
+  apertures (open eyes: no blink, no squint, no surprise);
+- the mouth and jaw (everything below the nose): the mean over samples whose
+  inner lips touch (lip gap < ``lips_closed_m``), or when none do, over the
+  samples with the smallest fifth of lip gaps;
+- everything else (brows, forehead, nose, cheeks): the per-point median.
+
+Deterministic: it depends only on the faces and their timestamps, so offline
+and live runs agree.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from avatar_app.avatar import face_model_measure as fm
+from avatar_app.core.errors import InputError
+from avatar_app.reconstruction import normalise as N
+
+
+def _regions() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boolean (478,) masks of the left-eye, right-eye and mouth regions on the template."""
+    t = N.template()
+    eye_l = 0.5 * (t[263] + t[362])
+    eye_r = 0.5 * (t[33] + t[133])
+    left = np.linalg.norm(t[:, :2] - eye_l[:2], axis=1) < 0.016
+    right = np.linalg.norm(t[:, :2] - eye_r[:2], axis=1) < 0.016
+    left[468:473] = False
+    right[473:478] = False
+    left[473:478] = True
+    right[468:473] = True
+    mouth = t[:, 1] < t[2, 1] - 0.004  # below the subnasale (landmark 2)
+    mouth &= ~(left | right)
+    return left, right, mouth
+
+
+class NeutralEstimator:
+    """Running, region-wise estimate of the user's neutral face in the head frame.
+
+    Args:
+        warmup_s: seconds from the first face during which every frame is kept.
+        slow_interval_s: afterwards, at most one sample per this many seconds.
+        capacity: ring-buffer length (samples).
+        lips_closed_m: inner-lip gap below which the lips touch, metres
+            (the geometric solver's figure).
+
+    Raises:
+        InputError: parameters out of range.
+    """
+
+    def __init__(self, warmup_s: float = 5.0, slow_interval_s: float = 0.25, capacity: int = 240,
+                 lips_closed_m: float = 0.0015) -> None:
+        if warmup_s < 0 or slow_interval_s <= 0 or capacity < 2:
+            raise InputError("warmup_s >= 0, slow_interval_s > 0 and capacity >= 2 are required")
+        self.warmup_s = float(warmup_s)
+        self.slow_interval_s = float(slow_interval_s)
+        self.lips_closed_m = float(lips_closed_m)
+        self._buf = np.zeros((int(capacity), 478, 3), np.float32)
+        self._feat = np.zeros((int(capacity), 3), np.float64)  # aperture L, aperture R, lip gap
+        self._left, self._right, self._mouth = _regions()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every sample."""
+        self._n = 0
+        self._next = 0
+        self._t_first: float | None = None
+        self._t_last: float | None = None
+        self._value: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """Samples in the buffer."""
+        return self._n
+
+    @property
+    def value(self) -> np.ndarray | None:
+        """(478, 3) float32 current neutral estimate (head frame, metres), or None before any sample."""
+        return self._value
+
+    def in_warmup(self, t_s: float) -> bool:
+        """Whether ``t_s`` falls in the warm-up (every frame kept)."""
+        return self._t_first is None or t_s - self._t_first < self.warmup_s
+
+    def update(self, head: np.ndarray, t_s: float) -> bool:
+        """Offer one aligned face; it is kept if the schedule says so.
+
+        Args:
+            head: (478, 3) float head-frame points, metres (:func:`normalise.align`).
+            t_s: its time, seconds (non-decreasing).
+
+        Returns:
+            True when kept (and the estimate recomputed).
+        """
+        if self._t_first is None:
+            self._t_first = t_s
+        if not self.in_warmup(t_s) and self._t_last is not None and t_s - self._t_last < self.slow_interval_s:
+            return False
+        h = np.asarray(head, np.float32)
+        self._buf[self._next] = h
+        self._feat[self._next] = (fm.eye_aperture(h, "left"), fm.eye_aperture(h, "right"), fm.lip_gap(h))
+        self._next = (self._next + 1) % len(self._buf)
+        self._n = min(self._n + 1, len(self._buf))
+        self._t_last = t_s
+        self._value = self._estimate()
+        return True
+
+    def _estimate(self) -> np.ndarray:
+        buf = self._buf[: self._n]
+        feat = self._feat[: self._n]
+        out = np.median(buf, axis=0) if self._n > 2 else buf.mean(0)
+        for col, mask in ((0, self._left), (1, self._right)):
+            lo, hi = np.percentile(feat[:, col], [40, 90])
+            sel = (feat[:, col] >= lo) & (feat[:, col] <= hi)
+            if sel.any():
+                out[mask] = buf[sel][:, mask].mean(0)
+        gap = feat[:, 2]
+        sel = gap < self.lips_closed_m
+        if not sel.any():
+            sel = gap <= np.percentile(gap, 20)
+        out[self._mouth] = buf[sel][:, self._mouth].mean(0)
+        return out.astype(np.float32)

@@ -1,0 +1,285 @@
+"""Evaluate the face_recon engine: real recordings, render round trip, gaze source; vs the geometric solver.
+
+Usage (repository root)::
+
+    python -m training.face_recon.evaluate --model models/face_recon.onnx \
+        --json models/face_recon.eval.json [--precision fp32]
+
+Figures:
+
+- blinks on the three GRID clips against ``video/blinks.json`` (frame level,
+  partial frames excluded; predicted = both eyeBlink > 0.5), with the weakest
+  closed-frame value and the highest value far (> 3 frames) from any labelled
+  frame, for the engine and the frozen geometric solver;
+- jawOpen inside words vs silences of the GRID ``.align`` files, and its
+  correlation with the words indicator, both reconstructors;
+- mouthSmileLeft/Right on the London neutral vs smiling photo (explicit
+  neutral = the neutral photo);
+- round trip on the face model: each shape rendered alone at weight 1 (and
+  0.5) on held-out subjects, tracked with MediaPipe, reconstructed with the
+  subject's neutral render as calibration; per-shape error table;
+- gaze: engine eyeLook weights vs iris geometry on held-out render-and-track
+  data (median angular error against the rendered gaze).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape as B
+from avatar_app.core.types import Landmarks
+
+log = logging.getLogger("face_recon.evaluate")
+BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
+SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")
+ROOT = Path(__file__).resolve().parents[2]
+TESTDATA = ROOT.parent / "shared" / "testdata"
+
+
+def track_video(path: Path) -> tuple[list[Landmarks], np.ndarray]:
+    """Landmarks of every frame (VIDEO mode) and frame times in seconds."""
+    import av
+
+    from avatar_app.tracking import FaceTracker, RunningMode
+
+    lms, times = [], []
+    with av.open(str(path)) as c, FaceTracker(RunningMode.VIDEO) as tracker:
+        for frame in c.decode(video=0):
+            lm = tracker.process_video_frame(frame.to_ndarray(format="bgr24"), frame.time * 1e3)
+            if lm is None:
+                raise RuntimeError(f"{path.name}: no face at {frame.time:.2f} s")
+            lms.append(lm)
+            times.append(frame.time)
+    return lms, np.array(times)
+
+
+def run(rec, lms, times) -> np.ndarray:
+    """(F, 52) blendshapes of a reconstructor over a tracked video (automatic calibration)."""
+    rec.reset()
+    return np.array([rec.reconstruct(lm, float(t)).blendshapes for lm, t in zip(lms, times)])
+
+
+def blink_labels(testdata: Path, name: str) -> tuple[set[int], set[int]]:
+    """(closed frames, partial frames) of one clip from blinks.json."""
+    labels = json.loads((testdata / "video" / "blinks.json").read_text())[name]
+    return {i for a, b in labels["closed"] for i in range(a, b + 1)}, set(labels["partial"])
+
+
+def blink_scores(w: np.ndarray, closed: set[int], partial: set[int]) -> dict:
+    """Frame-level blink figures of one clip (see the module docstring)."""
+    left, right = w[:, B.eyeBlinkLeft], w[:, B.eyeBlinkRight]
+    n = len(w)
+    pred = (left > 0.5) & (right > 0.5)
+    scored = [i for i in range(n) if i not in partial]
+    tp = sum(1 for i in scored if pred[i] and i in closed)
+    fp = sum(1 for i in scored if pred[i] and i not in closed)
+    fn = sum(1 for i in scored if not pred[i] and i in closed)
+    labelled = closed | partial
+    far = [i for i in range(n) if min(abs(i - j) for j in labelled) > 3]
+    return {"tp": tp, "fp": fp, "fn": fn,
+            "min_closed_weight": float(np.minimum(left, right)[sorted(closed)].min()),
+            "max_far_weight": float(np.maximum(left, right)[far].max())}
+
+
+def words_indicator(align_path: Path, times: np.ndarray) -> np.ndarray:
+    """True for frames inside a word (not 'sil'); .align units are 1/25000 s."""
+    inside = np.zeros(len(times), bool)
+    for line in align_path.read_text().split("\n"):
+        if line.strip():
+            a, b, word = line.split()
+            if word != "sil":
+                inside |= (times >= int(a) / 25000) & (times < int(b) / 25000)
+    return inside
+
+
+def onset_frame(x: np.ndarray, start: int, thr: float = 0.5) -> int | None:
+    """First frame at or after ``start - 5`` where ``x`` exceeds ``thr`` (blink onset)."""
+    for i in range(max(start - 5, 0), len(x)):
+        if x[i] > thr:
+            return i
+    return None
+
+
+def real_recordings(engine, testdata: Path = TESTDATA) -> dict:
+    """Blink, jaw and smile figures of the engine and the geometric solver."""
+    import cv2
+
+    from avatar_app.reconstruction.geometric import GeometricSolver
+    from avatar_app.tracking import FaceTracker, RunningMode
+
+    solver = GeometricSolver()
+    out: dict = {"blinks": {}, "jaw": {}}
+    for who, rec in (("engine", engine), ("solver", solver)):
+        tot = {"tp": 0, "fp": 0, "fn": 0}
+        per = {}
+        for name in BLINK_VIDEOS:
+            lms, times = _tracked(testdata, name)
+            w = run(rec, lms, times)
+            closed, partial = blink_labels(testdata, name)
+            s = blink_scores(w, closed, partial)
+            first = min(closed)
+            s["onset_frame"] = onset_frame(np.minimum(w[:, B.eyeBlinkLeft], w[:, B.eyeBlinkRight]), first)
+            per[name] = s
+            for k in tot:
+                tot[k] += s[k]
+            if name in SPEECH_VIDEOS:
+                jaw = w[:, B.jawOpen]
+                words = words_indicator(testdata / "video" / f"{name}.align", times)
+                out["jaw"].setdefault(who, {})[name] = {
+                    "mean_in_words": float(jaw[words].mean()), "mean_in_silence": float(jaw[~words].mean()),
+                    "corr_with_words": float(np.corrcoef(jaw, words.astype(float))[0, 1])}
+        tot["precision"] = tot["tp"] / max(tot["tp"] + tot["fp"], 1)
+        tot["recall"] = tot["tp"] / max(tot["tp"] + tot["fn"], 1)
+        tot["min_closed_weight"] = min(v["min_closed_weight"] for v in per.values())
+        tot["max_far_weight"] = max(v["max_far_weight"] for v in per.values())
+        out["blinks"][who] = {"overall": tot, **per}
+    lm = {}
+    with FaceTracker(RunningMode.IMAGE) as tracker:
+        for key in ("london_005_03_neutral", "london_005_08_smiling"):
+            lm[key] = tracker.process_image(cv2.imread(str(testdata / "images" / f"{key}.jpg")))
+    for who, rec in (("engine", engine), ("solver", solver)):
+        rec.reset()
+        rec.calibrate_neutral(lm["london_005_03_neutral"])
+        a = rec.reconstruct(lm["london_005_03_neutral"], 0.0).blendshapes
+        b = rec.reconstruct(lm["london_005_08_smiling"], 1.0).blendshapes
+        out.setdefault("smile", {})[who] = {
+            "neutral": [float(a[B.mouthSmileLeft]), float(a[B.mouthSmileRight])],
+            "smiling": [float(b[B.mouthSmileLeft]), float(b[B.mouthSmileRight])]}
+    return out
+
+
+_TRACK_CACHE: dict = {}
+
+
+def _tracked(testdata: Path, name: str):
+    if name not in _TRACK_CACHE:
+        _TRACK_CACHE[name] = track_video(testdata / "video" / f"{name}.mp4")
+    return _TRACK_CACHE[name]
+
+
+def round_trip(engine, subjects: int = 4, seed: int = 77, yaw_deg: float = 20.0) -> dict:
+    """Each shape alone at weight 1 and 0.5, rendered, tracked, reconstructed: per-shape figures.
+
+    Returns:
+        name -> {"w1": mean output at weight 1, "w05": at 0.5, "others_max": largest
+        other output at weight 1 (mean over renders), "n": tracked renders}.
+    """
+    from avatar_app.avatar.face_model import load_face_model
+    from avatar_app.tracking import FaceTracker, RunningMode
+    from avatar_app.tracking.head_pose import rotation_from_euler
+    from training.face_recon import sampling as S
+    from training.face_recon.render import SubjectLook, VariedFaceRenderer
+
+    model = load_face_model()
+    renderer = VariedFaceRenderer(model)
+    res: dict = {}
+    with FaceTracker(RunningMode.IMAGE) as tracker:
+        for s in range(subjects):
+            rng = np.random.default_rng([seed, s])
+            look = SubjectLook(rng)
+            look.smooth = True
+            ident = S.sample_identity(rng, 1, model.num_identity)[0]
+            t = np.array([0.0, 0.0, -0.5])
+            yaw = np.radians(yaw_deg) * (1 if s % 2 else -1) * (s >= 2)
+            rot = rotation_from_euler(yaw, 0.0, 0.0)
+
+            def track(w, r):
+                img = renderer.render(model.evaluate(w, ident), r, t, 560.0, look)
+                return tracker.process_image(np.ascontiguousarray(img[:, :, ::-1]))
+
+            neutral = track(np.zeros(52, np.float32), np.eye(3))
+            if neutral is None:
+                continue
+            for i, name in enumerate(BLENDSHAPE_NAMES):
+                for value in (1.0, 0.5):
+                    w = np.zeros(52, np.float32)
+                    w[i] = value
+                    if name == "mouthClose":
+                        w[B.jawOpen] = value
+                    lm = track(w, rot)
+                    if lm is None:
+                        continue
+                    engine.reset()
+                    engine.calibrate_neutral(neutral)
+                    out = engine.reconstruct(lm, 1.0).blendshapes
+                    r = res.setdefault(name, {"w1": [], "w05": [], "others_max": []})
+                    if value == 1.0:
+                        r["w1"].append(float(out[i]))
+                        others = np.delete(out, [i] + ([B.jawOpen] if name == "mouthClose" else []))
+                        r["others_max"].append(float(others.max()))
+                    else:
+                        r["w05"].append(float(out[i]))
+    renderer.close()
+    return {k: {"w1": float(np.mean(v["w1"])) if v["w1"] else None,
+                "w05": float(np.mean(v["w05"])) if v["w05"] else None,
+                "others_max": float(np.mean(v["others_max"])) if v["others_max"] else None,
+                "n": len(v["w1"])} for k, v in res.items()}
+
+
+def gaze_sources(engine, rt_heldout: Path, n: int = 600) -> dict:
+    """Median gaze error (degrees) of the engine's eyeLook weights and of the iris geometry.
+
+    Uses held-out render-and-track frames whose eyes are open (blink < 0.3).
+    """
+    from avatar_app.reconstruction import normalise as N
+    from avatar_app.reconstruction.engine import gaze_from_irises, gaze_from_weights
+    from training.face_recon import data as D
+
+    raw = D.load_raw(rt_heldout)
+    ok = np.flatnonzero((raw["weights"][:, B.eyeBlinkLeft] < 0.3) & (raw["weights"][:, B.eyeBlinkRight] < 0.3))[:n]
+    feeds = D.full_inputs(raw, ok)
+    out = engine.slot.infer({k: v[:16] for k, v in feeds.items()})  # warm
+    bs = np.concatenate([engine.slot.infer({k: v[i:i + 16] for k, v in feeds.items()})["blendshapes"]
+                         for i in range(0, len(ok), 16)])
+    truth = gaze_from_weights(raw["weights"][ok])
+    head = feeds["landmarks"] + feeds["neutral"] + N.template().astype(np.float32)
+    neutral = feeds["neutral"] + N.template().astype(np.float32)
+    g_eng = gaze_from_weights(bs)
+    g_iris = gaze_from_irises(head, neutral)
+    del out
+
+    def err(g):
+        return float(np.degrees(np.median(np.linalg.norm(g - truth, axis=1))))
+
+    return {"engine_median_deg": err(g_eng), "iris_median_deg": err(g_iris), "samples": int(len(ok)),
+            "zero_median_deg": err(np.zeros_like(truth))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=Path("models/face_recon.onnx"))
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--data", default="~/.cache/avatar_app/face_recon")
+    ap.add_argument("--skip-round-trip", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from avatar_app.inference import EngineCache, EngineManager
+    from avatar_app.reconstruction.engine import EngineReconstructor
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        mgr = EngineManager(cache=EngineCache(Path(tmp)), isolate=False)
+        engine = EngineReconstructor(args.model, manager=mgr, backend="ort_cpu", precision=args.precision)
+        report = {"precision": args.precision, "engine": engine.describe()}
+        report["real"] = real_recordings(engine)
+        rt = Path(args.data).expanduser() / "rt_heldout.npz"
+        if rt.is_file():
+            report["gaze"] = gaze_sources(engine, rt)
+        if not args.skip_round_trip:
+            report["round_trip"] = round_trip(engine)
+    text = json.dumps(report, indent=1)
+    if args.json:
+        args.json.write_text(text + "\n")
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
