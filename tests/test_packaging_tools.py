@@ -121,14 +121,19 @@ def test_avatar_visible_check_can_fail():
     assert not avatar_visible(flat)[0]  # one flat colour is not a shaded head
 
 
-def test_pyproject_lists_every_package_of_the_source_tree():
-    """pyproject names packages one by one; a new subpackage missing there is missing from the wheel."""
-    with open(ROOT / "pyproject.toml", "rb") as fh:
-        listed = set(tomllib.load(fh)["tool"]["setuptools"]["packages"])
+def test_setup_lists_every_package_of_the_source_tree():
+    """setup.py's package list covers every code package and data folder (else it is missing from the wheel)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("avatar_setup", ROOT / "setup.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    listed = set(mod.package_list())
+    assert {"avatar_app.assets", "avatar_app.models", "avatar_app.assets.shaders"} <= listed
     on_disk = {
         ".".join(d.relative_to(ROOT).parts)
         for d in (ROOT / "avatar_app").rglob("*")
         if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
     } | {"avatar_app"}
     missing = sorted(on_disk - listed)
-    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
+    assert not missing, f"setup.py does not package: {missing}"
