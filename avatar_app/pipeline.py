@@ -307,9 +307,10 @@ def _silent(samples: np.ndarray, threshold: float = 10 ** (-70 / 20)) -> bool:
 
 
 def _default_reconstructor():
-    from avatar_app.reconstruction.geometric import GeometricSolver
+    """The face_recon engine (models/face_recon.onnx) if it loads, else the geometric solver."""
+    from avatar_app.reconstruction.engine import create_face_reconstructor
 
-    return GeometricSolver()
+    return create_face_reconstructor()
 
 
 def _default_speech():

@@ -193,6 +193,11 @@ class SlotStandIn:
         self.served: dict[str, int] = {}
         self.errors: list[BaseException] = []
 
+    @property
+    def slot(self):
+        """The controller's slot (the window attaches an engine only once per slot)."""
+        return self.engines.slot(self.name)
+
     def reset(self):
         self.inner.reset()
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
-from avatar_app.avatar.mesh import AvatarMesh, Material, MeshPrimitive, compute_normals
+from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, RecordingError
 from avatar_app.core.types import AvatarState
@@ -44,6 +44,8 @@ IRIS = (0.30, 0.18, 0.10)
 PUPIL = (0.02, 0.02, 0.02)
 MOUTH = (0.12, 0.03, 0.035)
 BACKGROUND = (58, 60, 66)
+#: Head turn of the identity-morph tiles (a three-quarter view shows depth changes too), radians.
+IDENTITY_YAW_RAD = -0.5
 #: Eye turn of a full eyeLook shape (radians): the geometric solver's full-scale angles.
 LOOK_YAW_RAD = math.radians(30.0)
 LOOK_PITCH_RAD = math.radians(25.0)
@@ -120,8 +122,9 @@ def face_model_avatar(model=None, identity: np.ndarray | None = None) -> AvatarM
         identity: optional (K,) identity coefficients applied to the neutral.
 
     Returns:
-        An :class:`AvatarMesh` (one primitive "face_model", no skeleton), morph
-        targets named after the ARKit blendshapes.
+        An :class:`AvatarMesh` (one primitive "face_model" bound to one joint "head"
+        at the model origin, so head rotations turn it), morph targets named after
+        the ARKit blendshapes.
 
     Raises:
         ModelLoadError: the face model cannot be loaded.
@@ -161,9 +164,15 @@ def face_model_avatar(model=None, identity: np.ndarray | None = None) -> AvatarM
         targets[name] = d.astype(np.float32)
         normals[name] = (compute_normals(pos + d, idx, weld=False) - prim.normals).astype(np.float32)
     prim.morph_targets, prim.morph_normals = targets, normals
+    # one joint at the model origin (between the ears) so that a head rotation turns it
+    prim.joints = np.zeros((len(pos), 4), np.uint16)
+    prim.weights = np.zeros((len(pos), 4), np.float32)
+    prim.weights[:, 0] = 1.0
+    skeleton = Skeleton([Joint("head", -1, np.eye(4), np.eye(4))])
     lo, hi = neutral[: topo.NUM_MESH].min(0), neutral[: topo.NUM_MESH].max(0)
-    centre = np.array([0.0, 0.5 * (lo[1] + hi[1]) - 0.005, hi[2] - 0.04], np.float32)
-    return AvatarMesh("face model", [prim], view_center=centre, view_height_m=float(hi[1] - lo[1]) * 1.2)
+    centre = np.array([0.0, 0.5 * (lo[1] + hi[1]) - 0.012, hi[2] - 0.04], np.float32)
+    return AvatarMesh("face model", [prim], skeleton=skeleton, head_joint="head", view_center=centre,
+                      view_height_m=float(hi[1] - lo[1]) * 1.02)
 
 
 # ----------------------------------------------------------------------------- avatar helpers
@@ -225,6 +234,71 @@ def _label(img: np.ndarray, text: str, x: int, y: int, scale: float, colour=(235
     cv2.putText(img, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, colour, 1, cv2.LINE_AA)
 
 
+def render_tiles(size: int = 192, *, avatar: AvatarMesh | None = None, face_model=None, msaa: int = 4
+                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Render every tile of the contact sheet.
+
+    Args:
+        size: tile edge, pixels (64..1024).
+        avatar: the avatar; default the default head.
+        face_model: the rig; default the shipped face model.
+        msaa: multisampling of the renders (0, 2, 4, 8).
+
+    Returns:
+        (shapes, identity): ``shapes`` maps "neutral" and each ARKit name to (face
+        model tile, avatar tile), frontal; ``identity`` maps each identity morph name
+        to (tile at -1, tile at +1) of the face model in a three-quarter view. Tiles are (size, size, 3) uint8 RGB.
+        mouthClose is rendered on top of jawOpen = 1.
+
+    Raises:
+        InputError: a size out of range.
+        BackendUnavailableError: no offscreen OpenGL context.
+    """
+    from avatar_app.avatar.face_model import load_face_model
+    from avatar_app.render.headless import HeadlessRenderer
+
+    if not 64 <= int(size) <= 1024:
+        raise InputError(f"contact sheet tile size must be within 64..1024 pixels, got {size}")
+    size = int(size)
+    model = face_model or load_face_model()
+    if avatar is None:
+        from avatar_app.avatar.default_head import build_default_head
+
+        avatar = build_default_head()
+    if avatar.gaze_joints and avatar.skeleton is not None:
+        avatar = with_eye_turn_morphs(avatar)
+    avatar = _framed(avatar, (0.0, -0.03, 0.05), 0.175)  # brows to chin
+    rig = face_model_avatar(model)
+    neutral = AvatarState.neutral()
+    shapes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    identity: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    with HeadlessRenderer(size, size, msaa=msaa, background=BACKGROUND, avatar=rig) as r_rig, \
+            HeadlessRenderer(size, size, msaa=msaa, background=BACKGROUND, avatar=avatar) as r_av:
+        for name in ("neutral",) + BLENDSHAPE_NAMES:
+            w = np.zeros(NUM_BLENDSHAPES, np.float32)
+            if name != "neutral":
+                w[BLENDSHAPE_NAMES.index(name)] = 1.0
+            if name == "mouthClose":  # a corrective shape: it means something with the jaw open
+                w[BLENDSHAPE_NAMES.index("jawOpen")] = 1.0
+            state = dataclasses.replace(neutral, weights=w)
+            shapes[name] = (r_rig.render(state).copy(), r_av.render(state).copy())
+        # identity morphs in a three-quarter view: some only change depth (nose bridge)
+        c, s = math.cos(IDENTITY_YAW_RAD), math.sin(IDENTITY_YAW_RAD)
+        turned = dataclasses.replace(neutral, rotation=np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]], np.float32))
+        for k, name in enumerate(model.identity_names):
+            pair = []
+            for a in (-1.0, 1.0):
+                coeff = np.zeros(model.num_identity, np.float32)
+                coeff[k] = a
+                mesh = face_model_avatar(model, identity=coeff)
+                # keep the turned face centred: its front swings sideways about the pivot
+                centre = rig.view_center + [0.5 * math.sin(IDENTITY_YAW_RAD) * rig.view_center[2], 0.0, 0.0]
+                r_rig.set_avatar(_framed(mesh, centre, rig.view_height_m))
+                pair.append(r_rig.render(turned).copy())
+            identity[name] = (pair[0], pair[1])
+    return shapes, identity
+
+
 def make_contact_sheet(out_path: str | Path, size: int = 192, *, avatar: AvatarMesh | None = None,
                        face_model=None, columns: int = 6, msaa: int = 4) -> Path:
     """Render the contact sheet to a PNG.
@@ -249,32 +323,18 @@ def make_contact_sheet(out_path: str | Path, size: int = 192, *, avatar: AvatarM
     """
     import cv2
 
-    from avatar_app.avatar.face_model import load_face_model
-    from avatar_app.render.headless import HeadlessRenderer
-
-    if not 64 <= int(size) <= 1024:
-        raise InputError(f"contact sheet tile size must be within 64..1024 pixels, got {size}")
     if not 1 <= int(columns) <= 26:
         raise InputError(f"contact sheet columns must be within 1..26, got {columns}")
-    size, columns = int(size), int(columns)
+    columns = int(columns)
     out_path = Path(out_path)
-    model = face_model or load_face_model()
-    if avatar is None:
-        from avatar_app.avatar.default_head import build_default_head
-
-        avatar = build_default_head()
-    if avatar.gaze_joints and avatar.skeleton is not None:
-        avatar = with_eye_turn_morphs(avatar)
-    avatar = _framed(avatar, (0.0, -0.022, 0.05), 0.205)
-    rig = face_model_avatar(model)
+    shapes, identity = render_tiles(size, avatar=avatar, face_model=face_model, msaa=msaa)
+    size = next(iter(shapes.values()))[0].shape[0]
 
     label_h = max(16, size // 9)
     pad = max(4, size // 32)
     cell_w, cell_h = 2 * size + pad, size + label_h
-    shapes = ("neutral",) + BLENDSHAPE_NAMES
-    ids = model.identity_names
     n_rows = -(-len(shapes) // columns)
-    n_rows_id = -(-len(ids) // columns)
+    n_rows_id = -(-len(identity) // columns)
     title_h = 2 * label_h
     width = columns * cell_w + (columns + 1) * pad
     height = title_h + (n_rows + n_rows_id) * (cell_h + pad) + label_h + 2 * pad
@@ -292,32 +352,19 @@ def make_contact_sheet(out_path: str | Path, size: int = 192, *, avatar: AvatarM
     def cell_label(text: str, row: int, col: int, y0: int) -> None:
         _label(sheet, text, pad + col * (cell_w + pad) + 2, y0 + row * (cell_h + pad) + int(label_h * 0.8), font)
 
-    neutral = AvatarState.neutral()
-    with HeadlessRenderer(size, size, msaa=msaa, background=BACKGROUND, avatar=rig) as r_rig, \
-            HeadlessRenderer(size, size, msaa=msaa, background=BACKGROUND, avatar=avatar) as r_av:
-        for k, name in enumerate(shapes):
-            w = np.zeros(NUM_BLENDSHAPES, np.float32)
-            if name != "neutral":
-                w[BLENDSHAPE_NAMES.index(name)] = 1.0
-            if name == "mouthClose":  # a corrective shape: it means something with the jaw open
-                w[BLENDSHAPE_NAMES.index("jawOpen")] = 1.0
-                name = "mouthClose (+jawOpen)"
-            state = dataclasses.replace(neutral, weights=w)
-            row, col = divmod(k, columns)
-            place(r_rig.render(state).copy(), row, col, False, title_h)
-            place(r_av.render(state).copy(), row, col, True, title_h)
-            cell_label(name, row, col, title_h)
-        y_id = title_h + n_rows * (cell_h + pad) + label_h
-        _label(sheet, "Face model identity morphs: coefficient -1 (left) | +1 (right).", pad,
-               y_id - int(label_h * 0.3), font * 1.1)
-        for k, name in enumerate(ids):
-            row, col = divmod(k, columns)
-            for right, a in ((False, -1.0), (True, 1.0)):
-                coeff = np.zeros(len(ids), np.float32)
-                coeff[k] = a
-                r_rig.set_avatar(face_model_avatar(model, identity=coeff))
-                place(r_rig.render(neutral).copy(), row, col, right, y_id)
-            cell_label(f"{name}  -1 | +1", row, col, y_id)
+    for k, (name, (rig_tile, av_tile)) in enumerate(shapes.items()):
+        row, col = divmod(k, columns)
+        place(rig_tile, row, col, False, title_h)
+        place(av_tile, row, col, True, title_h)
+        cell_label("mouthClose (+jawOpen)" if name == "mouthClose" else name, row, col, title_h)
+    y_id = title_h + n_rows * (cell_h + pad) + label_h
+    _label(sheet, "Face model identity morphs, three-quarter view: coefficient -1 (left) | +1 (right).", pad,
+           y_id - int(label_h * 0.3), font * 1.1)
+    for k, (name, (minus, plus)) in enumerate(identity.items()):
+        row, col = divmod(k, columns)
+        place(minus, row, col, False, y_id)
+        place(plus, row, col, True, y_id)
+        cell_label(f"{name}  -1 | +1", row, col, y_id)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     ok = cv2.imwrite(str(out_path), sheet[:, :, ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 9])
     if not ok:

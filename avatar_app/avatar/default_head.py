@@ -4,20 +4,46 @@ Construction (all units metres, +Y up, the head faces +Z, its left is +X):
 
 - The skin is a signed distance field (ellipsoids, capsules and a round cone
   blended with smooth minimum, see :mod:`avatar_app.avatar.procedural`) sampled
-  on a latitude/longitude grid by casting rays from one interior point. The grid
-  has slits for the eyes and the mouth: rows are split there, and the lip and lid
-  edges fold inward, so the lips have thickness and the lids wrap the eyeballs.
-- Eyelid poses (blink, wide, squint) re-run the same construction with other
-  lid-edge positions, so a closed lid lies exactly on a shell around the eyeball.
-- Everything else (jaw, lips, brows, cheeks, nose) is a smooth displacement field
-  evaluated at the rest positions of every part that it moves (skin, brows, teeth,
-  tongue, mouth cavity), so parts move together without tearing.
+  on a latitude/longitude grid (160 columns, denser on the face) by casting rays
+  from one interior point. The grid has slits for the eyes and the mouth: rows
+  are split there, and the lip and lid edges fold inward, so the lips have
+  thickness and the lids wrap the eyeballs.
 - Separate primitives: eyeballs (iris and pupil as exact rings of vertex colour),
   brows, ears, hair cap, teeth, tongue, mouth cavity, shoulders with a collar, and
   an inward-facing interior lining: culled from outside, it is seen only through
   openings (mouth, lid corners), as a dark interior instead of the background.
 - Everything is single-sided and drawn hair-first, which keeps software OpenGL
   fast (see benchmarks/render.py).
+
+Morph targets: all 52 ARKit shapes, transferred from the face model (the
+training rig, :mod:`avatar_app.avatar.face_model`) so that a weight means the
+same motion on both heads (:mod:`avatar_app.avatar.transfer`):
+
+- The rig's landmarks are attached to the skin: lid and lip contours, nose,
+  chin, brows and face sides are placed by construction (the grid knows where its
+  lid edges, lip edges and lip colour border are); a similarity plus thin-plate
+  warp of the rig onto those places attaches every other landmark to the nearest
+  skin vertex on its side of the mouth. Rig offsets, scaled by the faces' size
+  ratio (0.985), are spread over the skin by biharmonic interpolation along its
+  edges, so the lips and the lids move apart freely.
+- Eyelids: the rig's lid landmarks say how far each lid moves (a fraction of the
+  opening: a blink moves the upper lid 80 % and the lower lid 20 % of it); the
+  avatar's lids then move by re-running the lid construction, so a closed lid lies
+  on a shell around the eyeball and never cuts into it.
+- Jaw: jawOpen/Forward/Left/Right move the lower jaw rigidly (the rigid motion
+  fitted to the transferred motion of the rig's jaw landmarks) with a smooth jaw
+  weight; the rig's own motion is kept on the lips. The lower teeth, tongue and
+  mouth floor follow the rigid motion.
+- tongueOut: the rig has no tongue (it only pushes the lower lip): the avatar's
+  tongue slides 27 mm forward out of the mouth, and the jaw opens 15 %.
+- eyeLook*: the eyeballs are turned by the gaze joints (``AvatarState.gaze``);
+  the eyeLook targets move only the lids, which follow the gaze as on the rig.
+- Brows and the interior lining ride on the skin; everything is mirror-symmetric
+  (Right shapes are exact mirrors of the Left ones).
+
+``training/build_default_head.py`` writes the result to
+``assets/default_head.glb``; :func:`build_default_head` reads that file (fast
+start-up) and builds by code only when it is missing or stale.
 
 Skeleton: root (neck base, never moves) <- neck <- head <- eye_L, eye_R. The
 head joint sits at the top of the neck; the neck joint takes part of the head
@@ -709,7 +735,7 @@ JAW_HINGE = np.array([0.0, -0.026, -0.008])
 #: Share of jawOpen that tongueOut adds (the rig has no tongue; a tongue needs parted lips).
 TONGUE_OUT_JAW = 0.15
 #: How far tongueOut pushes the tongue tip forward, metres.
-TONGUE_OUT_REACH_M = 0.024
+TONGUE_OUT_REACH_M = 0.027
 #: Rig landmarks at the middle of the upper / lower lid, per eye (+1 left, -1 right).
 _EYE_MID = {1: (386, 374), -1: (159, 145)}
 #: Lid motion (fraction of the opening) below which a shape leaves the lid construction alone.
@@ -1008,6 +1034,29 @@ def _transfer_skin(skin: _Skin, model, corr: Correspondence, zero: np.ndarray,
         for row, leader in leader_row.items():
             d[row, in_mouth] = d[leader, in_mouth]
         out[name] = d.reshape(v, 3)
+    return _symmetrised(out, R, C)
+
+
+def _symmetrised(targets: dict[str, np.ndarray], rows: int, cols: int) -> dict[str, np.ndarray]:
+    """Exactly mirror-symmetric skin targets, as on the rig: Left and mirrored Right
+    averaged (Right is then the mirror of Left), unsided shapes averaged with their
+    mirror. (The grid is symmetric, its triangle diagonals are not, so the solve is
+    symmetric only to about a millimetre.)"""
+    twin_col = (cols - np.arange(cols)) % cols
+
+    def mirror(d: np.ndarray) -> np.ndarray:
+        return (d.reshape(rows, cols, 3)[:, twin_col] * [-1.0, 1.0, 1.0]).reshape(-1, 3)
+
+    out = dict(targets)
+    for name in BLENDSHAPE_NAMES:
+        if name.endswith("Right"):
+            continue
+        if name.endswith("Left"):
+            twin = name[:-4] + "Right"
+            left = 0.5 * (targets[name] + mirror(targets[twin]))
+            out[name], out[twin] = left, mirror(left)
+        else:
+            out[name] = 0.5 * (targets[name] + mirror(targets[name]))
     return out
 
 
@@ -1059,8 +1108,8 @@ def _tongue_out(pos: np.ndarray, center: np.ndarray, radii) -> np.ndarray:
     f = smoothstep(-1.0, 1.0, rel[:, 2])  # 0 at the back, 1 at the tip
     d = np.zeros_like(pos)
     d[:, 2] = 0.35 * TONGUE_OUT_REACH_M + 0.65 * TONGUE_OUT_REACH_M * f
-    d[:, 1] = 0.0075 * f - 0.35 * (pos[:, 1] - center[1]) * f - 0.004 * smoothstep(0.6, 1.0, f) ** 2
-    d[:, 0] = -0.12 * (pos[:, 0] - center[0]) * f
+    d[:, 1] = 0.0075 * f - 0.2 * (pos[:, 1] - center[1]) * f - 0.007 * smoothstep(0.55, 1.0, f) ** 2
+    d[:, 0] = -0.10 * (pos[:, 0] - center[0]) * f
     return d
 
 
@@ -1336,7 +1385,13 @@ def _set_targets(prim: MeshPrimitive, deltas: dict[str, np.ndarray], min_motion_
         d[np.abs(d).max(axis=1) < MORPH_EPS_M] = 0.0
         if not d.any() or np.abs(d).max() < min_motion_m:
             continue
-        dn = compute_normals(p + d, prim.indices).astype(np.float64) - prim.normals
+        if name == "mouthClose" and "jawOpen" in targets:
+            # a corrective shape, meant on top of jawOpen (alone the lips pass through each
+            # other): its normals are the change it makes to the jawOpen pose
+            on_jaw = p + targets["jawOpen"]
+            dn = compute_normals(on_jaw + d, prim.indices).astype(np.float64) - compute_normals(on_jaw, prim.indices)
+        else:
+            dn = compute_normals(p + d, prim.indices).astype(np.float64) - prim.normals
         dn[np.abs(dn).max(axis=1) < MORPH_NORMAL_EPS] = 0.0
         targets[name] = d.astype(np.float32)
         normals[name] = dn.astype(np.float32)

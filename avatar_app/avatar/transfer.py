@@ -190,11 +190,14 @@ def _edges(indices: np.ndarray) -> np.ndarray:
 class SurfaceInterpolator:
     """Biharmonic interpolation of handle values over a triangle mesh's edge graph.
 
-    Minimises ``|L u|^2`` (L the random-walk graph Laplacian with inverse edge
-    length weights, on welded nodes) with ``u`` fixed at the handle nodes and
+    Minimises ``|L u|^2`` summed over all nodes (L the random-walk graph Laplacian
+    with inverse edge length weights, on welded nodes) with ``u`` fixed at the handle nodes and
     zero at nodes farther than ``free_radius_m`` (shortest path along edges) from
-    every handle. The system is factorised once; :meth:`__call__` solves for any
-    number of value columns.
+    every handle. Including the handles' own Laplacians keeps the field smooth
+    through isolated handles (no dimple at each one); the price is that a linear
+    field is reproduced only approximately (within a few per cent of its range
+    near free borders). The system is factorised once; :meth:`__call__` solves for
+    any number of value columns.
 
     Args:
         positions: (V, 3) float rest positions, metres.

@@ -102,7 +102,11 @@ def animate_offline(
 
     Frame ``i`` is at ``t = i / fps``; its window holds the
     ``animator.context_s`` seconds of audio that end at ``t`` (shorter at the
-    start). The animator is reset first, so the result is deterministic.
+    start). An animator with an ``offline_lookahead_s`` attribute L > 0 is
+    called as if the frame were at ``t + L`` (its window ends L after the
+    frame; zeros after the track's end), so offline rendering can use more
+    look-ahead than live mode. The animator is reset first, so the result is
+    deterministic.
 
     Args:
         animator: any :class:`SpeechAnimator`.
@@ -127,10 +131,13 @@ def animate_offline(
     need = int(round((n_frames - 1) / fps * sr))
     if need > len(x):  # frames after the track's end hear silence
         x = np.concatenate([x, np.zeros(need - len(x), np.float32)])
+    lead = float(getattr(animator, "offline_lookahead_s", 0.0))
+    if lead > 0:  # offline: the animator may hear up to ``lead`` past each frame time
+        x = np.concatenate([x, np.zeros(int(round(lead * sr)) + 1, np.float32)])
     animator.reset()
     out = np.zeros((n_frames, NUM_BLENDSHAPES), np.float32)
     for i in range(n_frames):
-        t = i / fps
+        t = i / fps + lead
         end = int(round(t * sr))
         out[i] = animator.process(x[max(0, end - ctx):end], t)
     return out

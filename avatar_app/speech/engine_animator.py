@@ -5,10 +5,11 @@ Per video frame (``process(window, t_s)``):
 1. the hop grid: hop ``h`` is the 25 ms log-mel frame that ends at ``h * 10 ms``
    (:mod:`avatar_app.speech.mel`; the same frames ``log_mel`` gives for the
    whole track);
-2. for the hops new since the last call (at most ``max_hops``), the
-   :class:`~avatar_app.speech.vad.VoiceActivityGate` (hysteresis and hold)
-   advances, and the engine runs ONCE over the receptive field plus the new
-   hops (``T = R + n_new - 1`` frames, R = 65: 0.65 s): one call per video
+2. for the hops new since the last call (at most ``max_hops``), the log-mel
+   rows are computed (older rows are kept from earlier calls while the stream
+   is continuous), the :class:`~avatar_app.speech.vad.VoiceActivityGate`
+   (hysteresis and hold) advances, and the engine runs ONCE over the
+   receptive field plus the new hops (``T = R + n_new - 1`` frames, R = 65: 0.65 s): one call per video
    frame over a short context, no recurrent state (measured in
    benchmarks/speech.py: at 25-60 fps this costs less than a stateful call per
    hop would in Python call overhead, and it keeps the graph a plain
@@ -43,6 +44,8 @@ _log = logging.getLogger(__name__)
 DEFAULT_MODEL = "models/speech2face.onnx"
 _META_RF = "avatar_app.receptive_field"
 _META_LOOKAHEAD = "avatar_app.lookahead_ms"
+#: How far visible mouth motion leads the sound, s (see ``offline_lookahead_s``).
+VISUAL_LEAD_S = 0.04
 
 
 def default_model_path() -> Path:
@@ -71,6 +74,13 @@ class EngineSpeechAnimator:
             ``max_hops`` hops + the 15 ms frame overhang), about 0.76 s.
         lookahead_s: 0.02: the output stands for ``t_s - lookahead_s`` or up to
             10 ms before.
+        offline_lookahead_s: look-ahead used by offline rendering
+            (:func:`~avatar_app.speech.base.animate_offline` passes audio up to
+            ``t + offline_lookahead_s``): the network's 20 ms plus the 40 ms by
+            which visible mouth motion leads the acoustics (measured on the GRID
+            clips as the best lag between vision-only and audio-only jawOpen;
+            Schwartz and Savariaux, PLoS Comput. Biol. 10(7), 2014, report visual
+            leads of this order at speech onsets). Live mode never uses it.
         gate: the voice activity gate (read-only use).
         slot: the engine slot (``slot.active.describe()`` names the backend).
 
@@ -98,6 +108,7 @@ class EngineSpeechAnimator:
         meta = slot.manager.model_info(slot.model_path).metadata
         self.receptive_field = int(meta.get(_META_RF, "65"))
         self.lookahead_s = float(meta.get(_META_LOOKAHEAD, "20")) / 1000.0
+        self.offline_lookahead_s = self.lookahead_s + VISUAL_LEAD_S
         if max_hops < 1:
             raise InputError(f"max_hops must be >= 1; got {max_hops}")
         self.max_hops = int(max_hops)
@@ -115,6 +126,8 @@ class EngineSpeechAnimator:
         self._gain = 0.0
         self._weights = np.zeros(NUM_BLENDSHAPES, np.float32)
         self.last_raw = np.zeros(NUM_BLENDSHAPES, np.float32)
+        self._cache: np.ndarray | None = None  # log-mel rows of the latest hops
+        self._cache_lo = 0  # hop index of the cache's first row
 
     def close(self) -> None:
         """Close the engine slot."""
@@ -183,12 +196,22 @@ class EngineSpeechAnimator:
     def _run(self, x: np.ndarray, end_sample: int, first: int, last: int) -> None:
         n_new = last - first + 1
         t = max(self.receptive_field + n_new - 1, 10)
-        hops = range(last - t + 1, last + 1)
-        feats, frames = self.hop_features(x, end_sample, hops)
+        lo = last - t + 1
+        c = self._cache
+        if c is not None and self._cache_lo <= lo and self._cache_lo + len(c) == first:
+            # older hops' features are cached (the stream is continuous): compute the new ones only
+            new, frames = self.hop_features(x, end_sample, range(first, last + 1))
+            feats = np.concatenate([c[lo - self._cache_lo:], new])
+        else:
+            feats, frames = self.hop_features(x, end_sample, range(lo, last + 1))
+            frames = frames[-n_new:]
+        keep = self.receptive_field + self.max_hops
+        self._cache = feats[-keep:]
+        self._cache_lo = last + 1 - len(self._cache)
         out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -n_new:]
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
-        ff = analyse_frames(frames[-n_new:])
+        ff = analyse_frames(frames)
         for i in range(n_new):
             is_open = self.gate.update(float(ff.level_db[i]), float(ff.flatness[i]))
             target = 1.0 if is_open else 0.0

@@ -313,10 +313,14 @@ class EngineController(QObject):
             lines.append(v.summary() if v is not None else
                          f"{runner.precision.value.upper()} reference engine (the verification baseline)")
             res = e.slot.result if e.slot is not None else None
-            if res is not None and res.fell_back:
-                rejected = [a for a in res.attempts if not a.ok]
-                if rejected:
-                    lines.append("Not used: " + "; ".join(a.line() for a in rejected))
+            backend, precision = e.choice
+            if res is not None and res.fell_back and backend != "auto":
+                # only the user's own choice: why it is not the one serving (Auto's skips are the norm)
+                mine = [a for a in res.attempts if not a.ok and a.backend == backend
+                        and (precision is None or a.precision == precision)]
+                if mine:
+                    lines.append(f"{BACKEND_LABELS.get(backend, backend)} {mine[0].precision.upper()} "
+                                 f"not used: {mine[0].reason}")
         if e.error:
             lines.append(f"Last request failed: {e.error}")
         return "\n".join(lines) if lines else "opening…"

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow, QM
 
 from avatar_app.core.errors import AvatarError
 from avatar_app.ui import settings as store
-from avatar_app.ui.engines import ENGINES, EngineController
+from avatar_app.ui.engines import EngineController
 from avatar_app.ui.tuning import AvatarTuner, ExpressionLayer, TuningSettings, parse_mix
 from avatar_app.ui.viewport import AvatarViewportWidget
 
@@ -60,6 +60,19 @@ class _Opened:
     reconnect: bool = False
 
 
+def engine_face_reconstructor(engines: EngineController):
+    """The learned face reconstructor on the controller's face_recon slot, or None (geometric solver).
+
+    The default ``reconstructor_factory`` of :class:`MainWindow`.
+    """
+    slot = engines.slot("face_recon")
+    if slot is None:
+        return None
+    from avatar_app.reconstruction.engine import EngineReconstructor
+
+    return EngineReconstructor(slot=slot)
+
+
 def engine_speech_animator(engines: EngineController):
     """The learned speech animator on the controller's speech2face slot, or None (loudness solver).
 
@@ -81,9 +94,10 @@ class MainWindow(QMainWindow):
         camera: camera index (default: the last used, else 0).
         settings: QSettings to persist into (tests pass a temporary one).
         engines: the EngineController (default: one over ``models/``; started here).
-        reconstructor_factory: ``f(engines) -> FaceReconstructor`` used for every new
-            pipeline (default: the pipeline's geometric solver). The learned
-            reconstructor plugs in here, and tests wire an EngineSlot stand-in.
+        reconstructor_factory: ``f(engines) -> FaceReconstructor or None`` used for every
+            new pipeline (default: :func:`engine_face_reconstructor`: the face_recon engine
+            once its slot is open, attached to the running pipeline when it opens; the
+            geometric solver before). Tests wire an EngineSlot stand-in here.
         speech_factory: ``f(engines) -> SpeechAnimator or None`` likewise (default:
             :func:`engine_speech_animator`: the speech2face engine once its slot is open,
             attached to the running pipeline when it opens; the loudness solver before).
@@ -113,7 +127,7 @@ class MainWindow(QMainWindow):
         self._source_fps = (0, 0.0, 0.0)  # (frame index, time, fps)
         self.last_error: str | None = None
         self.neutral_landmarks = None  # Landmarks of the last neutral calibration
-        self.reconstructor_factory = reconstructor_factory
+        self.reconstructor_factory = reconstructor_factory or engine_face_reconstructor
         self.speech_factory = speech_factory or engine_speech_animator
         self.camera_id = ""
         self.camera_index: int | None = None
@@ -342,7 +356,7 @@ class MainWindow(QMainWindow):
         from avatar_app.fusion import FusionSettings
         from avatar_app.pipeline import LivePipeline
 
-        recon = self.reconstructor_factory(self.engines) if self.reconstructor_factory else None
+        recon = self.reconstructor_factory(self.engines)
         kwargs = {}
         speech = self.speech_factory(self.engines) if self.speech_factory is not None else None
         if speech is not None and ring is not None:
@@ -411,6 +425,10 @@ class MainWindow(QMainWindow):
         self.stop_pipeline()
         self.pipeline, self.mic = res.pipeline, res.mic
         self.tuner.reset()
+        if res.reconnect and self.neutral_landmarks is not None:
+            res.pipeline.processor.reconstructor.calibrate_neutral(self.neutral_landmarks)  # same user
+        else:
+            self.neutral_landmarks = None  # another source: calibrate again
         self.source_kind = res.kind
         self._reconnecting = False
         if res.kind == "camera":
@@ -839,21 +857,37 @@ class MainWindow(QMainWindow):
     def _on_engine_changed(self, name: str) -> None:
         self._update_engine_status()
         self.engines_panel.refresh(name)
-        self._attach_speech_engine()
+        self._attach_engines()
 
-    def _attach_speech_engine(self) -> None:
-        """Give the running pipeline the speech engine once its slot has opened (between two frames)."""
+    def _attach_engines(self) -> None:
+        """Give the running pipeline an engine whose slot has just opened (swapped between two frames).
+
+        The slot object stays the same across backend/precision switches, so this
+        happens once per pipeline and engine; the neutral face is carried over.
+        """
         pipe = self.pipeline
+        if pipe is None:
+            return
         slot = self.engines.slot("speech2face")
-        if pipe is None or slot is None or pipe.ring is None or getattr(pipe.processor.speech, "slot", None) is slot:
-            return
-        try:
-            speech = self.speech_factory(self.engines)
-        except AvatarError as exc:
-            log.warning("speech engine not attached: %s", exc)
-            return
-        if speech is not None:
-            pipe.processor.speech = speech  # the processing thread reads it once per frame
+        if slot is not None and pipe.ring is not None and getattr(pipe.processor.speech, "slot", None) is not slot:
+            try:
+                speech = self.speech_factory(self.engines)
+            except AvatarError as exc:
+                log.warning("speech engine not attached: %s", exc)
+                speech = None
+            if speech is not None:
+                pipe.processor.speech = speech  # the processing thread reads it once per frame
+        slot = self.engines.slot("face_recon")
+        if slot is not None and getattr(pipe.processor.reconstructor, "slot", None) is not slot:
+            try:
+                recon = self.reconstructor_factory(self.engines)
+                if recon is not None and self.neutral_landmarks is not None:
+                    recon.calibrate_neutral(self.neutral_landmarks)
+            except AvatarError as exc:
+                log.warning("face reconstruction engine not attached: %s", exc)
+                recon = None
+            if recon is not None:
+                pipe.processor.reconstructor = recon
 
     def _update_engine_status(self) -> None:
         short = {"face_recon": "Face", "speech2face": "Speech"}
@@ -1077,4 +1111,4 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-__all__ = ["MainWindow", "ENGINES", "RECORD_SIZE", "RECORD_FPS"]
+__all__ = ["MainWindow", "engine_face_reconstructor", "engine_speech_animator", "RECORD_SIZE", "RECORD_FPS"]

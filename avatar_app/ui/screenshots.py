@@ -29,6 +29,11 @@ def _wait(app, seconds: float) -> None:
         time.sleep(0.01)
 
 
+def _save(pixmap, path: Path) -> None:
+    """Write a QPixmap as a maximally compressed PNG (zlib level 9)."""
+    pixmap.save(str(path), "PNG", 0)
+
+
 def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900)) -> list[Path]:
     """Open the window on ``source``, then save one screenshot per panel into ``out_dir``.
 
@@ -44,7 +49,6 @@ def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900)) -> lis
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         settings = QSettings(str(Path(tmp) / "settings.ini"), QSettings.Format.IniFormat)
-        settings.setValue("record_folder", str(Path(tmp) / "recordings"))
         win = MainWindow(source=source, settings=settings)
         win.resize(*size)
         win.show()
@@ -57,12 +61,12 @@ def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900)) -> lis
             win.docks[key].raise_()
             _wait(app, 1.0)
             p = out_dir / f"studio-{key}{suffix}.png"
-            win.grab().save(str(p))
+            _save(win.grab(), p)
             written.append(p)
         win.toggle_panels(True)
         _wait(app, 1.0)
         p = out_dir / f"studio-clean{suffix}.png"
-        win.grab().save(str(p))
+        _save(win.grab(), p)
         written.append(p)
         win.toggle_panels(False)
         win.close()

@@ -14,8 +14,6 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field, fields
 
-import numpy as np
-
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, Blendshape
 from avatar_app.core.errors import InputError
 from avatar_app.ui.tuning import DEFAULT_SMOOTHING, EXPRESSION_PRESETS, REGIONS, TuningSettings
@@ -255,11 +253,3 @@ def load_tuning(settings) -> TuningSettings:
 def save_tuning(settings, s: TuningSettings) -> None:
     """Write the tracking settings into a QSettings."""
     settings.setValue("studio/TuningSettings", json.dumps(tuning_to_json(s)))
-
-
-def sensitivity_array(values: dict[str, float]) -> np.ndarray:
-    """(52,) float32 gains from a name -> gain dict (missing = 1)."""
-    out = np.ones(NUM_BLENDSHAPES, np.float32)
-    for k, v in values.items():
-        out[Blendshape[k]] = v
-    return out

@@ -69,6 +69,8 @@ class GuiWatchdog(QObject):
         max_app_stall_ms: the longest stall less the time the OS kept the
             runnable GUI thread waiting for a CPU, ms (= max_stall_ms where the
             OS gives no scheduler statistics).
+        max_work_ms: the most CPU time the GUI thread used between two beats, ms.
+        queued_total_ms: total time the runnable GUI thread waited for a CPU, ms.
         stalls: every :class:`Stall` over the threshold.
         stacks: the GUI thread's stack sampled during each long stall (text).
         beats: heartbeats seen.
@@ -94,6 +96,8 @@ class GuiWatchdog(QObject):
         """Forget what was recorded."""
         self.max_stall_ms = 0.0
         self.max_app_stall_ms = 0.0
+        self.max_work_ms = 0.0
+        self.queued_total_ms = 0.0
         self.stalls: list[Stall] = []
         self.stacks: list[str] = []
         self.beats = 0
@@ -140,6 +144,9 @@ class GuiWatchdog(QObject):
         s = Stall(now, stall, work, queued, blocked)
         self.max_stall_ms = max(self.max_stall_ms, stall)
         self.max_app_stall_ms = max(self.max_app_stall_ms, s.app_ms)
+        if work is not None:
+            self.max_work_ms = max(self.max_work_ms, work)
+            self.queued_total_ms += queued
         if stall > self.threshold_ms:
             self.stalls.append(s)
             log.debug("GUI thread late by %.0f ms (work %s ms, queued by the OS %s ms)", stall,

@@ -15,9 +15,10 @@ quantises to INT8 with plain QDQ MatMuls.
 Structure:
 
 - trunk: [expression (438), neutral (438)] -> 512 -> 256 (ReLU, He init);
+- inputs standardised by their training mean and sd, clipped to +-6 sd;
 - heads: ``blendshapes`` (52, sigmoid; tongueOut masked to 0: no landmark
   sees the tongue), ``rotation_6d`` (6, added to the identity rotation's
-  6D vector), ``translation`` (3, metres, scaled by 0.05);
+  6D vector, then made orthonormal), ``translation`` (3, metres, scaled by 0.05);
 - ``identity`` (K): a separate small MLP on the neutral only (438 -> 128 -> K),
   so the face shape does not flicker with expressions.
 
@@ -37,8 +38,8 @@ from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, mirro
 from avatar_app.reconstruction.normalise import SUBSET
 
 NOT_ESTIMATED = ("tongueOut",)
-INPUT_SCALE = 100.0  # metres -> centimetres
 TRANSLATION_SCALE = 0.05  # metres per unit of the translation head
+FEATURE_CLIP = 6.0  # standardised inputs are clipped to +-6 sd
 
 
 class FaceReconNet(nn.Module):
@@ -49,11 +50,13 @@ class FaceReconNet(nn.Module):
         num_identity: K identity coefficients.
         hidden: trunk widths.
         symmetric: average with the mirrored pass (always True for export).
+        use_z: read MediaPipe's depth channel (False zeroes it: the ablation of train.py).
     """
 
     def __init__(self, mirror: np.ndarray, num_identity: int = 15, hidden=(512, 256),
-                 symmetric: bool = True):
+                 symmetric: bool = True, use_z: bool = True):
         super().__init__()
+        self.use_z = use_z
         sub = np.asarray(SUBSET, np.int64)
         pos = {int(j): i for i, j in enumerate(sub)}
         local = np.array([pos[int(np.asarray(mirror)[j])] for j in sub], np.int64)
@@ -70,11 +73,12 @@ class FaceReconNet(nn.Module):
         self.register_buffer("rot_flip", torch.tensor([1.0, -1, -1, -1, 1, 1]))
         self.symmetric = symmetric
         n_in = len(SUBSET) * 3
-        # per-feature standardisation (set from the training data by set_input_stats)
-        self.register_buffer("x_mean", torch.zeros(n_in))
-        self.register_buffer("x_scale", torch.full((n_in,), INPUT_SCALE))
-        self.register_buffer("n_mean", torch.zeros(n_in))
-        self.register_buffer("n_scale", torch.full((n_in,), INPUT_SCALE))
+        # per-feature standardisation on all 478 points (set from the training data by
+        # set_input_stats; points outside the subset keep mean 0, sd 1 and are never read)
+        self.register_buffer("x_mean", torch.zeros(478, 3))
+        self.register_buffer("x_sd", torch.ones(478, 3))
+        self.register_buffer("n_mean", torch.zeros(478, 3))
+        self.register_buffer("n_sd", torch.ones(478, 3))
         layers, d = [], 2 * n_in
         for h in hidden:
             layers += [nn.Linear(d, h), nn.ReLU()]
@@ -97,47 +101,77 @@ class FaceReconNet(nn.Module):
 
         Both signs of x are seen in training through the mirrored pass, so the
         statistics are taken over the data and its mirror image (keeps the
-        network's mirror symmetry exact).
+        network's mirror symmetry exact: mirroring then commutes with the
+        standardisation). Without ``use_z`` the depth features get an infinite
+        sd, i.e. they are read as 0.
 
         Args:
             x, n: (N, 146, 3) training inputs on the subset, metres.
         """
         mir = self.subset_mirror.numpy()
         flip = self.flip.numpy()
-        for arr, mean_name, scale_name in ((x, "x_mean", "x_scale"), (n, "n_mean", "n_scale")):
+        sub = self.subset.numpy()
+        for arr, mean_name, sd_name in ((x, "x_mean", "x_sd"), (n, "n_mean", "n_sd")):
             both = np.concatenate([arr, arr[:, mir] * flip])
-            mean = both.reshape(len(both), -1).mean(0)
-            sd = np.maximum(both.reshape(len(both), -1).std(0), floor_m)
-            getattr(self, mean_name).copy_(torch.from_numpy(mean.astype(np.float32)))
-            getattr(self, scale_name).copy_(torch.from_numpy((1.0 / sd).astype(np.float32)))
+            mean = both.mean(0)
+            sd = np.maximum(both.std(0), floor_m)
+            if not self.use_z:
+                sd[:, 2] = 1e9
+            getattr(self, mean_name)[sub] = torch.from_numpy(mean.astype(np.float32))
+            getattr(self, sd_name)[sub] = torch.from_numpy(sd.astype(np.float32))
 
-    def _core(self, x: torch.Tensor, n: torch.Tensor):
-        b = x.shape[0]
-        xf = (x.reshape(b, -1) - self.x_mean) * self.x_scale
-        nf = (n.reshape(b, -1) - self.n_mean) * self.n_scale
+    @staticmethod
+    def _standardise(v: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+        """(v - mean) / sd clipped to +-FEATURE_CLIP, by Sub, Div, Min, Max: operators ONNX
+        Runtime's quantiser leaves in float, so INT8 sees only bounded, standardised values
+        (never metres); the clip also keeps an out-of-range face inside the training range."""
+        z = (v - mean) / sd
+        return torch.maximum(torch.minimum(z, torch.full_like(z[:1], FEATURE_CLIP)),
+                             torch.full_like(z[:1], -FEATURE_CLIP))
+
+    def _core(self, xs: torch.Tensor, ns: torch.Tensor):
+        b = xs.shape[0]
+        xf, nf = xs.reshape(b, -1), ns.reshape(b, -1)
         h = self.trunk(torch.cat([xf, nf], 1))
         return self.head_bs(h), self.head_rot(h), self.head_t(h), self.ident(nf)
 
     def forward(self, landmarks: torch.Tensor, neutral: torch.Tensor):
         """(B, 478, 3) x 2 -> blendshapes (B, 52), rotation_6d (B, 6), translation (B, 3), identity (B, K)."""
-        return self.forward_subset(landmarks.index_select(1, self.subset), neutral.index_select(1, self.subset))
+        xs = self._standardise(landmarks, self.x_mean, self.x_sd).index_select(1, self.subset)
+        ns = self._standardise(neutral, self.n_mean, self.n_sd).index_select(1, self.subset)
+        return self._forward_standardised(xs, ns)
 
     def forward_subset(self, x: torch.Tensor, n: torch.Tensor):
-        """As :meth:`forward` on inputs already reduced to the subset, (B, 146, 3) each."""
+        """As :meth:`forward` on inputs already reduced to the subset, (B, 146, 3) each (training)."""
+        sub = self.subset
+        xs = self._standardise(x, self.x_mean[sub], self.x_sd[sub])
+        ns = self._standardise(n, self.n_mean[sub], self.n_sd[sub])
+        return self._forward_standardised(xs, ns)
+
+    def _forward_standardised(self, xs: torch.Tensor, ns: torch.Tensor):
         if self.symmetric:
-            b = x.shape[0]
-            xm = x.index_select(1, self.subset_mirror) * self.flip
-            nm = n.index_select(1, self.subset_mirror) * self.flip
-            logit, rot, t, ident = self._core(torch.cat([x, xm], 0), torch.cat([n, nm], 0))
+            b = xs.shape[0]
+            xm = xs.index_select(1, self.subset_mirror) * self.flip
+            nm = ns.index_select(1, self.subset_mirror) * self.flip
+            logit, rot, t, ident = self._core(torch.cat([xs, xm], 0), torch.cat([ns, nm], 0))
             bs = torch.sigmoid(logit)
             bs = 0.5 * (bs[:b] + bs[b:].index_select(1, self.bs_mirror))
             rot = 0.5 * (rot[:b] + rot[b:] * self.rot_flip)
             t = 0.5 * (t[:b] + t[b:] * self.flip)
             ident = 0.5 * (ident[:b] + ident[b:])
         else:
-            logit, rot, t, ident = self._core(x, n)
+            logit, rot, t, ident = self._core(xs, ns)
             bs = torch.sigmoid(logit)
-        return bs * self.bs_mask, rot + self.rot_base, t * TRANSLATION_SCALE, ident
+        return bs * self.bs_mask, orthonormal_6d(rot + self.rot_base), t * TRANSLATION_SCALE, ident
+
+
+def orthonormal_6d(v: torch.Tensor) -> torch.Tensor:
+    """(B, 6) -> (B, 6): the first two columns made orthonormal (Gram-Schmidt), values in [-1, 1]."""
+    a, b = v[:, :3], v[:, 3:]
+    c1 = a / torch.sqrt((a * a).sum(1, keepdim=True) + 1e-12)
+    b = b - (c1 * b).sum(1, keepdim=True) * c1
+    c2 = b / torch.sqrt((b * b).sum(1, keepdim=True) + 1e-12)
+    return torch.cat([c1, c2], 1)
 
 
 def rotation_from_6d_torch(v: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,8 @@ class SubjectLook:
         light: (3,) direction toward the light in camera space.
         ambient, diffuse: shading terms.
         smooth: Gouraud shading (else flat).
+        lash, lash_mm: colour and height of the upper lash line (the rig has no lashes;
+            without them a closed eye reads as an empty socket to MediaPipe).
     """
 
     def __init__(self, rng: np.random.Generator):
@@ -66,6 +68,8 @@ class SubjectLook:
         self.ambient = rng.uniform(0.25, 0.5)
         self.diffuse = rng.uniform(0.5, 0.85)
         self.smooth = bool(rng.random() < 0.5)
+        self.lash = np.clip(self.brow * rng.uniform(0.3, 0.8), 0, 1)
+        self.lash_mm = rng.uniform(0.8, 1.6)
 
 
 class VariedFaceRenderer:
@@ -120,6 +124,14 @@ class VariedFaceRenderer:
             all_n.append(np.repeat(fn[:, None], 3, 1))
             col = np.array([0.18, 0.06, 0.06]) if is_mouth else np.array([0.92, 0.90, 0.86])
             cols.append(np.tile(col, (len(fan), 1)))
+        for lid, h_max, col in ((topo.LEFT_EYE_UPPER_LID, look.lash_mm, look.lash),
+                                (topo.RIGHT_EYE_UPPER_LID, look.lash_mm, look.lash),
+                                (topo.LEFT_EYE_LOWER_LID, -0.4, look.lash * 0.5 + look.skin * 0.5),
+                                (topo.RIGHT_EYE_LOWER_LID, -0.4, look.lash * 0.5 + look.skin * 0.5)):
+            strip = self._lash_strip(p[list(lid)], h_max * 1e-3)
+            all_t.append(strip)
+            all_n.append(np.tile(np.array([0, 0, 1.0]), (len(strip), 3, 1)))
+            cols.append(np.tile(col, (len(strip), 1)))
         for ci in (468, 473):
             push = np.array([0, 0, 0.0004])
             for disc, col in ((_disc(p[ci] + push, p[ci + 1:ci + 5] + push, 1.0), look.iris),
@@ -128,6 +140,24 @@ class VariedFaceRenderer:
                 all_n.append(np.tile(np.array([0, 0, 1.0]), (len(disc), 3, 1)))
                 cols.append(np.tile(col, (len(disc), 1)))
         return np.concatenate(all_t), np.concatenate(all_n), np.concatenate(cols)
+
+    @staticmethod
+    def _lash_strip(margin: np.ndarray, height_m: float) -> np.ndarray:
+        """(2 (n - 1), 3, 3) triangles of a lash line: a strip from a lid margin polyline up
+        (or down, for a negative height) by ``height_m``, tapered to the eye corners and pushed
+        0.3 mm out of the face so it draws over the lid."""
+        n = len(margin)
+        taper = np.sqrt(np.sin(np.pi * np.arange(n) / (n - 1))) * 0.8 + 0.2
+        base = margin + np.array([0, 0, 0.0003])
+        top = base + np.outer(taper * height_m, [0, 1.0, 0]) + np.array([0, 0, 0.0002])
+        tris = []
+        for i in range(n - 1):
+            tris.append([base[i], base[i + 1], top[i + 1]])
+            tris.append([base[i], top[i + 1], top[i]])
+        out = np.array(tris)
+        if height_m < 0:  # keep the winding counter-clockwise seen from the front
+            out = out[:, ::-1]
+        return out
 
     def render(self, points: np.ndarray, rotation: np.ndarray, translation: np.ndarray,
                focal_px: float, look: SubjectLook) -> np.ndarray:

@@ -86,67 +86,101 @@ def evaluate(model: FaceReconNet, prep: dict, const: np.ndarray) -> dict:
     return m
 
 
-def train(args) -> dict:
-    torch.manual_seed(0)
-    torch.set_num_threads(args.threads)
-    t_start = time.time()
-    model_rig = load_face_model()
-    log.info("making %d synthetic samples", args.synthetic)
-    syn = D.prepare(synthetic_set(SYN_TRAIN_SEED, args.synthetic, model_rig))
-    syn_ho_raw = synthetic_set(SYN_HELDOUT_SEED, 5000, model_rig)
-    syn_ho = D.prepare(syn_ho_raw)
-    data_dir = Path(args.data).expanduser()
-    rt_raw = D.load_raw(data_dir / "rt_train.npz") if args.rt_repeat > 0 else None
-    rt_ho_raw = D.load_raw(data_dir / "rt_heldout.npz")
-    rt = D.prepare(rt_raw) if rt_raw is not None else None
-    rt_ho = D.prepare(rt_ho_raw)
-    keys = ("x", "n", "weights", "rot_res", "t_res", "identity")
-    parts = [syn] + ([rt] * args.rt_repeat if rt is not None else [])
-    train_set = {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in keys}
-    n_train = len(train_set["x"])
-    const = train_set["weights"].mean(0)
-    log.info("data ready in %.0f s: %d training samples (%d render-and-track x %d)", time.time() - t_start,
-             n_train, 0 if rt is None else len(rt["x"]), args.rt_repeat)
+KEYS = ("x", "n", "weights", "rot_res", "t_res", "identity")
 
-    model = FaceReconNet(model_rig.mirror, model_rig.num_identity)
+
+def build_training_set(synthetic: dict | None, rt: dict | None, rt_repeat: int) -> dict[str, np.ndarray]:
+    """Concatenate prepared synthetic samples and ``rt_repeat`` copies of the render-and-track ones."""
+    parts = ([synthetic] if synthetic is not None else []) + ([rt] * rt_repeat if rt is not None else [])
+    return {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in KEYS}
+
+
+def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int = 512, lr: float = 2e-3,
+        hidden=(512, 256), use_z: bool = True, device: str = "cpu", seed: int = 0,
+        log_every: int = 1) -> tuple[FaceReconNet, list[dict]]:
+    """Train one network.
+
+    Args:
+        train_set: prepared arrays (:data:`KEYS`).
+        evals: name -> prepared held-out set, evaluated after each ``log_every`` epochs.
+        const: (52,) constant predictor (training mean) for the figures.
+        epochs, batch, lr: AdamW with a one-cycle schedule.
+        hidden, use_z: architecture (see FaceReconNet).
+        device: torch device.
+        seed: torch and shuffling seed.
+
+    Returns:
+        (the model on the CPU in eval mode, the training curve).
+    """
+    torch.manual_seed(seed)
+    rig = load_face_model()
+    model = FaceReconNet(rig.mirror, rig.num_identity, hidden=hidden, use_z=use_z)
     model.set_input_stats(train_set["x"], train_set["n"])
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    steps = args.epochs * (n_train // args.batch)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
-    est = torch.from_numpy(D.ESTIMATED)
-    tensors = {k: torch.from_numpy(v) for k, v in train_set.items()}
-    rng = np.random.default_rng(0)
+    model.to(device)
+    n_train = len(train_set["x"])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    steps = epochs * (n_train // batch)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    est = torch.from_numpy(D.ESTIMATED).to(device)
+    tensors = {k: torch.from_numpy(v).to(device) for k, v in train_set.items()}
+    rng = np.random.default_rng(seed)
     curve = []
-    for epoch in range(args.epochs):
+    t0 = time.time()
+    for epoch in range(epochs):
         model.train()
-        tot, nb = 0.0, 0
-        for idx in _batches(n_train, args.batch, rng):
-            it = torch.from_numpy(idx)
-            x, n = tensors["x"][it], tensors["n"][it]
-            bs, rot6, t, ident = model.forward_subset(x, n)
-            w = tensors["weights"][it]
-            d_bs = (bs - w).index_select(1, est)
+        tot, nb = torch.zeros((), device=device), 0
+        for idx in _batches(n_train, batch, rng):
+            it = torch.from_numpy(idx).to(device)
+            bs, rot6, t, ident = model.forward_subset(tensors["x"][it], tensors["n"][it])
+            d_bs = (bs - tensors["weights"][it]).index_select(1, est)
             l_bs = (d_bs ** 2).mean() + 0.1 * d_bs.abs().mean()
             l_rot = ((rotation_from_6d_torch(rot6) - tensors["rot_res"][it]) ** 2).sum((1, 2)).mean()
             l_t = ((t - tensors["t_res"][it]).abs() * 100.0).clamp_max(10.0).mean()
             l_id = (ident - tensors["identity"][it]).abs().mean()
-            loss = l_bs + 0.5 * l_rot + 0.2 * l_t * 0.01 + 0.1 * l_id
+            loss = l_bs + 0.5 * l_rot + 0.002 * l_t + 0.1 * l_id
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
-            tot += float(loss.detach())
+            tot += loss.detach()
             nb += 1
-        ev_syn = evaluate(model, syn_ho, const)
-        ev_rt = evaluate(model, rt_ho, const)
-        row = {"epoch": epoch + 1, "loss": tot / nb, "syn_mae": ev_syn["mae"], "rt_mae": ev_rt["mae"],
-               "syn_rot_deg": ev_syn["rotation_err_deg_median"], "rt_rot_deg": ev_rt["rotation_err_deg_median"],
-               "elapsed_s": time.time() - t_start}
-        curve.append(row)
-        log.info("epoch %d: %s", epoch + 1, {k: round(v, 4) for k, v in row.items()})
+        if (epoch + 1) % log_every == 0 or epoch + 1 == epochs:
+            row = {"epoch": epoch + 1, "loss": float(tot) / nb, "elapsed_s": time.time() - t0}
+            model.cpu()
+            for name, prep in evals.items():
+                ev = evaluate(model, prep, const)
+                row[f"{name}_mae"] = ev["mae"]
+                row[f"{name}_rot_deg"] = ev["rotation_err_deg_median"]
+            model.to(device)
+            curve.append(row)
+            log.info("epoch %d: %s", epoch + 1, {k: round(v, 4) for k, v in row.items()})
+    model.cpu().eval()
+    return model, curve
+
+
+def train(args) -> dict:
+    """Make the data, fit, and evaluate on the held-out sets (see the module docstring)."""
+    torch.set_num_threads(args.threads)
+    t_start = time.time()
+    rig = load_face_model()
+    log.info("making %d synthetic samples", args.synthetic)
+    syn = D.prepare(synthetic_set(SYN_TRAIN_SEED, args.synthetic, rig))
+    syn_ho_raw = synthetic_set(SYN_HELDOUT_SEED, 5000, rig)
+    syn_ho = D.prepare(syn_ho_raw)
+    data_dir = Path(args.data).expanduser()
+    rt = D.prepare(D.load_raw(data_dir / "rt_train.npz")) if args.rt_repeat > 0 else None
+    rt_ho_raw = D.load_raw(data_dir / "rt_heldout.npz")
+    rt_ho = D.prepare(rt_ho_raw)
+    train_set = build_training_set(syn, rt, args.rt_repeat)
+    const = train_set["weights"].mean(0)
+    log.info("data ready in %.0f s: %d training samples (%d render-and-track x %d)", time.time() - t_start,
+             len(train_set["x"]), 0 if rt is None else len(rt["x"]), args.rt_repeat)
+    model, curve = fit(train_set, {"syn": syn_ho, "rt": rt_ho}, const, args.epochs, args.batch, args.lr,
+                       tuple(args.hidden), not args.no_z, log_every=args.log_every)
     result = {
         "train_seconds": time.time() - t_start, "threads": args.threads, "epochs": args.epochs,
-        "training_samples": n_train, "synthetic_samples": args.synthetic,
+        "hidden": list(args.hidden), "use_z": not args.no_z,
+        "training_samples": len(train_set["x"]), "synthetic_samples": args.synthetic,
         "render_track_samples": 0 if rt is None else int(len(rt["x"])), "rt_repeat": args.rt_repeat,
         "constant_predictor": {BLENDSHAPE_NAMES[i]: float(const[i]) for i in range(len(const))},
         "heldout_synthetic": evaluate(model, syn_ho, const),
@@ -203,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 256])
+    ap.add_argument("--no-z", action="store_true", help="ignore MediaPipe's depth channel (ablation)")
+    ap.add_argument("--log-every", type=int, default=2, help="evaluate every N epochs")
     ap.add_argument("--no-export", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QTimer
@@ -156,6 +157,7 @@ class CalibrationPanel(Panel):
         self.progress = QProgressBar()
         self.progress.setRange(0, self.target)
         self.progress.setValue(0)
+        self.progress.setFormat("%v / %m samples")
         l2.addWidget(self.progress)
         self.guidance = QLabel("")
         self.guidance.setWordWrap(True)
@@ -353,6 +355,9 @@ class CalibrationPanel(Panel):
                 self.build_label.setText(f"{ctl.entry(name).label}: INT8 in use. "
                                          + (v.summary() if v is not None else ""))
         folder = ctl.store(installed[0]).root if installed else None
+        if folder is not None:
+            home = str(Path.home())
+            folder = "~" + str(folder)[len(home):] if str(folder).startswith(home + "/") else str(folder)
         if not keep_stored_text:
             self.stored_label.setText(("\n".join(lines) + (f"\nKept in {folder}" if folder else ""))
                                       if lines else "No recordings stored.")

@@ -83,8 +83,10 @@ class _EngineBox(QGroupBox):
             self.model_label.setText(f"Model: {e.model_path.name}")
             self.model_label.setToolTip(str(e.model_path))
         else:
+            from avatar_app.ui.engines import FALLBACKS
+
             self.model_label.setText(f"Model not installed ({e.model_path.name if e.model_path else self.name})."
-                                     f" The {ctl.describe(self.name)} drives this part.")
+                                     f" The {FALLBACKS.get(self.name, 'built-in fallback')} drives this part.")
         building = ctl.pending(self.name)
         self.progress.setVisible(building)
         if building:

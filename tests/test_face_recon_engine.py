@@ -1,0 +1,133 @@
+"""EngineReconstructor: the FaceReconstructor contract, calibration, identity, engine layer, pipeline default."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from avatar_app.avatar.face_model import load_face_model, synthetic_landmarks
+from avatar_app.core.blendshapes import Blendshape as B
+from avatar_app.core.errors import InputError, ModelLoadError, TrackingError
+from avatar_app.core.types import FaceParams, Landmarks
+from avatar_app.inference import EngineCache, EngineManager
+from avatar_app.reconstruction import FaceReconstructor
+from avatar_app.reconstruction import normalise as N
+from avatar_app.reconstruction.engine import (EngineReconstructor, EngineReconstructorConfig,
+                                              create_face_reconstructor, default_model_path,
+                                              gaze_from_weights)
+from avatar_app.tracking.head_pose import euler_from_rotation, focal_length_px, rotation_from_euler
+
+SIZE = (640, 480)
+
+
+def _lm(weights=None, ident=None, ypr=(0.0, 0.0, 0.0), t=(0.0, 0.0, -0.6)) -> Landmarks:
+    m = load_face_model()
+    w = np.zeros(52, np.float32) if weights is None else weights
+    pts = synthetic_landmarks(m.evaluate(w, ident), rotation_from_euler(*ypr), np.array(t),
+                              focal_length_px(SIZE[0], 60.0), SIZE)
+    return Landmarks(pts.astype(np.float32), SIZE)
+
+
+@pytest.fixture(scope="module")
+def manager(tmp_path_factory):
+    return EngineManager(cache=EngineCache(tmp_path_factory.mktemp("cache")), isolate=False)
+
+
+@pytest.fixture()
+def rec(manager) -> EngineReconstructor:
+    return EngineReconstructor(default_model_path(), manager=manager, backend="ort_cpu", precision="fp32")
+
+
+def test_protocol_and_output(rec):
+    assert isinstance(rec, FaceReconstructor)
+    p = rec.reconstruct(_lm(), 0.0)
+    assert isinstance(p, FaceParams)
+    assert p.blendshapes.shape == (52,) and p.blendshapes.dtype == np.float32
+    assert p.rotation.shape == (3, 3) and p.translation.shape == (3,) and p.gaze.shape == (2,)
+    assert p.identity.shape == (15,)
+    assert "ort_cpu" in rec.describe()
+
+
+def test_expressions_and_pose_from_calibrated_neutral(rec):
+    rec.calibrate_neutral(_lm())
+    assert rec.is_calibrated
+    w = np.zeros(52, np.float32)
+    w[B.jawOpen] = 0.7
+    w[B.eyeBlinkLeft] = 1.0
+    p = rec.reconstruct(_lm(w, ypr=(0.4, 0.1, -0.2)), 1.0)
+    assert p.blendshapes[B.jawOpen] > 0.5
+    assert p.blendshapes[B.eyeBlinkLeft] > 0.7 and p.blendshapes[B.eyeBlinkRight] < 0.3
+    yaw, pitch, roll = euler_from_rotation(p.rotation)
+    assert np.degrees(abs(yaw - 0.4)) < 2 and np.degrees(abs(pitch - 0.1)) < 2 and np.degrees(abs(roll + 0.2)) < 2
+    assert abs(p.translation[2] + 0.6) < 0.05
+
+
+def test_automatic_neutral_and_identity(rec):
+    ident = np.zeros(15, np.float32)
+    ident[0] = 1.0  # a wider face
+    ps = [rec.reconstruct(_lm(ident=ident), 0.04 * i) for i in range(30)]
+    assert not rec.is_calibrated and rec.neutral_head is not None
+    assert max(p.blendshapes.max() for p in ps) < 0.2  # a neutral face reads neutral
+    assert ps[-1].identity[0] > 0.5
+    first = ps[-1].identity.copy()
+    # after the warm-up the identity follows slowly: a different face barely moves it in 0.5 s
+    for i in range(30, 160):
+        rec.reconstruct(_lm(ident=ident), 0.04 * i)
+    before = rec.identity.copy()
+    for i in range(160, 172):
+        rec.reconstruct(_lm(ident=-ident), 0.04 * i)
+    assert abs(rec.identity[0] - before[0]) < 0.1 * abs(before[0] - (-1.0)) + 1e-3
+    assert abs(first[0] - before[0]) < 0.3
+
+
+def test_time_must_increase_and_bad_input(rec):
+    rec.reconstruct(_lm(), 1.0)
+    with pytest.raises(TrackingError, match="increase"):
+        rec.reconstruct(_lm(), 1.0)
+    with pytest.raises(InputError):
+        rec.reconstruct(Landmarks(np.zeros((468, 3), np.float32), SIZE), 2.0)
+    with pytest.raises(InputError, match="finite"):
+        rec.reconstruct(_lm(), float("nan"))
+    rec.reset()
+    rec.reconstruct(_lm(), 0.5)  # reset forgets the time
+
+
+def test_gaze_from_engine_weights(rec):
+    rec.calibrate_neutral(_lm())
+    w = np.zeros(52, np.float32)
+    w[B.eyeLookOutLeft] = w[B.eyeLookInRight] = 0.8  # both eyes toward the subject's left
+    p = rec.reconstruct(_lm(w), 1.0)
+    assert p.gaze[0] > np.radians(10)
+    assert np.allclose(gaze_from_weights(w), [np.radians(24), 0], atol=1e-6)
+
+
+def test_missing_model_and_bad_config(tmp_path, manager):
+    with pytest.raises(ModelLoadError, match="not found"):
+        EngineReconstructor(tmp_path / "none.onnx", manager=manager)
+    with pytest.raises(InputError, match="gaze_source"):
+        EngineReconstructor(default_model_path(), manager=manager,
+                            config=EngineReconstructorConfig(gaze_source="ears"))
+    from avatar_app.reconstruction.geometric import GeometricSolver
+
+    assert isinstance(create_face_reconstructor(tmp_path / "none.onnx"), GeometricSolver)
+
+
+def test_pipeline_default_uses_the_engine_when_the_model_exists(monkeypatch, tmp_path):
+    from avatar_app import pipeline
+    from avatar_app.reconstruction import engine as eng
+    from avatar_app.reconstruction.geometric import GeometricSolver
+
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path))
+    assert isinstance(pipeline._default_reconstructor(), EngineReconstructor)
+    monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/no_such_model.onnx")
+    assert isinstance(pipeline._default_reconstructor(), GeometricSolver)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_reduced_precision_passes_the_engine_layers_verification(manager, precision):
+    """The engine layer builds, verifies (worst error <= 0.05 on the validation set) and serves it."""
+    rec = EngineReconstructor(default_model_path(), manager=manager, backend="ort_cpu", precision=precision)
+    runner = rec.slot.active
+    assert runner.precision.value == precision, rec.slot.result.explain()
+    v = runner.verification
+    assert v is not None and v.passed and v.max_abs_error <= 0.05, v
+    assert v.per_output["blendshapes"]["max_abs"] <= 0.05
