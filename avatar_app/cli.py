@@ -4,6 +4,8 @@
     avatar-app --source FILE        open the window playing a video file live
     avatar-app render IN -o OUT.mp4 [--audio FILE] [--overlay] [--size WxH] [--fps N]
     avatar-app demo -o demo.mp4     a short clip from data the package carries
+    avatar-app contact-sheet -o sheet.png   every blendshape on the face model and the avatar
+    avatar-app engines list|build|calibrate|clear   the inference engines
 
 Errors the user can fix are printed as one line on stderr (no traceback) and
 the exit status is non-zero: 2 for bad input, 3 for no face, 4 for output errors.
@@ -82,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     d = sub.add_parser("demo", help="render a short demo clip from data the package carries")
     common(d)
+    cs = sub.add_parser("contact-sheet", help="neutral and all 52 shapes on the face model and the default avatar, one PNG")
+    cs.add_argument("-o", "--output", type=Path, required=True, help="output .png")
+    cs.add_argument("--tile", type=int, default=192, help="edge of one tile in pixels (64..1024, default 192)")
     try:
         from avatar_app.inference.cli import add_engines_parser
     except ImportError:  # engine layer not installed in this build
@@ -185,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_render(args)
         if args.command == "demo":
             return _cmd_demo(args)
+        if args.command == "contact-sheet":
+            from avatar_app.avatar.contact_sheet import make_contact_sheet
+
+            print(f"wrote {make_contact_sheet(args.output, size=args.tile)}")
+            return 0
         if args.command == "engines":
             from avatar_app.inference.cli import run_engines
 

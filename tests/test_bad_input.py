@@ -76,3 +76,17 @@ def test_output_folder_missing(testdata, tmp_path):
 def test_bad_size_argument(testdata, tmp_path):
     proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"), "--size", "huge")
     _check(proc, r"size must look like 1280x720")
+
+
+@pytest.mark.gl
+def test_contact_sheet_command(tmp_path):
+    proc = run_cli("contact-sheet", "-o", str(tmp_path / "sheet.png"), "--tile", "64")
+    assert proc.returncode == 0, proc.stderr
+    import cv2
+
+    img = cv2.imread(str(tmp_path / "sheet.png"))
+    assert img is not None and img.shape[0] > 300 and img.std() > 10
+
+
+def test_contact_sheet_bad_tile(tmp_path):
+    _check(run_cli("contact-sheet", "-o", str(tmp_path / "s.png"), "--tile", "5"), r"64", 2)

@@ -15,6 +15,7 @@ thread applies tracking tuning and expressions (ui.tuning.AvatarTuner) through
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -123,6 +124,7 @@ class MainWindow(QMainWindow):
         self._rec_t0_ns = 0
         self._rec_audio_end_ns = 0
         self._last_state = None
+        self._freeze_pending = True  # gc.freeze() at the next new frame (see freeze_gc)
         self._last_preview_index = -1
         self._source_fps = (0, 0.0, 0.0)  # (frame index, time, fps)
         self.last_error: str | None = None
@@ -424,6 +426,7 @@ class MainWindow(QMainWindow):
             return False
         self.stop_pipeline()
         self.pipeline, self.mic = res.pipeline, res.mic
+        self._freeze_pending = True
         self.tuner.reset()
         if res.reconnect and self.neutral_landmarks is not None:
             res.pipeline.processor.reconstructor.calibrate_neutral(self.neutral_landmarks)  # same user
@@ -711,17 +714,34 @@ class MainWindow(QMainWindow):
             self._show_error(str(mesh))
             return
         self.viewport.set_avatar(mesh)
+        self._freeze_pending = True
         self.avatar_settings.path = str(path)
         store.save_area(self.settings, self.avatar_settings)
         self.avatar_panel.on_avatar_loaded(path, mesh)
 
     # ================================================================== timers
+    @staticmethod
+    def freeze_gc() -> None:
+        """Move every object alive now out of the cyclic garbage collector's view (``gc.freeze``).
+
+        After start-up the process holds ~180 000 tracked objects (Qt wrappers,
+        MediaPipe, ONNX Runtime, numpy); a full collection then took 170 ms on
+        whichever thread triggered it, often the GUI thread. Frozen objects are
+        skipped, so collections only scan what is newer (measured: 0.05 ms). Called
+        once the first frame shows and after each source, engine or avatar change;
+        cyclic garbage that already existed then is kept (a few objects).
+        """
+        gc.freeze()
+
     def _on_display_tick(self) -> None:
         pipe = self.pipeline
         if pipe is None:
             return
         state = pipe.latest_state()
         if state is not None and state is not self._last_state:
+            if self._last_state is None or self._freeze_pending:
+                self._freeze_pending = False
+                self.freeze_gc()
             self._last_state = state
             self.viewport.show_state(state)
         if pipe.error and pipe.error != self.last_error:
@@ -858,6 +878,7 @@ class MainWindow(QMainWindow):
         self._update_engine_status()
         self.engines_panel.refresh(name)
         self._attach_engines()
+        self._freeze_pending = True
 
     def _attach_engines(self) -> None:
         """Give the running pipeline an engine whose slot has just opened (swapped between two frames).
