@@ -543,3 +543,15 @@ def test_vrm0_blend_shape_groups_and_perfect_sync(tmp_path):
     warning = a.report.warnings[0]
     assert "Other" in warning and "Joy" in warning
     assert "Other" not in a.target_names  # undriven targets are dropped
+
+
+def test_own_default_head_glb_keeps_gaze_joints_and_all_shapes():
+    """The default head's glb read through load_avatar keeps its eye joints (eyes turn with gaze)."""
+    from avatar_app.avatar.loader import load_avatar
+    from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+    from avatar_app.resources import resource_path
+
+    a = load_avatar(resource_path("assets/default_head.glb"))
+    assert a.gaze_joints is not None and a.head_joint == "head"
+    assert set(BLENDSHAPE_NAMES) <= set(a.blendshape_map)
+    assert not a.report.warnings

@@ -19,8 +19,9 @@ Structure:
 - heads: ``blendshapes`` (52, sigmoid; tongueOut masked to 0: no landmark
   sees the tongue), ``rotation_6d`` (6, added to the identity rotation's
   6D vector, then made orthonormal), ``translation`` (3, metres, scaled by 0.05);
-- ``identity`` (K): a separate small MLP on the neutral only (438 -> 128 -> K),
-  so the face shape does not flicker with expressions.
+- ``identity`` (K): a linear map of the neutral only (438 -> K; the face
+  model's identity morphs are linear), so the face shape does not flicker
+  with expressions.
 
 Mirror symmetry by construction: the network runs on the input and on its
 mirror image (x -> -x, Left/Right landmarks swapped) in one batch, and the
@@ -79,6 +80,8 @@ class FaceReconNet(nn.Module):
         self.register_buffer("x_sd", torch.ones(478, 3))
         self.register_buffer("n_mean", torch.zeros(478, 3))
         self.register_buffer("n_sd", torch.ones(478, 3))
+        self.register_buffer("clip_hi", torch.tensor([FEATURE_CLIP]))
+        self.register_buffer("clip_lo", torch.tensor([-FEATURE_CLIP]))
         layers, d = [], 2 * n_in
         for h in hidden:
             layers += [nn.Linear(d, h), nn.ReLU()]
@@ -87,7 +90,9 @@ class FaceReconNet(nn.Module):
         self.head_bs = nn.Linear(d, NUM_BLENDSHAPES)
         self.head_rot = nn.Linear(d, 6)
         self.head_t = nn.Linear(d, 3)
-        self.ident = nn.Sequential(nn.Linear(n_in, 128), nn.ReLU(), nn.Linear(128, num_identity))
+        # identity: linear in the neutral's shape, as the face model's identity morphs are
+        # (one Gemm also keeps it exact under INT8 to a few hundredths)
+        self.ident = nn.Sequential(nn.Linear(n_in, num_identity))
         for mod in list(self.trunk) + list(self.ident):
             if isinstance(mod, nn.Linear):  # He init: the default shrinks the signal 6x per ReLU layer
                 nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
@@ -120,14 +125,12 @@ class FaceReconNet(nn.Module):
             getattr(self, mean_name)[sub] = torch.from_numpy(mean.astype(np.float32))
             getattr(self, sd_name)[sub] = torch.from_numpy(sd.astype(np.float32))
 
-    @staticmethod
-    def _standardise(v: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+    def _standardise(self, v: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
         """(v - mean) / sd clipped to +-FEATURE_CLIP, by Sub, Div, Min, Max: operators ONNX
         Runtime's quantiser leaves in float, so INT8 sees only bounded, standardised values
         (never metres); the clip also keeps an out-of-range face inside the training range."""
         z = (v - mean) / sd
-        return torch.maximum(torch.minimum(z, torch.full_like(z[:1], FEATURE_CLIP)),
-                             torch.full_like(z[:1], -FEATURE_CLIP))
+        return torch.maximum(torch.minimum(z, self.clip_hi), self.clip_lo)
 
     def _core(self, xs: torch.Tensor, ns: torch.Tensor):
         b = xs.shape[0]

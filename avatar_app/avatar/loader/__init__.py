@@ -91,6 +91,28 @@ class LoadedAvatar(AvatarMesh):
     report: LoadReport | None = None
 
 
+def _read_own_glb(path: Path, doc: GltfDocument) -> LoadedAvatar | None:
+    """A .glb written by avatar_app's own writer (the default head) is read back exactly.
+
+    Its ``scenes[0].extras.avatar_app`` holds the gaze joints, head/neck joints,
+    framing and blendshape map, which the generic path would have to guess (and
+    would guess wrong for the eye-turn lid morphs).
+    """
+    from dataclasses import fields
+
+    from avatar_app.avatar.glb_writer import GENERATOR, read_avatar_glb
+
+    asset = getattr(doc.gltf, "asset", None)
+    if getattr(asset, "generator", None) != GENERATOR:
+        return None
+    mesh, _ = read_avatar_glb(path)
+    loaded = LoadedAvatar(**{f.name: getattr(mesh, f.name) for f in fields(mesh)},
+                          report=LoadReport(path=path, kind="glTF 2.0"))
+    loaded.report.head = "avatar_app extras"
+    loaded.validate()
+    return loaded
+
+
 def load_avatar(path: str | Path) -> LoadedAvatar:
     """Load a glTF 2.0 or VRM avatar.
 
@@ -112,6 +134,9 @@ def load_avatar(path: str | Path) -> LoadedAvatar:
     """
     path = Path(path)
     doc = GltfDocument(path)
+    own = _read_own_glb(path, doc)
+    if own is not None:
+        return own
     vrm = read_vrm(doc)
     kind = f"VRM {vrm.version}" if vrm else "glTF 2.0"
     report = LoadReport(path=path, kind=kind)
