@@ -149,3 +149,26 @@ def test_pipeline_default_uses_the_engine():
         assert isinstance(a, EngineSpeechAnimator)
     finally:
         a.close()
+
+
+def test_offline_lookahead_shifts_the_windows():
+    class Rec:
+        sample_rate, context_s, offline_lookahead_s = SR, 0.1, 0.06
+
+        def __init__(self):
+            self.calls = []
+
+        def reset(self):
+            self.calls.clear()
+
+        def process(self, window, t_s):
+            self.calls.append((len(window), t_s, float(window[-1]) if len(window) else None))
+            return np.zeros(52, np.float32)
+
+    x = np.arange(SR, dtype=np.float32) / SR  # sample value = its time
+    r = Rec()
+    animate_offline(r, x, 10.0)
+    assert len(r.calls) == 11
+    n, t, last = r.calls[5]
+    assert t == pytest.approx(0.56) and last == pytest.approx(0.56 - 1 / SR, abs=1e-6)
+    assert r.calls[-1][1] == pytest.approx(1.06)  # past the end: zeros, no error

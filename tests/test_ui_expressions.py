@@ -43,10 +43,9 @@ def test_expression_hotkey_changes_the_rendered_mouth(qtbot, still_window):
     img1 = render_state(win, st1)
     y0, y1, x0, x1 = _mouth_box(win, st1)
     d = np.abs(img1.astype(np.int16) - img0.astype(np.int16)).max(axis=2) > 30
-    inside = d[y0:y1 + 1, x0:x1 + 1].sum()
-    assert inside > 100, "the happy hotkey did not change the mouth region"
-    ys, xs = np.nonzero(d)
-    assert y0 - 10 <= np.median(ys) <= y1 + 10 and x0 - 10 <= np.median(xs) <= x1 + 10
+    inside = d[y0:y1 + 1, x0:x1 + 1]
+    assert inside.sum() > 100 and inside.mean() > 0.05, "the happy hotkey did not change the mouth region"
+    assert d[: d.shape[0] // 5].mean() < 0.002  # the top of the head (hair) does not move
 
     qtbot.keyClick(win, Qt.Key.Key_F5)  # toggles off, fades out
     assert not win.tuner.expressions.is_active("happy")

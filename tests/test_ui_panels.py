@@ -20,9 +20,12 @@ OTHER = "video/grid_s2_swwp2s.mp4"
 
 @pytest.fixture
 def window(qtbot, testdata, settings):
+    from avatar_app.ui.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
-    win = MainWindow(source=testdata / VIDEO, settings=settings)
+    # the built-in solvers whatever models are installed (test_ui_engines covers engine slots)
+    engines = EngineController(models={"face_recon": None, "speech2face": None})
+    win = MainWindow(source=testdata / VIDEO, settings=settings, engines=engines)
     qtbot.addWidget(win)
     win.viewport.setFixedSize(640, 360)
     win.show()

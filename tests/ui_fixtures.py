@@ -119,6 +119,7 @@ def still_window(qtbot, settings, monkeypatch, head_images):
     import avatar_app.capture.mic as mic_mod
     import avatar_app.ui.devices as devices_mod
     from avatar_app.core.errors import CaptureError
+    from avatar_app.ui.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
     source = StillSource(head_images["neutral"])
@@ -130,7 +131,9 @@ def still_window(qtbot, settings, monkeypatch, head_images):
     monkeypatch.setattr(camera_mod, "CameraSource", lambda index, **k: source)
     monkeypatch.setattr(devices_mod, "list_camera_devices",
                         lambda probe=True: ([devices_mod.CameraDevice("test-still", "Still test camera", 0)], "test"))
-    win = MainWindow(camera=0, settings=settings)
+    # the geometric solver, whatever models are installed: the tests check the window, not a model
+    engines = EngineController(models={"face_recon": None, "speech2face": None})
+    win = MainWindow(camera=0, settings=settings, engines=engines)
     win.still_source = source
     qtbot.addWidget(win)
     win.viewport.setFixedSize(*VIEW_SIZE)

@@ -358,10 +358,20 @@ class MainWindow(QMainWindow):
         from avatar_app.fusion import FusionSettings
         from avatar_app.pipeline import LivePipeline
 
+        # The engines come from the window's EngineController (so the Engines panel controls
+        # them); until a slot is open the built-in solvers serve, never a second engine.
         recon = self.reconstructor_factory(self.engines)
+        if recon is None:
+            from avatar_app.reconstruction.geometric import GeometricSolver
+
+            recon = GeometricSolver()
         kwargs = {}
-        speech = self.speech_factory(self.engines) if self.speech_factory is not None else None
-        if speech is not None and ring is not None:
+        if ring is not None:
+            speech = self.speech_factory(self.engines) if self.speech_factory is not None else None
+            if speech is None:
+                from avatar_app.speech.loudness import LoudnessSpeechAnimator
+
+                speech = LoudnessSpeechAnimator()
             kwargs["speech"] = speech
         # smoothing is done per region by the tuner
         pipe = LivePipeline(source, ring=ring, reconstructor=recon,
@@ -883,32 +893,45 @@ class MainWindow(QMainWindow):
     def _attach_engines(self) -> None:
         """Give the running pipeline an engine whose slot has just opened (swapped between two frames).
 
-        The slot object stays the same across backend/precision switches, so this
-        happens once per pipeline and engine; the neutral face is carried over.
+        The wrapper (EngineReconstructor / EngineSpeechAnimator) is built on the
+        window's worker thread and assigned to the pipeline's processor there: the
+        processing thread reads it once per frame. The slot object stays the same
+        across backend/precision switches, so this happens once per pipeline and
+        engine; the neutral face is carried over.
         """
         pipe = self.pipeline
         if pipe is None:
             return
-        slot = self.engines.slot("speech2face")
-        if slot is not None and pipe.ring is not None and getattr(pipe.processor.speech, "slot", None) is not slot:
-            try:
-                speech = self.speech_factory(self.engines)
-            except AvatarError as exc:
-                log.warning("speech engine not attached: %s", exc)
-                speech = None
-            if speech is not None:
-                pipe.processor.speech = speech  # the processing thread reads it once per frame
-        slot = self.engines.slot("face_recon")
-        if slot is not None and getattr(pipe.processor.reconstructor, "slot", None) is not slot:
-            try:
-                recon = self.reconstructor_factory(self.engines)
-                if recon is not None and self.neutral_landmarks is not None:
-                    recon.calibrate_neutral(self.neutral_landmarks)
-            except AvatarError as exc:
-                log.warning("face reconstruction engine not attached: %s", exc)
-                recon = None
-            if recon is not None:
-                pipe.processor.reconstructor = recon
+        speech_slot = self.engines.slot("speech2face")
+        face_slot = self.engines.slot("face_recon")
+        want_speech = (speech_slot is not None and pipe.ring is not None
+                       and getattr(pipe.processor.speech, "slot", None) is not speech_slot)
+        want_face = face_slot is not None and getattr(pipe.processor.reconstructor, "slot", None) is not face_slot
+        if not (want_speech or want_face):
+            return
+        neutral = self.neutral_landmarks
+
+        def work() -> None:
+            if self.pipeline is not pipe:
+                return
+            if want_speech:
+                try:
+                    speech = self.speech_factory(self.engines)
+                    if speech is not None:
+                        pipe.processor.speech = speech
+                except AvatarError as exc:
+                    log.warning("speech engine not attached: %s", exc)
+            if want_face:
+                try:
+                    recon = self.reconstructor_factory(self.engines)
+                    if recon is not None:
+                        if neutral is not None:
+                            recon.calibrate_neutral(neutral)
+                        pipe.processor.reconstructor = recon
+                except AvatarError as exc:
+                    log.warning("face reconstruction engine not attached: %s", exc)
+
+        self._worker.submit(work)
 
     def _update_engine_status(self) -> None:
         short = {"face_recon": "Face", "speech2face": "Speech"}

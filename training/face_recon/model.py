@@ -52,12 +52,15 @@ class FaceReconNet(nn.Module):
         hidden: trunk widths.
         symmetric: average with the mirrored pass (always True for export).
         use_z: read MediaPipe's depth channel (False zeroes it: the ablation of train.py).
+        noise: sd of the training-time noise on standardised inputs (hidden layers: that
+            fraction of a sixth of their batch maximum); 0 turns it off.
     """
 
     def __init__(self, mirror: np.ndarray, num_identity: int = 15, hidden=(512, 256),
-                 symmetric: bool = True, use_z: bool = True):
+                 symmetric: bool = True, use_z: bool = True, noise: float = 0.05):
         super().__init__()
         self.use_z = use_z
+        self.noise = noise
         sub = np.asarray(SUBSET, np.int64)
         pos = {int(j): i for i, j in enumerate(sub)}
         local = np.array([pos[int(np.asarray(mirror)[j])] for j in sub], np.int64)
@@ -135,35 +138,56 @@ class FaceReconNet(nn.Module):
     def _core(self, xs: torch.Tensor, ns: torch.Tensor):
         b = xs.shape[0]
         xf, nf = xs.reshape(b, -1), ns.reshape(b, -1)
-        h = self.trunk(torch.cat([xf, nf], 1))
-        return self.head_bs(h), self.head_rot(h), self.head_t(h), self.ident(nf)
+        if self.training and self.noise > 0:
+            # training-time noise on the standardised inputs and the hidden layers, a few INT8
+            # steps wide: the network learns not to hang on tiny differences (robust INT8/FP16,
+            # and a ridge penalty for the linear identity head)
+            xf = xf + self.noise * torch.randn_like(xf)
+            nf = nf + self.noise * torch.randn_like(nf)
+        h = torch.cat([xf, nf], 1)
+        for mod in self.trunk:
+            h = mod(h)
+            if self.training and self.noise > 0 and isinstance(mod, nn.ReLU):
+                h = h + self.noise * h.detach().amax(0, keepdim=True) / 6.0 * torch.randn_like(h)
+        return self.head_bs(h), self.head_rot(h), self.head_t(h)
 
     def forward(self, landmarks: torch.Tensor, neutral: torch.Tensor):
         """(B, 478, 3) x 2 -> blendshapes (B, 52), rotation_6d (B, 6), translation (B, 3), identity (B, K)."""
         xs = self._standardise(landmarks, self.x_mean, self.x_sd).index_select(1, self.subset)
-        ns = self._standardise(neutral, self.n_mean, self.n_sd).index_select(1, self.subset)
-        return self._forward_standardised(xs, ns)
+        ns_full = self._standardise(neutral, self.n_mean, self.n_sd)
+        w = self._identity_weight()
+        w_full = torch.zeros(w.shape[0], 478, 3, device=w.device).index_copy(1, self.subset, w)
+        # an Einsum straight from the standardised neutral: ONNX Runtime's INT8 quantiser leaves
+        # it in float, so the identity (a long dot product) keeps its precision
+        ident = torch.einsum("bpc,kpc->bk", ns_full, w_full) + self.ident[0].bias
+        return self._forward_standardised(xs, ns_full.index_select(1, self.subset), ident)
 
     def forward_subset(self, x: torch.Tensor, n: torch.Tensor):
         """As :meth:`forward` on inputs already reduced to the subset, (B, 146, 3) each (training)."""
         sub = self.subset
         xs = self._standardise(x, self.x_mean[sub], self.x_sd[sub])
         ns = self._standardise(n, self.n_mean[sub], self.n_sd[sub])
-        return self._forward_standardised(xs, ns)
+        ns_id = ns + self.noise * torch.randn_like(ns) if self.training and self.noise > 0 else ns
+        ident = torch.einsum("bpc,kpc->bk", ns_id, self._identity_weight()) + self.ident[0].bias
+        return self._forward_standardised(xs, ns, ident)
 
-    def _forward_standardised(self, xs: torch.Tensor, ns: torch.Tensor):
+    def _identity_weight(self) -> torch.Tensor:
+        """(K, 146, 3) weights of the identity map, symmetrised: identity(n) = identity(mirror n)."""
+        w = self.ident[0].weight.reshape(-1, len(SUBSET), 3)
+        return 0.5 * (w + w.index_select(1, self.subset_mirror) * self.flip)
+
+    def _forward_standardised(self, xs: torch.Tensor, ns: torch.Tensor, ident: torch.Tensor):
         if self.symmetric:
             b = xs.shape[0]
             xm = xs.index_select(1, self.subset_mirror) * self.flip
             nm = ns.index_select(1, self.subset_mirror) * self.flip
-            logit, rot, t, ident = self._core(torch.cat([xs, xm], 0), torch.cat([ns, nm], 0))
+            logit, rot, t = self._core(torch.cat([xs, xm], 0), torch.cat([ns, nm], 0))
             bs = torch.sigmoid(logit)
             bs = 0.5 * (bs[:b] + bs[b:].index_select(1, self.bs_mirror))
             rot = 0.5 * (rot[:b] + rot[b:] * self.rot_flip)
             t = 0.5 * (t[:b] + t[b:] * self.flip)
-            ident = 0.5 * (ident[:b] + ident[b:])
         else:
-            logit, rot, t, ident = self._core(xs, ns)
+            logit, rot, t = self._core(xs, ns)
             bs = torch.sigmoid(logit)
         return bs * self.bs_mask, orthonormal_6d(rot + self.rot_base), t * TRANSLATION_SCALE, ident
 

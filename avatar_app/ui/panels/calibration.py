@@ -40,6 +40,19 @@ PROMPT_S = 5.0
 VOICE_LEVEL_DB = -45.0
 
 
+class _AutoLabel(QLabel):
+    """A word-wrapped label that takes no space while it has no text."""
+
+    def __init__(self, text: str = ""):
+        super().__init__(text)
+        self.setWordWrap(True)
+        self.setVisible(bool(text))
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt override)
+        super().setText(text)
+        self.setVisible(bool(text))
+
+
 class SampleCollector:
     """Collects calibration samples on the processing thread.
 
@@ -159,12 +172,10 @@ class CalibrationPanel(Panel):
         self.progress.setValue(0)
         self.progress.setFormat("%v / %m samples")
         l2.addWidget(self.progress)
-        self.guidance = QLabel("")
-        self.guidance.setWordWrap(True)
+        self.guidance = _AutoLabel()
         self.guidance.setStyleSheet("font-weight: bold;")
         l2.addWidget(self.guidance)
-        self.counts_label = QLabel("")
-        self.counts_label.setWordWrap(True)
+        self.counts_label = _AutoLabel()
         l2.addWidget(self.counts_label)
         lay.addWidget(g2)
 
@@ -173,8 +184,7 @@ class CalibrationPanel(Panel):
         self.build_button = QPushButton("Build INT8 engines")
         self.build_button.clicked.connect(self.build_int8)
         l3.addWidget(self.build_button)
-        self.build_label = QLabel("")
-        self.build_label.setWordWrap(True)
+        self.build_label = _AutoLabel()
         l3.addWidget(self.build_label)
         lay.addWidget(g3)
 
