@@ -131,9 +131,8 @@ def test_the_avatar_loader_reads_the_default_head_as_written():
         assert set(b.morph_targets) == set(a.morph_targets), a.name
         for n in a.morph_targets:
             np.testing.assert_allclose(b.morph_targets[n], a.morph_targets[n], atol=1e-6, err_msg=f"{a.name}/{n}")
-        # the same joints influence each vertex (the loader names the eye joints by role)
-        rename = {"eye_L": "leftEye", "eye_R": "rightEye"}
-        names_a = np.array([rename.get(j.name, j.name) for j in ours.skeleton.joints])
+        # the same joints influence each vertex (our own glb is read back exactly, names included)
+        names_a = np.array([j.name for j in ours.skeleton.joints])
         names_b = np.array([j.name for j in theirs.skeleton.joints])
         used_a = {(v, names_a[j]) for v, row in enumerate(a.joints) for j, w in zip(row, a.weights[v]) if w > 0}
         used_b = {(v, names_b[j]) for v, row in enumerate(b.joints) for j, w in zip(row, b.weights[v]) if w > 0}

@@ -54,6 +54,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+from typing import TYPE_CHECKING
 import threading
 import time
 from dataclasses import dataclass
@@ -81,13 +82,10 @@ from avatar_app.avatar.procedural import (
     smoothstep,
     sphere_dirs,
 )
-from avatar_app.avatar.transfer import (
-    Correspondence,
-    SurfaceInterpolator,
-    contour_weights,
-    fit_correspondence,
-    rigid_fit,
-)
+# avatar_app.avatar.transfer needs scipy: imported only where the head is BUILT, so loading
+# the shipped glb (the normal start-up path, also in the frozen bundle) does not need scipy.
+if TYPE_CHECKING:
+    from avatar_app.avatar.transfer import Correspondence
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 
 logger = logging.getLogger(__name__)
@@ -825,6 +823,8 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
         (correspondence, (Z,) skin vertices held at zero by the transfer, rig landmark ->
         its own skin vertex for every landmark placed or attached).
     """
+    from avatar_app.avatar.transfer import contour_weights, fit_correspondence
+
     sb, grid = skin.sb, skin.grid
     R, C = skin.shape
     pos = skin.pos
@@ -974,6 +974,8 @@ def _transfer_skin(skin: _Skin, model, corr: Correspondence, zero: np.ndarray,
     jaw weight (the rig's, transferred, continued under the chin and down the neck by
     :func:`_jaw_weight`), and the field transfers only what the base misses.
     """
+    from avatar_app.avatar.transfer import SurfaceInterpolator
+
     pos = skin.pos
     v = len(pos)
     R, C = skin.shape
@@ -1066,6 +1068,8 @@ def _jaw_motions(skin: _Skin, model, corr: Correspondence) -> dict[str, tuple[np
     Fitted (Kabsch) to the transferred motion of the skin points whose rig landmarks
     move fully with the rig's jaw (the rig's jawForward weight above 0.95).
     """
+    from avatar_app.avatar.transfer import rigid_fit
+
     jf = model.blendshapes[BLENDSHAPE_NAMES.index("jawForward"), :, 2]
     on_jaw = corr.mix @ (jf[corr.landmarks] / jf.max() > 0.95) > 0.999
     p = skin.pos[corr.vertices[on_jaw]]

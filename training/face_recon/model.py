@@ -52,15 +52,21 @@ class FaceReconNet(nn.Module):
         hidden: trunk widths.
         symmetric: average with the mirrored pass (always True for export).
         use_z: read MediaPipe's depth channel (False zeroes it: the ablation of train.py).
+        trunk_reads_neutral: the trunk reads the whole neutral shape (else only the
+            identity coefficients: a bottleneck against memorising training subjects).
+        dropout: dropout after each hidden layer in training.
         noise: sd of the training-time noise on standardised inputs (hidden layers: that
             fraction of a sixth of their batch maximum); 0 turns it off.
     """
 
     def __init__(self, mirror: np.ndarray, num_identity: int = 15, hidden=(512, 256),
-                 symmetric: bool = True, use_z: bool = True, noise: float = 0.05):
+                 symmetric: bool = True, use_z: bool = True, noise: float = 0.05,
+                 trunk_reads_neutral: bool = True, dropout: float = 0.0):
         super().__init__()
         self.use_z = use_z
         self.noise = noise
+        self.trunk_reads_neutral = trunk_reads_neutral
+        self.dropout = dropout
         sub = np.asarray(SUBSET, np.int64)
         pos = {int(j): i for i, j in enumerate(sub)}
         local = np.array([pos[int(np.asarray(mirror)[j])] for j in sub], np.int64)
@@ -85,7 +91,7 @@ class FaceReconNet(nn.Module):
         self.register_buffer("n_sd", torch.ones(478, 3))
         self.register_buffer("clip_hi", torch.tensor([FEATURE_CLIP]))
         self.register_buffer("clip_lo", torch.tensor([-FEATURE_CLIP]))
-        layers, d = [], 2 * n_in
+        layers, d = [], n_in + (n_in if trunk_reads_neutral else num_identity)
         for h in hidden:
             layers += [nn.Linear(d, h), nn.ReLU()]
             d = h
@@ -135,9 +141,11 @@ class FaceReconNet(nn.Module):
         z = (v - mean) / sd
         return torch.maximum(torch.minimum(z, self.clip_hi), self.clip_lo)
 
-    def _core(self, xs: torch.Tensor, ns: torch.Tensor):
+    def _core(self, xs: torch.Tensor, ns: torch.Tensor, ident: torch.Tensor):
         b = xs.shape[0]
         xf, nf = xs.reshape(b, -1), ns.reshape(b, -1)
+        if not self.trunk_reads_neutral:
+            nf = ident.detach()
         if self.training and self.noise > 0:
             # training-time noise on the standardised inputs and the hidden layers, a few INT8
             # steps wide: the network learns not to hang on tiny differences (robust INT8/FP16,
@@ -147,8 +155,11 @@ class FaceReconNet(nn.Module):
         h = torch.cat([xf, nf], 1)
         for mod in self.trunk:
             h = mod(h)
-            if self.training and self.noise > 0 and isinstance(mod, nn.ReLU):
-                h = h + self.noise * h.detach().amax(0, keepdim=True) / 6.0 * torch.randn_like(h)
+            if self.training and isinstance(mod, nn.ReLU):
+                if self.noise > 0:
+                    h = h + self.noise * h.detach().amax(0, keepdim=True) / 6.0 * torch.randn_like(h)
+                if self.dropout > 0:
+                    h = nn.functional.dropout(h, self.dropout, True)
         return self.head_bs(h), self.head_rot(h), self.head_t(h)
 
     def forward(self, landmarks: torch.Tensor, neutral: torch.Tensor):
@@ -181,13 +192,13 @@ class FaceReconNet(nn.Module):
             b = xs.shape[0]
             xm = xs.index_select(1, self.subset_mirror) * self.flip
             nm = ns.index_select(1, self.subset_mirror) * self.flip
-            logit, rot, t = self._core(torch.cat([xs, xm], 0), torch.cat([ns, nm], 0))
+            logit, rot, t = self._core(torch.cat([xs, xm], 0), torch.cat([ns, nm], 0), torch.cat([ident, ident], 0))
             bs = torch.sigmoid(logit)
             bs = 0.5 * (bs[:b] + bs[b:].index_select(1, self.bs_mirror))
             rot = 0.5 * (rot[:b] + rot[b:] * self.rot_flip)
             t = 0.5 * (t[:b] + t[b:] * self.flip)
         else:
-            logit, rot, t = self._core(xs, ns)
+            logit, rot, t = self._core(xs, ns, ident)
             bs = torch.sigmoid(logit)
         return bs * self.bs_mask, orthonormal_6d(rot + self.rot_base), t * TRANSLATION_SCALE, ident
 

@@ -97,7 +97,7 @@ def build_training_set(synthetic: dict | None, rt: dict | None, rt_repeat: int) 
 
 def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int = 512, lr: float = 2e-3,
         hidden=(512, 256), use_z: bool = True, device: str = "cpu", seed: int = 0,
-        log_every: int = 1) -> tuple[FaceReconNet, list[dict]]:
+        log_every: int = 1, weight_decay: float = 1e-4, **net_options) -> tuple[FaceReconNet, list[dict]]:
     """Train one network.
 
     Args:
@@ -105,7 +105,8 @@ def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int
         evals: name -> prepared held-out set, evaluated after each ``log_every`` epochs.
         const: (52,) constant predictor (training mean) for the figures.
         epochs, batch, lr: AdamW with a one-cycle schedule.
-        hidden, use_z: architecture (see FaceReconNet).
+        hidden, use_z, net_options: architecture (see FaceReconNet).
+        weight_decay: AdamW's decoupled weight decay.
         device: torch device.
         seed: torch and shuffling seed.
 
@@ -114,11 +115,11 @@ def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int
     """
     torch.manual_seed(seed)
     rig = load_face_model()
-    model = FaceReconNet(rig.mirror, rig.num_identity, hidden=hidden, use_z=use_z)
+    model = FaceReconNet(rig.mirror, rig.num_identity, hidden=hidden, use_z=use_z, **net_options)
     model.set_input_stats(train_set["x"], train_set["n"])
     model.to(device)
     n_train = len(train_set["x"])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     steps = epochs * (n_train // batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     est = torch.from_numpy(D.ESTIMATED).to(device)
