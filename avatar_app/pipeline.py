@@ -127,13 +127,17 @@ class FrameProcessor:
         self.fusion = fusion or Fusion()
         self.hold = NoFaceHold()
         self.last_landmarks = None
+        #: seconds of audio after the frame time given to the speech animator (offline
+        #: rendering only: its ``offline_lookahead_s``; live mode stays causal)
+        self.speech_lookahead_s = 0.0
 
     def process(self, frame: Frame, audio_window: np.ndarray | None, vision: FaceParams | None = None) -> AvatarState:
         """Process one frame.
 
         Args:
             frame: the frame; its ``stamps`` receive the stage timings.
-            audio_window: (N,) float32 16 kHz audio ending at the frame's time, or None.
+            audio_window: (N,) float32 16 kHz audio ending at the frame's time plus
+                ``speech_lookahead_s``, or None.
             vision: precomputed FaceParams (demo mode) instead of tracking.
 
         Returns:
@@ -160,7 +164,7 @@ class FrameProcessor:
         audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
         if self.speech is not None and audio_window is not None:
             with stage_timer(frame.stamps, "speech"):
-                audio_w = np.asarray(self.speech.process(audio_window, t_s), np.float32)
+                audio_w = np.asarray(self.speech.process(audio_window, t_s + self.speech_lookahead_s), np.float32)
         with stage_timer(frame.stamps, "fuse"):
             weights, rot, trans = self.fusion.fuse(vision, audio_w, face_found, t_s)
         return AvatarState(
@@ -417,6 +421,7 @@ def render_file(
             report.warnings.extend(worker.avatar_warnings)
             tracker = FaceTracker(RunningMode.VIDEO)
             proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
+            proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
             speech_samples = speech_audio.samples if speech_audio is not None else None
             speech_offset = float(speech_audio.media_time_s) if speech_audio is not None else 0.0
             context_s = getattr(speech, "context_s", 0.1) if speech is not None else 0.0
@@ -427,7 +432,8 @@ def render_file(
                 for frame in src.frames():
                     window = None
                     if speech_samples is not None:
-                        window = audio_window(speech_samples, SPEECH_RATE, frame.media_time_s - speech_offset, context_s)
+                        window = audio_window(speech_samples, SPEECH_RATE,
+                                              frame.media_time_s - speech_offset + proc.speech_lookahead_s, context_s)
                     state = proc.process(frame, window)
                     writer.sidecar.write(state)
                     report.frames_in += 1
@@ -578,11 +584,12 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
         writer.recorder.write_audio(rec_audio.samples, 0.0)
         worker = _RenderWorker(options, writer, stats)
         proc = FrameProcessor(None, None, speech, fusion=Fusion(options.fusion))
+        proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
         try:
             for i in range(n):
                 t = i / fps
                 frame = Frame(index=i, t_capture_ns=now_ns(), image=np.zeros((1, 1, 3), np.uint8), media_time_s=t)
-                window = audio_window(speech_audio.samples, SPEECH_RATE, t, speech.context_s)
+                window = audio_window(speech_audio.samples, SPEECH_RATE, t + proc.speech_lookahead_s, speech.context_s)
                 state = proc.process(frame, window, vision=scripted_face(t))
                 writer.sidecar.write(state)
                 worker.put(state)

@@ -14,7 +14,7 @@ quantises to INT8 with plain QDQ MatMuls.
 
 Structure:
 
-- trunk: [expression (438), neutral (438)] -> 512 -> 256 (ReLU, He init);
+- trunk: [expression (438), neutral (438)] -> 512 -> 256 (ReLU6, He init);
 - inputs standardised by their training mean and sd, clipped to +-6 sd;
 - heads: ``blendshapes`` (52, sigmoid; tongueOut masked to 0: no landmark
   sees the tongue), ``rotation_6d`` (6, added to the identity rotation's
@@ -41,6 +41,7 @@ from avatar_app.reconstruction.normalise import SUBSET
 NOT_ESTIMATED = ("tongueOut",)
 TRANSLATION_SCALE = 0.05  # metres per unit of the translation head
 FEATURE_CLIP = 6.0  # standardised inputs are clipped to +-6 sd
+IDENTITY_CLIP = 8.0  # ... and to +-8 sd on the identity's own path
 
 
 class FaceReconNet(nn.Module):
@@ -66,6 +67,7 @@ class FaceReconNet(nn.Module):
         self.use_z = use_z
         self.noise = noise
         self.trunk_reads_neutral = trunk_reads_neutral
+        self.register_buffer("ident_full", None)  # (K, 478, 3), set by freeze_for_export
         self.dropout = dropout
         sub = np.asarray(SUBSET, np.int64)
         pos = {int(j): i for i, j in enumerate(sub)}
@@ -91,9 +93,15 @@ class FaceReconNet(nn.Module):
         self.register_buffer("n_sd", torch.ones(478, 3))
         self.register_buffer("clip_hi", torch.tensor([FEATURE_CLIP]))
         self.register_buffer("clip_lo", torch.tensor([-FEATURE_CLIP]))
+        # the identity reads its own copy of the standardised neutral, clipped wider: a separate
+        # tensor that no quantised operator consumes, so it stays float32 in the INT8 file
+        self.register_buffer("id_clip_hi", torch.tensor([IDENTITY_CLIP]))
+        self.register_buffer("id_clip_lo", torch.tensor([-IDENTITY_CLIP]))
         layers, d = [], n_in + (n_in if trunk_reads_neutral else num_identity)
         for h in hidden:
-            layers += [nn.Linear(d, h), nn.ReLU()]
+            # ReLU6 (Howard et al., MobileNets 2017): a bounded activation quantises finely in
+            # INT8 (a per-tensor scale over 0..6 instead of over a long ReLU tail)
+            layers += [nn.Linear(d, h), nn.ReLU6()]
             d = h
         self.trunk = nn.Sequential(*layers)
         self.head_bs = nn.Linear(d, NUM_BLENDSHAPES)
@@ -134,11 +142,14 @@ class FaceReconNet(nn.Module):
             getattr(self, mean_name)[sub] = torch.from_numpy(mean.astype(np.float32))
             getattr(self, sd_name)[sub] = torch.from_numpy(sd.astype(np.float32))
 
-    def _standardise(self, v: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+    def _standardise(self, v: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor,
+                     identity_path: bool = False) -> torch.Tensor:
         """(v - mean) / sd clipped to +-FEATURE_CLIP, by Sub, Div, Min, Max: operators ONNX
         Runtime's quantiser leaves in float, so INT8 sees only bounded, standardised values
         (never metres); the clip also keeps an out-of-range face inside the training range."""
         z = (v - mean) / sd
+        if identity_path:
+            return torch.maximum(torch.minimum(z, self.id_clip_hi), self.id_clip_lo)
         return torch.maximum(torch.minimum(z, self.clip_hi), self.clip_lo)
 
     def _core(self, xs: torch.Tensor, ns: torch.Tensor, ident: torch.Tensor):
@@ -155,7 +166,7 @@ class FaceReconNet(nn.Module):
         h = torch.cat([xf, nf], 1)
         for mod in self.trunk:
             h = mod(h)
-            if self.training and isinstance(mod, nn.ReLU):
+            if self.training and isinstance(mod, nn.ReLU6):
                 if self.noise > 0:
                     h = h + self.noise * h.detach().amax(0, keepdim=True) / 6.0 * torch.randn_like(h)
                 if self.dropout > 0:
@@ -166,11 +177,12 @@ class FaceReconNet(nn.Module):
         """(B, 478, 3) x 2 -> blendshapes (B, 52), rotation_6d (B, 6), translation (B, 3), identity (B, K)."""
         xs = self._standardise(landmarks, self.x_mean, self.x_sd).index_select(1, self.subset)
         ns_full = self._standardise(neutral, self.n_mean, self.n_sd)
-        w = self._identity_weight()
-        w_full = torch.zeros(w.shape[0], 478, 3, device=w.device).index_copy(1, self.subset, w)
+        ns_id = self._standardise(neutral, self.n_mean, self.n_sd, identity_path=True)
+        w_full = self.ident_full if self.ident_full is not None else self._identity_weight_full()
         # an Einsum straight from the standardised neutral: ONNX Runtime's INT8 quantiser leaves
         # it in float, so the identity (a long dot product) keeps its precision
-        ident = torch.einsum("bpc,kpc->bk", ns_full, w_full) + self.ident[0].bias
+        # "- (-bias)", not "+ bias": an Add would be quantised, a Sub is not
+        ident = torch.einsum("bpc,kpc->bk", ns_id, w_full) - (-self.ident[0].bias)
         return self._forward_standardised(xs, ns_full.index_select(1, self.subset), ident)
 
     def forward_subset(self, x: torch.Tensor, n: torch.Tensor):
@@ -178,9 +190,22 @@ class FaceReconNet(nn.Module):
         sub = self.subset
         xs = self._standardise(x, self.x_mean[sub], self.x_sd[sub])
         ns = self._standardise(n, self.n_mean[sub], self.n_sd[sub])
-        ns_id = ns + self.noise * torch.randn_like(ns) if self.training and self.noise > 0 else ns
+        ns_id = self._standardise(n, self.n_mean[sub], self.n_sd[sub], identity_path=True)
+        if self.training and self.noise > 0:
+            ns_id = ns_id + self.noise * torch.randn_like(ns_id)
         ident = torch.einsum("bpc,kpc->bk", ns_id, self._identity_weight()) + self.ident[0].bias
         return self._forward_standardised(xs, ns, ident)
+
+    def _identity_weight_full(self) -> torch.Tensor:
+        """(K, 478, 3): :meth:`_identity_weight` scattered onto all landmarks (zeros elsewhere)."""
+        w = self._identity_weight()
+        return torch.zeros(w.shape[0], 478, 3, device=w.device).index_copy(1, self.subset, w)
+
+    def freeze_for_export(self) -> None:
+        """Store the full identity weight as a constant (no scatter in the exported graph); eval mode."""
+        self.eval()
+        with torch.no_grad():
+            self.ident_full = self._identity_weight_full().detach().clone()
 
     def _identity_weight(self) -> torch.Tensor:
         """(K, 146, 3) weights of the identity map, symmetrised: identity(n) = identity(mirror n)."""
@@ -220,3 +245,41 @@ def rotation_from_6d_torch(v: torch.Tensor) -> torch.Tensor:
     c2 = b / b.norm(dim=1, keepdim=True).clamp_min(1e-8)
     c3 = torch.cross(c1, c2, dim=1)
     return torch.stack([c1, c2, c3], dim=2)
+
+
+def net_from_onnx(path, **options) -> FaceReconNet:
+    """The PyTorch network holding the weights of an exported face_recon ONNX (for benchmarks).
+
+    Args:
+        path: the .onnx file written by train.py.
+        **options: FaceReconNet options that change the graph (``hidden`` is read from the weights).
+
+    Returns:
+        FaceReconNet in eval mode with every parameter and buffer taken from the file.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    from avatar_app.avatar.face_model import load_face_model
+
+    model = onnx.load(str(path))
+    init = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    hidden, i = [], 0
+    while f"trunk.{i}.weight" in init:
+        hidden.append(int(init[f"trunk.{i}.weight"].shape[0]))
+        i += 2
+    k = int(init["ident.0.bias"].shape[0])
+    n_first = int(init["trunk.0.weight"].shape[1])
+    rig = load_face_model()
+    net = FaceReconNet(rig.mirror, k, hidden=tuple(hidden),
+                       trunk_reads_neutral=n_first == 2 * len(SUBSET) * 3, **options)
+    state = net.state_dict()
+    for name in state:
+        if name in init:
+            state[name] = torch.from_numpy(np.array(init[name]))
+    # the (already symmetric) identity weight is exported as ident_full: take its subset rows
+    full = init["ident_full"][:, np.asarray(SUBSET)]
+    state["ident.0.weight"] = torch.from_numpy(np.array(full.reshape(k, -1)))
+    net.load_state_dict(state)
+    net.freeze_for_export()
+    return net

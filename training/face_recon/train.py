@@ -177,10 +177,12 @@ def train(args) -> dict:
     log.info("data ready in %.0f s: %d training samples (%d render-and-track x %d)", time.time() - t_start,
              len(train_set["x"]), 0 if rt is None else len(rt["x"]), args.rt_repeat)
     model, curve = fit(train_set, {"syn": syn_ho, "rt": rt_ho}, const, args.epochs, args.batch, args.lr,
-                       tuple(args.hidden), not args.no_z, log_every=args.log_every)
+                       tuple(args.hidden), not args.no_z, log_every=args.log_every,
+                       weight_decay=args.weight_decay, dropout=args.dropout)
     result = {
         "train_seconds": time.time() - t_start, "threads": args.threads, "epochs": args.epochs,
-        "hidden": list(args.hidden), "use_z": not args.no_z,
+        "hidden": list(args.hidden), "use_z": not args.no_z, "dropout": args.dropout,
+        "weight_decay": args.weight_decay,
         "training_samples": len(train_set["x"]), "synthetic_samples": args.synthetic,
         "render_track_samples": 0 if rt is None else int(len(rt["x"])), "rt_repeat": args.rt_repeat,
         "constant_predictor": {BLENDSHAPE_NAMES[i]: float(const[i]) for i in range(len(const))},
@@ -196,7 +198,7 @@ def export(model: FaceReconNet, out: Path, card_extra: dict) -> None:
     """Write the ONNX model with its engine metadata (opset 17, batch 1..16)."""
     import onnx
 
-    model.eval()
+    model.freeze_for_export()
     dummy = (torch.zeros(1, 478, 3), torch.zeros(1, 478, 3))
     out.parent.mkdir(parents=True, exist_ok=True)
     dyn = {"landmarks": {0: "B"}, "neutral": {0: "B"}, "blendshapes": {0: "B"},
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default="~/.cache/avatar_app/face_recon")
     ap.add_argument("--out", type=Path, default=Path("models/face_recon.onnx"))
     ap.add_argument("--epochs", type=int, default=24)
+    ap.add_argument("--dropout", type=float, default=0.2)
+    ap.add_argument("--weight-decay", type=float, default=1e-3)
     ap.add_argument("--synthetic", type=int, default=120000)
     ap.add_argument("--rt-repeat", type=int, default=3)
     ap.add_argument("--batch", type=int, default=512)
