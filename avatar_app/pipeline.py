@@ -227,14 +227,14 @@ class _RenderWorker:
 
     _STOP = object()
 
-    def __init__(self, options: RenderOptions, sink: Callable[[np.ndarray, AvatarState], None], stats: LatencyStats):
+    def __init__(self, options: RenderOptions, sink: Callable[[np.ndarray, AvatarState], None], stats: LatencyStats,
+                 avatar=None):
         self.options = options
+        self.avatar = avatar
         self.sink = sink
         self.stats = stats
         self.q: queue.Queue = queue.Queue(maxsize=8)
         self.error: BaseException | None = None
-        #: warnings of the avatar loader (unmapped shapes ...), for the user
-        self.avatar_warnings: list[str] = []
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name="render", daemon=True)
         self.thread.start()
@@ -247,12 +247,7 @@ class _RenderWorker:
         try:
             from avatar_app.render.headless import HeadlessRenderer
 
-            avatar = None
-            if self.options.avatar_path is not None:
-                from avatar_app.avatar.loader import load_avatar
-
-                avatar = load_avatar(self.options.avatar_path)
-                self.avatar_warnings = list(avatar.report.warnings)
+            avatar = self.avatar
             w, h = self.options.size
             renderer = HeadlessRenderer(w, h, msaa=self.options.msaa, background=self.options.background, avatar=avatar)
         except BaseException as exc:  # reported to the caller by __init__
@@ -328,11 +323,26 @@ class _Writer:
     """Sink of the render thread: encodes frames by time and writes the sidecar."""
 
     def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
-        from avatar_app.record.recorder import ClipRecorder
+        from avatar_app.record.formats import open_recorder
         from avatar_app.record.sidecar import SidecarWriter
 
         w, h = options.size
-        self.recorder = ClipRecorder(output_path, w, h, fps, audio_sample_rate=audio_rate)
+        transparent = options.background == "transparent"
+        suffix = output_path.suffix.lower()
+        if transparent and suffix not in (".mov", ".webm"):
+            raise InputError(
+                f"A transparent background needs a format that keeps alpha: name the output "
+                f"{output_path.with_suffix('.mov').name} (ProRes 4444) or "
+                f"{output_path.with_suffix('.webm').name} (VP9), not {output_path.name}",
+                output_path,
+            )
+        if not transparent and suffix in (".mov", ".webm"):
+            raise InputError(
+                f"{output_path.name}: .mov and .webm are for transparent clips (--background transparent); "
+                "use .mp4 for an opaque background",
+                output_path,
+            )
+        self.recorder = open_recorder(output_path, w, h, fps, audio_sample_rate=audio_rate)
         self.sidecar = SidecarWriter(sidecar_path_for(output_path))
         self.frames_out = 0
         self.last_time = 0.0
@@ -409,6 +419,7 @@ def render_file(
             if rec_audio is None:
                 report.warnings.append(f"{input_path} has no audio track: the clip will be silent")
         fps_out = float(options.fps or info.fps or 30.0)
+        avatar = _load_avatar_option(options, report)
         speech = speech if speech is not None else (_default_speech() if speech_audio is not None else None)
         reconstructor = reconstructor if reconstructor is not None else _default_reconstructor()
         stats = LatencyStats(window_s=5.0)
@@ -417,8 +428,7 @@ def render_file(
         try:
             if rec_audio is not None:
                 writer.recorder.write_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
-            worker = _RenderWorker(options, writer, stats)
-            report.warnings.extend(worker.avatar_warnings)
+            worker = _RenderWorker(options, writer, stats, avatar=avatar)
             tracker = FaceTracker(RunningMode.VIDEO)
             proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
             proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
@@ -480,6 +490,21 @@ def render_file(
     report.wall_s = (now_ns() - t0) / 1e9
     report.stage_ms = stats.summary().stages
     return report
+
+
+def _load_avatar_option(options: RenderOptions, report: RenderReport):
+    """Load ``options.avatar_path`` (before any output is created); its warnings go into the report.
+
+    Raises:
+        InputError: the avatar file is missing or not a usable glTF/VRM.
+    """
+    if options.avatar_path is None:
+        return None
+    from avatar_app.avatar.loader import load_avatar
+
+    avatar = load_avatar(options.avatar_path)
+    report.warnings.extend(avatar.report.warnings)
+    return avatar
 
 
 def _emit_resampled(worker: _RenderWorker, state: AvatarState, t_next: float, fps_out: float, k_out: int) -> int:
@@ -575,14 +600,18 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
     rec_audio = load_audio(audio_p, sample_rate=48000)
     speech_audio = load_audio(audio_p, sample_rate=SPEECH_RATE)
     duration = len(speech_audio.samples) / SPEECH_RATE + 0.5
+    # the scripted face says nothing about the mouth: the voice drives it alone
+    options = replace(options, fusion=replace(options.fusion, mouth_covered=True))
+    report0 = RenderReport(output_path=output_path, sidecar_path=sidecar_path_for(output_path))
+    avatar = _load_avatar_option(options, report0)
     n = int(math.ceil(duration * fps))
     speech = _default_speech()
     stats = LatencyStats()
-    report = RenderReport(output_path=output_path, sidecar_path=sidecar_path_for(output_path))
+    report = report0
     writer = _Writer(output_path, options, fps, rec_audio.sample_rate)
     try:
         writer.recorder.write_audio(rec_audio.samples, 0.0)
-        worker = _RenderWorker(options, writer, stats)
+        worker = _RenderWorker(options, writer, stats, avatar=avatar)
         proc = FrameProcessor(None, None, speech, fusion=Fusion(options.fusion))
         proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
         try:

@@ -90,3 +90,45 @@ def test_contact_sheet_command(tmp_path):
 
 def test_contact_sheet_bad_tile(tmp_path):
     _check(run_cli("contact-sheet", "-o", str(tmp_path / "s.png"), "--tile", "5"), r"64", 2)
+
+
+def test_transparent_background_needs_an_alpha_format(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "t.mp4"),
+                   "--background", "transparent")
+    _check(proc, (r"transparent", r"t\.mov", r"t\.webm"), 2)
+    assert not (tmp_path / "t.mp4").exists()
+
+
+def test_bad_avatar_leaves_no_output(testdata, tmp_path):
+    bad = tmp_path / "robot.vrm"
+    bad.write_text("not a model")
+    out = tmp_path / "o.mp4"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--avatar", str(bad))
+    _check(proc, (r"robot\.vrm", r"not a glTF"), 2)
+    assert not out.exists() and not out.with_suffix(".blendshapes.jsonl").exists()
+
+
+@pytest.mark.gl
+def test_transparent_mov_keeps_alpha(testdata, tmp_path):
+    import av
+
+    out = tmp_path / "t.mov"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out),
+                   "--background", "transparent", "--size", "320x180")
+    assert proc.returncode == 0, proc.stderr
+    with av.open(str(out)) as c:
+        frame = next(c.decode(video=0)).to_ndarray(format="rgba")
+    assert frame[0, 0, 3] == 0 and frame[90, 160, 3] == 255
+
+
+@pytest.mark.gl
+def test_demo_mouth_follows_the_voice(tmp_path):
+    from avatar_app.core.blendshapes import Blendshape
+    from tests.helpers import read_track
+
+    out = tmp_path / "demo.mp4"
+    proc = run_cli("demo", "-o", str(out), "--size", "320x180")
+    assert proc.returncode == 0, proc.stderr
+    track = read_track(out.with_suffix(".blendshapes.jsonl"))
+    jaw = track.blendshapes[:, Blendshape.jawOpen]
+    assert jaw.max() > 0.25 and (jaw > 0.1).mean() > 0.3

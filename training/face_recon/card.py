@@ -62,15 +62,17 @@ def build_card(metrics: dict, evaluation: dict | None, extra: dict | None = None
     return card
 
 
-def _row(name: str, syn: dict, rt: dict, rtt: dict | None) -> str:
+def _row(name: str, syn: dict, rt: dict, rtt: dict | None, ict: dict | None) -> str:
     def f(d, k):
         v = d.get(k) if d else None
         return "-" if v is None else f"{v:.3f}"
 
     s, r = syn["per_shape"][name], rt["per_shape"][name]
     trip = rtt.get(name) if rtt else None
+    ic = ict.get(name) if ict else None
     return (f"| {name} | {f(s, 'mae')} | {f(s, 'mae_active')} | {f(r, 'mae')} | {f(r, 'mae_active')} | "
-            f"{f(trip, 'w1')} | {f(trip, 'w05')} | {f(trip, 'others_max')} |")
+            f"{f(trip, 'w1')} | {f(trip, 'w05')} | {f(trip, 'others_max')} | "
+            f"{f(ic, 'w1')} | {f(ic, 'w05')} | {f(ic, 'others_max')} | {f(ic, 'solver_w1')} |")
 
 
 def markdown(card: dict, ablation: dict | None = None) -> str:
@@ -141,7 +143,8 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
         "pose up to yaw 55°, pitch 35°, roll 30°, tracked by the app's MediaPipe face mesh; a "
         "near-frontal neutral frame per subject. Inputs thus carry MediaPipe's own errors.",
         "- Held out: synthetic seed 12 (5000), render-and-track seed 2 (150 other subjects).",
-        "- The ICT FaceKit head was not used (no time in this session; see open items).",
+        "- The ICT FaceKit head (../shared/testdata/avatars, MIT) is used only for evaluation "
+        "(round trip below), not for training.",
         "",
         f"Training: {tr.get('epochs')} epochs, AdamW one-cycle, loss L2 + 0.1·L1 on 51 "
         f"blendshapes + pose + identity terms; {tr.get('train_seconds', 0) / 60:.1f} min on this "
@@ -169,17 +172,22 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
         "MAE over all held-out samples and over samples where the shape is active (target > 0.1); "
         "round trip: each shape alone rendered at weight 1 and 0.5 on 4 held-out subjects (two at "
         "±20° yaw), tracked, reconstructed with the subject's neutral render as calibration "
-        "(mean output, and the largest other output at weight 1).",
+        "(mean output, and the largest other output at weight 1). ICT: the same on the ICT "
+        "FaceKit head (a second, artist-made rig; USC ICT, MIT licence; used for evaluation only, "
+        "never for training, never shipped), rendered frontally by the app's renderer; last "
+        "column: the geometric solver on the same renders.",
         "",
-        "| shape | syn MAE | syn MAE active | R&T MAE | R&T MAE active | round trip w=1 | w=0.5 | "
-        "largest other |", "|---|---|---|---|---|---|---|---|",
+        "| shape | syn MAE | syn MAE active | R&T MAE | R&T MAE active | rig trip w=1 | w=0.5 | "
+        "largest other | ICT w=1 | ICT w=0.5 | ICT largest other | ICT solver w=1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rtt = ev.get("round_trip")
+    ict = ev.get("ict_round_trip")
     for n in BLENDSHAPE_NAMES:
         if n in card["not_estimated"]:
-            lines.append(f"| {n} | not estimated | | | | | | |")
+            lines.append(f"| {n} | not estimated | | | | | | | | | | |")
         else:
-            lines.append(_row(n, syn, rt, rtt))
+            lines.append(_row(n, syn, rt, rtt, ict))
     lines += ["", "Not estimated: tongueOut (no landmark sees the tongue; output fixed at 0). "
               "Weakly observable (see the table): jawForward and cheekPuff move mostly in depth, "
               "mouthClose only shows with an open jaw.", ""]

@@ -265,9 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out
     metrics_path = out.with_name(out.stem + ".metrics.json")
     if not args.no_export:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), out.with_name(out.stem + ".pt"))
         export(model, out, {})
         write_sets(out, syn_raw, rt_raw)
-        torch.save(model.state_dict(), out.with_name(out.stem + ".pt"))
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(res, indent=1))
     for k in ("heldout_synthetic", "heldout_render_track"):
