@@ -98,11 +98,10 @@ def test_heldout_synthetic_accuracy(card):
 
     A fresh synthetic set (seed 13: neither training seed 11 nor the card's held-out seed 12).
     """
-    import torch  # noqa: F401  (training helpers import it)
+    import onnxruntime as ort
 
     from training.face_recon import data as D
     from training.face_recon.make_data import synthetic_set
-    import onnxruntime as ort
 
     raw = synthetic_set(13, 1500)
     feeds = D.full_inputs(raw, np.arange(1500))

@@ -139,3 +139,15 @@ def test_auto_neutral_schedule():
     assert est.count == 8
     with pytest.raises(InputError):
         NeutralEstimator(capacity=1)
+
+
+def test_batched_projection_of_the_data_generator_matches_the_face_model():
+    from training.face_recon.make_data import project_normalised
+
+    m = load_face_model()
+    pts = m.evaluate(np.zeros(52, np.float32))
+    r = rotation_from_euler(0.4, 0.1, 0.2)
+    t = np.array([0.03, 0.01, -0.7])
+    a = synthetic_landmarks(pts, r, t, 700.0, (1280, 720))
+    b = project_normalised(pts[None], r[None], t[None], np.array([700.0]), np.array([[1280, 720]]))[0]
+    assert np.abs(a - b).max() < 1e-6

@@ -272,6 +272,71 @@ def ict_round_trip(engine, testdata: Path = TESTDATA) -> dict:
     return out
 
 
+def stability(engine, testdata: Path = TESTDATA, copies: int = 200, seed: int = 0) -> dict:
+    """Raw output sd over JPEG re-encodes (quality 85-95) of one still shifted by up to 1 px.
+
+    The still is GRID lbax4n frame 10 (eyes open); the engine is calibrated on the original.
+
+    Returns:
+        {"max_sd", "worst_shape", "sd": name -> sd}.
+    """
+    import cv2
+
+    from avatar_app.tracking import FaceTracker, RunningMode
+
+    img = cv2.imread(str(testdata / "images" / "grid_lbax4n_frame10.png"))
+    rng = np.random.default_rng(seed)
+    h, w = img.shape[:2]
+    outs = []
+    with FaceTracker(RunningMode.IMAGE) as tracker:
+        engine.reset()
+        engine.calibrate_neutral(tracker.process_image(img))
+        for i in range(copies):
+            dx, dy = rng.uniform(-1, 1, 2)
+            shifted = cv2.warpAffine(img, np.float32([[1, 0, dx], [0, 1, dy]]), (w, h),
+                                     borderMode=cv2.BORDER_REPLICATE)
+            ok, enc = cv2.imencode(".jpg", shifted, [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(85, 96))])
+            lm = tracker.process_image(cv2.imdecode(enc, cv2.IMREAD_COLOR))
+            if lm is not None:
+                outs.append(engine.reconstruct(lm, 1.0 + i).blendshapes)
+    sd = np.std(np.array(outs), axis=0)
+    return {"max_sd": float(sd.max()), "worst_shape": BLENDSHAPE_NAMES[int(sd.argmax())],
+            "copies_tracked": len(outs), "sd": {n: float(v) for n, v in zip(BLENDSHAPE_NAMES, sd)}}
+
+
+def precision_checks(model: Path, manager, reference_weights: dict, testdata: Path = TESTDATA) -> dict:
+    """FP16 and INT8 through the engine layer: its verification against FP32 on the validation set,
+    and whether the blink events (both eyeBlink > 0.5) on the GRID clips stay the same.
+
+    Args:
+        model: the FP32 ONNX.
+        manager: an EngineManager (its cache receives the builds).
+        reference_weights: clip name -> (F, 52) FP32 engine output (automatic calibration).
+    """
+    from avatar_app.reconstruction.engine import EngineReconstructor
+
+    out = {}
+    for prec in ("fp16", "int8"):
+        entry = manager.build(model, "ort_cpu", prec)
+        m = entry.manifest
+        row = {"status": m.status, "reason": m.reason,
+               "max_abs_error": (m.verification or {}).get("max_abs_error"),
+               "blendshapes_max_abs": ((m.verification or {}).get("per_output") or {}).get(
+                   "blendshapes", {}).get("max_abs")}
+        if m.status == "ok":
+            rec = EngineReconstructor(model, manager=manager, backend="ort_cpu", precision=prec)
+            same = True
+            for name in BLINK_VIDEOS:
+                w = run(rec, *_tracked(testdata, name))
+                ref = reference_weights[name]
+                ev = (w[:, B.eyeBlinkLeft] > 0.5) & (w[:, B.eyeBlinkRight] > 0.5)
+                ev_ref = (ref[:, B.eyeBlinkLeft] > 0.5) & (ref[:, B.eyeBlinkRight] > 0.5)
+                same &= bool(np.array_equal(ev, ev_ref))
+            row["same_blink_frames"] = same
+        out[prec] = row
+    return out
+
+
 def gaze_sources(engine, rt_heldout: Path, n: int = 600) -> dict:
     """Median gaze error (degrees) of the engine's eyeLook weights and of the iris geometry.
 
@@ -320,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         engine = EngineReconstructor(args.model, manager=mgr, backend="ort_cpu", precision=args.precision)
         report = {"precision": args.precision, "engine": engine.describe()}
         report["real"] = real_recordings(engine)
+        report["stability"] = stability(engine)
+        ref = {n: run(engine, *_tracked(TESTDATA, n)) for n in BLINK_VIDEOS}
+        report["precisions"] = precision_checks(args.model, mgr, ref)
         rt = Path(args.data).expanduser() / "rt_heldout.npz"
         if rt.is_file():
             report["gaze"] = gaze_sources(engine, rt)

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from avatar_app.avatar.face_model import FaceModel, load_face_model, synthetic_landmarks
+from avatar_app.avatar.face_model import FaceModel, load_face_model
 from avatar_app.tracking.head_pose import rotation_from_euler
 from training.face_recon import sampling as S
 

@@ -268,7 +268,10 @@ def net_from_onnx(path, **options) -> FaceReconNet:
     while f"trunk.{i}.weight" in init:
         hidden.append(int(init[f"trunk.{i}.weight"].shape[0]))
         i += 2
-    k = int(init["ident.0.bias"].shape[0])
+    for node in model.graph.node:  # Constant nodes hold folded values too
+        if node.op_type == "Constant" and node.attribute:
+            init.setdefault(node.output[0], numpy_helper.to_array(node.attribute[0].t))
+    k = int(init["ident_full"].shape[0])
     n_first = int(init["trunk.0.weight"].shape[1])
     rig = load_face_model()
     net = FaceReconNet(rig.mirror, k, hidden=tuple(hidden),
@@ -277,9 +280,13 @@ def net_from_onnx(path, **options) -> FaceReconNet:
     for name in state:
         if name in init:
             state[name] = torch.from_numpy(np.array(init[name]))
-    # the (already symmetric) identity weight is exported as ident_full: take its subset rows
+    # the (already symmetric) identity weight is exported as ident_full: take its subset rows;
+    # the bias is the negated constant the Sub after the Einsum subtracts
     full = init["ident_full"][:, np.asarray(SUBSET)]
     state["ident.0.weight"] = torch.from_numpy(np.array(full.reshape(k, -1)))
+    einsum_out = next(n.output[0] for n in model.graph.node if n.op_type == "Einsum")
+    sub = next(n for n in model.graph.node if n.op_type == "Sub" and n.input[0] == einsum_out)
+    state["ident.0.bias"] = torch.from_numpy(-np.array(init[sub.input[1]]).reshape(k))
     net.load_state_dict(state)
     net.freeze_for_export()
     return net

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -178,11 +177,11 @@ def train(args) -> dict:
              len(train_set["x"]), 0 if rt is None else len(rt["x"]), args.rt_repeat)
     model, curve = fit(train_set, {"syn": syn_ho, "rt": rt_ho}, const, args.epochs, args.batch, args.lr,
                        tuple(args.hidden), not args.no_z, log_every=args.log_every,
-                       weight_decay=args.weight_decay, dropout=args.dropout)
+                       weight_decay=args.weight_decay, dropout=args.dropout, noise=args.noise)
     result = {
         "train_seconds": time.time() - t_start, "threads": args.threads, "epochs": args.epochs,
         "hidden": list(args.hidden), "use_z": not args.no_z, "dropout": args.dropout,
-        "weight_decay": args.weight_decay,
+        "weight_decay": args.weight_decay, "noise": args.noise,
         "training_samples": len(train_set["x"]), "synthetic_samples": args.synthetic,
         "render_track_samples": 0 if rt is None else int(len(rt["x"])), "rt_repeat": args.rt_repeat,
         "constant_predictor": {BLENDSHAPE_NAMES[i]: float(const[i]) for i in range(len(const))},
@@ -248,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=24)
     ap.add_argument("--dropout", type=float, default=0.2)
     ap.add_argument("--weight-decay", type=float, default=1e-3)
+    ap.add_argument("--noise", type=float, default=0.05,
+                    help="training noise on the standardised inputs, in sd (robustness to tracker jitter)")
     ap.add_argument("--synthetic", type=int, default=120000)
     ap.add_argument("--rt-repeat", type=int, default=3)
     ap.add_argument("--batch", type=int, default=512)
