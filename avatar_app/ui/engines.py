@@ -157,6 +157,14 @@ class EngineController(QObject):
                  parent=None):
         super().__init__(parent)
         paths = {n: default_model_path(n) for n in ENGINES}
+        #: engine name -> why it is off by default (not opened; its fallback serves)
+        self.disabled: dict[str, str] = {}
+        from avatar_app.reconstruction.engine import face_engine_disabled_reason
+
+        off = face_engine_disabled_reason()
+        if off and "face_recon" not in (models or {}):
+            self.disabled["face_recon"] = off
+            paths["face_recon"] = None
         paths.update(models or {})
         fns = dict(DEFAULT_SAMPLE_FNS)
         fns.update(sample_fns or {})
@@ -247,6 +255,8 @@ class EngineController(QObject):
     def backend_reason(self, name: str, backend: str) -> str | None:
         """Why ``backend`` cannot be chosen for engine ``name`` here, or None if it can."""
         e = self.entries[name]
+        if name in self.disabled:
+            return self.disabled[name]
         if not e.installed:
             return f"model not installed ({e.model_path.name if e.model_path else name + '.onnx'})"
         if self.statuses is None:
@@ -304,6 +314,8 @@ class EngineController(QObject):
     def verification_text(self, name: str) -> str:
         """The active engine's verification, why a choice fell back, and the last error."""
         e = self.entries[name]
+        if name in self.disabled:
+            return f"The {FALLBACKS.get(name, 'fallback')} is used: {self.disabled[name]}."
         if not e.installed:
             return f"Model not installed: {e.model_path}. The {FALLBACKS.get(name, 'fallback')} is used."
         lines = []
