@@ -10,7 +10,8 @@ import numpy as np
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.reconstruction import normalise as N
-from training.face_recon.model import NOT_ESTIMATED
+#: Shapes vision cannot observe (no landmark moves): fixed at 0 by the model (model.py uses this).
+NOT_ESTIMATED = ("tongueOut",)
 
 #: Indices of the blendshapes the engine estimates (all but NOT_ESTIMATED).
 ESTIMATED = np.array([i for i, n in enumerate(BLENDSHAPE_NAMES) if n not in NOT_ESTIMATED])

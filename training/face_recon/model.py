@@ -37,8 +37,8 @@ from torch import nn
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, mirror_index
 from avatar_app.reconstruction.normalise import SUBSET
+from training.face_recon.data import NOT_ESTIMATED  # one definition, importable without torch
 
-NOT_ESTIMATED = ("tongueOut",)
 TRANSLATION_SCALE = 0.05  # metres per unit of the translation head
 FEATURE_CLIP = 6.0  # standardised inputs are clipped to +-6 sd
 IDENTITY_CLIP = 8.0  # ... and to +-8 sd on the identity's own path
