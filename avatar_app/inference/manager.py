@@ -394,6 +394,7 @@ class EngineManager:
     def _done(runner: BaseRunner, attempts: list[Attempt]) -> OpenResult:
         result = OpenResult(runner, attempts)
         if result.fell_back:
-            logger.warning("engine choice for %s:\n%s", runner.name, result.explain())
+            # expected on machines without a GPU: the reasons are in `engines list` and the Engines panel
+            logger.info("engine choice for %s:\n%s", runner.name, result.explain())
         logger.info("using %s", runner.describe())
         return result
