@@ -305,6 +305,8 @@ class EngineController(QObject):
         runner = self.active(name)
         if runner is not None:
             return f"{BACKEND_LABELS.get(runner.backend, runner.backend)} {runner.precision.value.upper()}"
+        if name in self.disabled:
+            return f"{FALLBACKS.get(name, 'fallback')}"
         if not e.installed:
             return f"{FALLBACKS.get(name, 'fallback')} (no model)"
         if e.error:

@@ -85,8 +85,13 @@ class _EngineBox(QGroupBox):
         else:
             from avatar_app.ui.engines import FALLBACKS
 
-            self.model_label.setText(f"Model not installed ({e.model_path.name if e.model_path else self.name})."
-                                     f" The {FALLBACKS.get(self.name, 'built-in fallback')} drives this part.")
+            fallback = FALLBACKS.get(self.name, "built-in fallback")
+            off = ctl.disabled.get(self.name)
+            if off:
+                self.model_label.setText(f"The {fallback} drives this part: {off}.")
+            else:
+                self.model_label.setText(f"Model not installed ({e.model_path.name if e.model_path else self.name})."
+                                         f" The {fallback} drives this part.")
         building = ctl.pending(self.name)
         self.progress.setVisible(building)
         if building:
