@@ -8,12 +8,12 @@ from collections import deque
 import numpy as np
 
 from avatar_app.core.errors import InputError, RecordingError
-from avatar_app.record.recorder import VIDEO_TIME_BASE, ClipRecorder
+from avatar_app.record.recorder import VIDEO_TIME_BASE, ClipRecorder, ClosingContext
 
 _log = logging.getLogger(__name__)
 
 
-class AsyncRecorder:
+class AsyncRecorder(ClosingContext):
     """Runs a :class:`ClipRecorder` in a writer thread behind a bounded queue (live use).
 
     ``write_video``/``write_audio`` copy their input into the queue and return
@@ -192,14 +192,3 @@ class AsyncRecorder:
         if self._error is not None:
             raise self._error
 
-    def __enter__(self) -> AsyncRecorder:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if exc[0] is None:
-            self.close()
-        else:
-            try:
-                self.close()
-            except RecordingError as e:
-                _log.debug("while closing after an error: %s", e)

@@ -68,7 +68,29 @@ def _io_message(err: BaseException, path: Path) -> str:
     return f"recording to {path} failed: {why}. The part written so far is kept and plays."
 
 
-class ClipRecorder:
+
+class ClosingContext:
+    """``with`` support shared by the recorders: ``close()`` on exit.
+
+    After an exception in the block the original exception is kept; a
+    RecordingError raised while closing is then only logged (the file is still
+    released).
+    """
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            try:
+                self.close()
+            except RecordingError as e:
+                _log.debug("while closing after an error: %s", e)
+
+
+class ClipRecorder(ClosingContext):
     """Writes an MP4 clip (H.264 video, optional AAC audio) frame by frame.
 
     Args:
@@ -435,17 +457,6 @@ class ClipRecorder:
         if failed and self._error is not None:
             raise self._error
 
-    def __enter__(self) -> ClipRecorder:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if exc[0] is None:
-            self.close()
-        else:  # keep the original exception; still release the file
-            try:
-                self.close()
-            except RecordingError as e:
-                _log.debug("while closing after an error: %s", e)
 
 
 def __getattr__(name: str):

@@ -46,7 +46,7 @@ from fractions import Fraction
 import numpy as np
 
 from avatar_app.core.errors import InputError, RecordingError
-from avatar_app.record.recorder import ClipRecorder
+from avatar_app.record.recorder import ClipRecorder, ClosingContext
 
 _log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class AudioClock:
         return self._a + self._b * (float(t_s) - self._t_ref)
 
 
-class SyncedRecorder:
+class SyncedRecorder(ClosingContext):
     """Constant-frame-rate recording placed on the audio clock (see the module doc).
 
     Wraps a fresh :class:`ClipRecorder` (or :class:`~avatar_app.record.alpha.AlphaClipRecorder`)
@@ -372,14 +372,3 @@ class SyncedRecorder:
                       "audio clock %+.0f ppm", self.path, self.frames_in, self.frames_written,
                       self.frames_duplicated, self.frames_dropped, self.drift_ppm or 0.0)
 
-    def __enter__(self) -> SyncedRecorder:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if exc[0] is None:
-            self.close()
-        else:
-            try:
-                self.close()
-            except RecordingError as e:
-                _log.debug("while closing after an error: %s", e)
