@@ -538,7 +538,7 @@ def scripted_face(t_s: float) -> FaceParams:
         FaceParams with (52,) float32 weights.
     """
     w = np.zeros(NUM_BLENDSHAPES, np.float32)
-    period, phase = 2.7, (t_s + 0.9) % 2.7
+    phase = (t_s + 0.9) % 2.7  # one blink every 2.7 s
     blink = 0.0
     if phase < 0.12:
         blink = phase / 0.12
