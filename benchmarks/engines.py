@@ -4,7 +4,8 @@ Runs the tiny generated models (avatar_app.inference.tiny_models) and every
 ``models/*.onnx``, on every backend that can run here, at FP32/FP16/INT8 and
 batch 1/4/16, plus PyTorch FP32 eager on the same weights (when torch is
 importable; the ONNX graph is executed node by node with torch operators), and
-a sweep of ONNX Runtime CPU thread settings. Writes JSON; asserts nothing.
+a sweep of ONNX Runtime CPU thread settings. INT8 rows record how many weighted
+layers the mixed-precision file quantises and keeps float. Writes JSON; asserts nothing.
 
     python benchmarks/engines.py --out benchmarks/results/engines.json [--quick]
 
@@ -51,6 +52,25 @@ def time_calls(fn, feeds, warmup: int, iters: int, max_s: float) -> dict:
     return {"p50_ms": float(np.percentile(arr, 50)), "p95_ms": float(np.percentile(arr, 95)),
             "mean_ms": float(arr.mean()), "calls": len(lat),
             "throughput_samples_per_s": float(batch / (arr.mean() / 1e3))}
+
+
+def int8_layers(artifact_path: Path) -> dict | None:
+    """Quantised and float weighted layers of an INT8 ONNX artifact (its ``avatar_app.int8`` metadata).
+
+    None for other artifacts (TensorRT plans) or files without the metadata.
+    """
+    import onnx
+
+    from avatar_app.inference.precision import META_INT8
+
+    if Path(artifact_path).suffix != ".onnx":
+        return None
+    meta = {p.key: p.value for p in onnx.load(str(artifact_path), load_external_data=False).metadata_props}
+    if META_INT8 not in meta:
+        return None
+    d = json.loads(meta[META_INT8])
+    return {"quantized_layers": len(d["quantized_nodes"]), "float_layers": len(d["float_nodes"]),
+            "float_nodes": d["float_nodes"], "calibration_max_abs": max(d["selection_error"].values(), default=0.0)}
 
 
 def feeds_for(info: ModelInfo, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -264,6 +284,8 @@ def main(argv=None) -> int:
                         runner = mgr.cache.lookup(mgr.cache_key(info, backend, prec), info.name)
                         from avatar_app.inference.backends import get_backend
 
+                        if prec is Precision.INT8:
+                            row["int8"] = int8_layers(runner.artifact_path)
                         runner = get_backend(backend).make_runner(runner.artifact_path, prec, info.name).open()
                 except Exception as exc:  # noqa: BLE001 - a benchmark records failures and goes on
                     report["results"].append({**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"})

@@ -30,9 +30,13 @@ if [ "$RELEASE" = 1 ]; then
   "$VENV/bin/python" -m pip install -q --upgrade "$ROOT" "pyinstaller>=6.10"
   CV_VER="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("opencv-contrib-python"))' 2>/dev/null || true)"
   if [ -n "$CV_VER" ]; then
+    # Both wheels install into cv2/: uninstalling contrib deletes files of an already
+    # installed headless (a re-run on an existing venv), so headless is always reinstalled.
     "$VENV/bin/python" -m pip uninstall -q -y opencv-contrib-python
-    "$VENV/bin/python" -m pip install -q "opencv-python-headless==$CV_VER"
+    "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "opencv-python-headless==$CV_VER"
   fi
+  "$VENV/bin/python" -c "import cv2, mediapipe, onnxruntime, av, PySide6.QtWidgets" \
+    || { echo "error: the release venv $VENV is broken (see above)" >&2; exit 2; }
   PY="$VENV/bin/python"
 elif [ -z "$PY" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi

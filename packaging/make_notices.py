@@ -70,6 +70,12 @@ Native libraries inside the bundle, and why avatar-app is GPL-3.0-or-later
 * PortAudio (through sounddevice): MIT-style licence; on Linux the system's
   libportaudio2 is used, on Windows and macOS the copy inside the
   _sounddevice_data package.
+* Linux bundle only (packaging/slim.py, to keep it small): PyAV's libx265
+  and libSvtAv1Enc are replaced by stand-ins that report the HEVC / AV1
+  encoders as unavailable (avatar-app never encodes HEVC or AV1; decoding is
+  unaffected), OpenCV's OpenBLAS by a small library forwarding its calls to
+  NumPy's OpenBLAS, and Qt's ICU data library (Unicode licence) by a copy
+  holding only the data Qt uses (collation, time zones, converter names).
 * TensorRT, TensorRT for RTX, CUDA, onnxruntime-gpu: NOT shipped. The bundle
   is the CPU build; a user who installs one of them (under NVIDIA's licence
   terms for TensorRT) is offered it at start (see README, GPU).

@@ -3,7 +3,7 @@
 Both tests are slow (a bundle build, a fresh venv): ``pytest -m slow tests/test_packaging.py``.
 
 - The Linux bundle (packaging/avatar_app.spec) is built into a temporary folder;
-  its ``avatar-app render`` turns the GRID clip into a valid MP4 (video + audio,
+  the size cuts of packaging/slim.py are in it; its ``avatar-app render`` turns the GRID clip into a valid MP4 (video + audio,
   ~3 s); LICENSE and THIRD_PARTY_NOTICES.txt are in it; it builds an INT8
   engine in a spawned child process; its window, started on
   a private Xvfb server with ``--source`` the same clip, shows the avatar
@@ -216,6 +216,16 @@ def test_linux_bundle_renders_and_shows_the_avatar(testdata, tmp_path_factory):
     assert not (mp_modules / "pose_landmark").exists()
     for heavy in ("torch", "tensorflow", "jax", "jaxlib", "matplotlib", "scipy", "tensorrt_rtx"):
         assert not (internal / heavy).exists(), f"{heavy} should not be bundled"
+    assert not (mp_modules / "face_landmark" / "face_landmark.tflite").exists()  # refine_landmarks=False only
+    for needed in ("cv2", "onnxruntime", "av", "PySide6/QtOpenGL.abi3.so"):
+        assert any(internal.glob(needed + "*")), f"{needed} missing from the bundle"
+    # packaging/slim.py's stand-ins (tests/test_packaging_slim.py checks what they do)
+    small = {"PySide6/Qt/lib/libicudata.so.*": 6e6, "av.libs/libx265-*": 1e5, "av.libs/libSvtAv1Enc-*": 1e5,
+             "opencv_*.libs/libopenblas*": 1e5}
+    for pattern, limit in small.items():
+        (lib,) = internal.glob(pattern)
+        assert lib.stat().st_size < limit, f"{lib.name}: {lib.stat().st_size} bytes, the slim build was skipped?"
+    assert not list(internal.glob("python3.11/lib-dynload/_ssl*")) and not list(internal.glob("libcrypto.so*"))
 
     # offline render with the bundled CLI
     out_mp4 = work / "out.mp4"

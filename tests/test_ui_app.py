@@ -51,3 +51,19 @@ def test_long_sessions_survive_pyside_refcount_defect():
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr[-2000:]
+
+
+def test_message_box_ok_button_has_no_overlapping_icon(qapp, qtbot):
+    """Without a desktop theme (Xvfb) Fusion drew the fallback icon over "OK"; the app turns them off."""
+    from PySide6.QtWidgets import QMessageBox
+
+    box = QMessageBox(QMessageBox.Icon.Warning, "avatar_app", "Playback of 'x.mp4' failed: not a video.",
+                      QMessageBox.StandardButton.Ok)
+    qtbot.addWidget(box)
+    box.show()
+    qtbot.waitExposed(box)
+    ok = box.button(QMessageBox.StandardButton.Ok)
+    assert ok.icon().isNull(), "the OK button carries an icon, which Fusion draws over its label"
+    # the label fits in the button
+    assert ok.fontMetrics().horizontalAdvance(ok.text()) < ok.width()
+    box.close()

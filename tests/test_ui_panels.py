@@ -205,3 +205,34 @@ def test_settings_survive_a_restart(qtbot, testdata, settings):
     assert win2.output_panel.fps_cap.value() == 24
     win2.close()
     assert np.isfinite(s.sensitivity).all()
+
+
+def test_failed_source_shows_what_failed_not_a_remembered_file(qtbot, testdata, settings, tmp_path):
+    """A failed --source: the file box shows nothing (not the remembered file) and says what failed."""
+    from avatar_app.ui.engines import EngineController
+    from avatar_app.ui.main_window import MainWindow
+
+    settings.setValue("last_file", str(testdata / OTHER))  # remembered from an earlier session
+    bad = tmp_path / "not_a_video.mp4"
+    bad.write_bytes(b"this is not a video")
+    win = MainWindow(source=bad, settings=settings, engines=EngineController(models={"face_recon": None,
+                                                                                      "speech2face": None}))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    s = win.sources_panel
+    assert win.pipeline is None
+    assert s.file_edit.text() == ""
+    assert s.file_error.isVisibleTo(s) and "not_a_video.mp4" in s.file_error.text()
+    assert "No source" in win.source_label.text()
+    # playing a good file: the box shows it and the error goes
+    s.file_edit.setText(str(testdata / OTHER))
+    s.play_button.click()
+    qtbot.waitUntil(lambda: win.pipeline is not None, timeout=20000)
+    assert s.file_edit.text() == str(testdata / OTHER) and not s.file_error.isVisibleTo(s)
+    # a failed switch: nothing plays any more, so the box is empty again and names the failed file
+    s.file_edit.setText(str(bad))
+    s.play_button.click()
+    qtbot.waitUntil(lambda: s.file_error.isVisibleTo(s), timeout=20000)
+    assert win.pipeline is None and s.file_edit.text() == "" and str(bad) in s.file_error.text()
+    win.close()

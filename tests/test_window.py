@@ -27,6 +27,9 @@ def _qimage_to_array(img) -> np.ndarray:
     return arr[:, : w * 3].reshape(h, w, 3).copy()
 
 
+RECORD_FPS = 30.0  # avatar_app.ui.main_window.RECORD_FPS
+
+
 def _save(arr: np.ndarray, name: str) -> None:
     d = os.environ.get("AVATAR_SCREENSHOTS")
     if d:
@@ -170,6 +173,23 @@ def test_record_button_writes_clip_with_sound(qtbot, file_window, settings):
     assert "video" in streams and "audio" in streams
     assert float(streams["video"]["duration"]) > 1.5
     assert "Saved" in win.statusBar().currentMessage()
+    # placed on the audio clock (SyncedRecorder): both tracks end together, within one frame
+    v_frames, v_dur, a_dur = _decoded_tracks(path)
+    assert abs(v_dur - a_dur) <= 1 / RECORD_FPS, (v_frames, v_dur, a_dur)
+
+
+def _decoded_tracks(path):
+    """(video frames, video duration s = frames / fps, audio duration s = decoded samples / rate)."""
+    import av
+
+    with av.open(str(path)) as c:
+        vs = c.streams.video[0]
+        n_video = sum(1 for _ in c.decode(vs))
+    with av.open(str(path)) as c:
+        a = c.streams.audio[0]
+        n_audio = sum(f.samples for f in c.decode(a))
+        rate = a.rate
+    return n_video, n_video / RECORD_FPS, n_audio / rate
 
 
 def test_settings_persist_overlay_choice(qtbot, file_window, settings):

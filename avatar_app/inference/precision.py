@@ -7,22 +7,46 @@ builder flags), so:
   onnxconverter-common's ``float16.convert_float_to_float16(keep_io_types=True)``.
 - INT8 is a QDQ ONNX from ``onnxruntime.quantization.quantize_static`` with
   symmetric activations and weights (TensorRT requires zero points of 0),
-  per-channel weights and entropy or percentile calibration.
+  per-channel weights and entropy or percentile calibration. Q/DQ pairs go on
+  the inputs of the weighted layers only (Conv, ConvTranspose, Gemm, MatMul),
+  as NVIDIA's TensorRT guide recommends ("Q/DQ Layer-Placement
+  Recommendations": quantize all inputs of weighted operations; do not quantize
+  their outputs by default); every other operator runs in float.
+
+INT8 is mixed precision when it has to be: :func:`quantize_int8_mixed` keeps
+the layers a model card names (``int8_exclude``) in float and, when the
+fully quantised model misses its accuracy target on the *calibration* samples,
+runs a layer-wise sensitivity search (partial quantisation, Wu et al.,
+"Integer Quantization for Deep Learning Inference: Principles and Empirical
+Evaluation", NVIDIA 2020, arXiv:2004.09602, section 5.1): each weighted layer
+is quantised alone and its output error measured; layers are then quantised
+least-sensitive first while the error stays within the target, and the rest
+stay float. The validation set is never used for the choice, so the engine
+layer's verification (:mod:`avatar_app.inference.verify`) stays an independent
+check. TensorRT runs such partially quantised QDQ graphs as mixed precision
+(layers without Q/DQ inputs run in the network's float type), and ONNX
+Runtime's CPU provider runs INT8 kernels only where Q/DQ pairs are.
 
 ONNX Runtime runs all three files directly.
 """
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import hashlib
+import inspect
 import io
+import json
 import logging
+import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from avatar_app.core.errors import BackendUnavailableError, EngineBuildError
+from avatar_app.core.errors import BackendUnavailableError, EngineBuildError, ModelLoadError
 from avatar_app.inference.base import Precision
 from avatar_app.inference.modelinfo import iter_batches
 
@@ -30,6 +54,23 @@ logger = logging.getLogger(__name__)
 
 #: Calibration methods accepted by :func:`quantize_int8`.
 CALIBRATION_METHODS = ("entropy", "percentile", "minmax")
+
+#: Op types whose inputs get Q/DQ pairs: TensorRT's weighted layers (TensorRT
+#: developer guide, "Q/DQ Layer-Placement Recommendations").
+WEIGHTED_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+#: Fraction of the INT8 tolerance the sensitivity search aims for on the
+#: calibration samples; the rest is headroom for unseen (validation) data,
+#: whose worst case is larger than the calibration samples' (measured up to
+#: 1.5x on the shipped models).
+INT8_SEARCH_MARGIN = 0.5
+
+#: Version of the INT8 recipe (placement, calibration, search). Part of
+#: :meth:`Int8Recipe.fingerprint`, so engines made by an older recipe get new cache keys.
+INT8_RECIPE_VERSION = 2
+
+#: ONNX metadata key of the INT8 file: JSON of :meth:`Int8Result.to_json` (float layers, errors).
+META_INT8 = "avatar_app.int8"
 
 
 def convert_fp16(src: Path, dst: Path, op_block_list: Sequence[str] | None = None) -> Path:
@@ -112,13 +153,305 @@ class FeedSetReader:
         """Next feed dict, or None at the end (the ORT calibration protocol)."""
         return next(self._iter, None)
 
+    def batches(self, batch: int, limit: int | None = None):
+        """Yield feed dicts of up to ``batch`` samples over all sets (independent of ``get_next``).
+
+        Args:
+            batch: samples per feed (a feed never spans two sets).
+            limit: stop after this many samples (None: the reader's own limit).
+        """
+        limit = self.limit if limit is None else min(limit, self.limit or limit)
+        seen = 0
+        for data in self._sets:
+            for feed in iter_batches(data, batch):
+                if limit is not None and seen >= limit:
+                    return
+                n = next(iter(feed.values())).shape[0]
+                if limit is not None and seen + n > limit:
+                    feed = {k: v[:limit - seen] for k, v in feed.items()}
+                    n = limit - seen
+                seen += n
+                yield feed
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How :func:`quantize_int8_mixed` makes an INT8 file.
+
+    Attributes:
+        method: calibration method, one of :data:`CALIBRATION_METHODS`.
+        percentile: percentile of |activation| kept by the ``"percentile"`` method.
+        op_types: op types whose inputs are quantised (None: every op type ONNX
+            Runtime can quantise, its own default).
+        quantize_outputs: also quantise the outputs of ``op_types`` (off, as TensorRT recommends).
+        exclude: node names or :mod:`fnmatch` patterns (``"/model/head/*"``) kept in
+            float whatever the search finds; names are those of the graph after
+            ONNX Runtime's quantisation pre-processing (listed in the INT8 file's metadata).
+        search: run the sensitivity search when the quantised model misses the target.
+        margin: target = ``margin`` x tolerance, on the calibration samples.
+        max_selection_samples: calibration samples used to measure errors in the search.
+    """
+
+    method: str = "percentile"
+    percentile: float = 99.999
+    op_types: tuple[str, ...] | None = WEIGHTED_OP_TYPES
+    quantize_outputs: bool = False
+    exclude: tuple[str, ...] = ()
+    search: bool = True
+    margin: float = INT8_SEARCH_MARGIN
+    max_selection_samples: int = 2048
+
+    def __post_init__(self):
+        if self.method not in CALIBRATION_METHODS:
+            raise EngineBuildError(f"unknown calibration method {self.method!r}; "
+                                   f"use one of {CALIBRATION_METHODS}")
+        if not 0 < self.margin <= 1:
+            raise EngineBuildError(f"INT8 search margin must be in (0, 1], got {self.margin}")
+
+    @classmethod
+    def from_card(cls, card: Mapping | None, method: str = "percentile") -> "Int8Recipe":
+        """The recipe a model card asks for.
+
+        Card keys (all optional): ``int8_exclude`` (list of node names or patterns kept
+        float), ``int8_search`` (bool, default true), ``int8_op_types`` (list of op types
+        to quantise, default :data:`WEIGHTED_OP_TYPES`).
+
+        Raises:
+            ModelLoadError: a key has the wrong type.
+        """
+        card = card or {}
+        exclude = card.get("int8_exclude", [])
+        op_types = card.get("int8_op_types", list(WEIGHTED_OP_TYPES))
+        search = card.get("int8_search", True)
+        for key, val in (("int8_exclude", exclude), ("int8_op_types", op_types)):
+            if not isinstance(val, list) or not all(isinstance(x, str) for x in val):
+                raise ModelLoadError(f"model card of {card.get('name', 'the model')}: {key!r} must be "
+                                     f"a list of strings, got {val!r}")
+        if not isinstance(search, bool):
+            raise ModelLoadError(f"model card of {card.get('name', 'the model')}: 'int8_search' must "
+                                 f"be true or false, got {search!r}")
+        return cls(method=method, exclude=tuple(exclude), search=search,
+                   op_types=tuple(op_types) if op_types else None)
+
+    def fingerprint(self) -> str:
+        """Hex digest of the recipe and :data:`INT8_RECIPE_VERSION` (for cache keys)."""
+        text = json.dumps({"version": INT8_RECIPE_VERSION, **asdict(self)}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Int8Result:
+    """What :func:`quantize_int8_mixed` made.
+
+    Attributes:
+        path: the written INT8 .onnx file.
+        quantized_nodes: nodes whose inputs are quantised (INT8 layers).
+        float_nodes: candidate nodes left in float (card exclusions and search).
+        selection_error: output name to the max abs error vs FP32 on the selection
+            (calibration) samples.
+        target: max abs error the search aimed for (margin x tolerance).
+        tolerance: the model's INT8 tolerance.
+        sensitivity: node to max abs output error with only that node quantised
+            (empty when no search ran).
+        quantizations: quantised models made (1 without a search).
+        samples: calibration samples the errors were measured on.
+        searched: whether the sensitivity search ran.
+    """
+
+    path: Path
+    quantized_nodes: tuple[str, ...]
+    float_nodes: tuple[str, ...]
+    selection_error: dict[str, float]
+    target: float
+    tolerance: float
+    sensitivity: dict[str, float] = field(default_factory=dict)
+    quantizations: int = 1
+    samples: int = 0
+    searched: bool = False
+
+    @property
+    def max_error(self) -> float:
+        """Largest of :attr:`selection_error` (0 when there are no outputs)."""
+        return max(self.selection_error.values(), default=0.0)
+
+    def to_json(self) -> dict:
+        """JSON-serialisable dict (the path as a string)."""
+        d = asdict(self)
+        d["path"] = str(self.path)
+        return d
+
+
+def _ort_quantization():
+    try:
+        from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
+                                              quantize_static)
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError as exc:
+        raise BackendUnavailableError(f"INT8 quantisation needs onnxruntime.quantization: {exc}") from exc
+    return CalibrationMethod, QuantFormat, QuantType, quantize_static, quant_pre_process
+
+
+class _Quantizer:
+    """Pre-processes a model once, calibrates once, and writes QDQ files for any exclusion set.
+
+    The calibration ranges are computed on the first call and reused through
+    ``quantize_static``'s ``calibration_cache_path`` (ONNX Runtime >= 1.22); older
+    versions calibrate on every call (slower, same result).
+    """
+
+    def __init__(self, src: Path, reader: FeedSetReader, recipe: Int8Recipe, workdir: Path):
+        import onnx
+
+        self.src = Path(src)
+        self.reader = reader
+        self.recipe = recipe
+        self.workdir = workdir
+        self.count = 0
+        (self._cal_enum, self._fmt, self._qtype, self._quantize_static,
+         quant_pre_process) = _ort_quantization()
+        pre = workdir / "pre.onnx"
+        try:
+            quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+            model = onnx.load(str(pre))
+        except Exception as exc:  # noqa: BLE001 - optional optimisation step; fall back to the source
+            logger.warning("quantisation pre-processing of %s skipped: %s", self.src.name, exc)
+            model = onnx.load(str(src))
+        # nodes_to_exclude works by name: give unnamed nodes stable names.
+        used = {n.name for n in model.graph.node if n.name}
+        for i, node in enumerate(model.graph.node):
+            if not node.name:
+                name = f"{node.op_type}_{i}"
+                while name in used:
+                    name += "_"
+                node.name = name
+                used.add(name)
+        onnx.save(model, str(pre))
+        self.pre = pre
+        types = recipe.op_types
+        if types is None:
+            from onnxruntime.quantization.registry import QDQRegistry
+
+            types = tuple(QDQRegistry)
+        self.candidates = tuple(n.name for n in model.graph.node if n.op_type in types)
+        self.pinned = tuple(n for n in self.candidates
+                            if any(fnmatch.fnmatchcase(n, pat) for pat in recipe.exclude))
+        unmatched = [pat for pat in recipe.exclude
+                     if not any(fnmatch.fnmatchcase(n.name, pat) for n in model.graph.node)]
+        if unmatched:
+            logger.warning("INT8 exclusions of %s match no node: %s", self.src.name, unmatched)
+        self._cache = workdir / "calibration.json"
+        self._has_cache = "calibration_cache_path" in inspect.signature(self._quantize_static).parameters
+
+    @property
+    def free(self) -> tuple[str, ...]:
+        """Candidates the search may quantise (not pinned to float by the recipe)."""
+        return tuple(n for n in self.candidates if n not in self.pinned)
+
+    def quantize(self, dst: Path, float_nodes: Iterable[str]) -> Path:
+        """Write the QDQ model with ``float_nodes`` (plus the pinned ones) left in float.
+
+        Raises:
+            EngineBuildError: ONNX Runtime failed.
+        """
+        r = self.recipe
+        cal = {"entropy": self._cal_enum.Entropy, "percentile": self._cal_enum.Percentile,
+               "minmax": self._cal_enum.MinMax}[r.method]
+        # QuantizeBias False: biases stay float. An int32 bias behind DequantizeLinear is
+        # valid ONNX but TensorRT's parser rejects it (DQ input must be 8-bit or smaller).
+        # DedicatedQDQPair: a tensor read by several layers gets one Q/DQ pair per
+        # quantised reader, so a layer left float reads the float tensor.
+        extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
+                 "DedicatedQDQPair": True}
+        if r.method == "percentile":
+            extra["CalibPercentile"] = r.percentile
+        if r.op_types is not None and not r.quantize_outputs:
+            extra["OpTypesToExcludeOutputQuantization"] = list(r.op_types)
+        kwargs = {}
+        if self._has_cache:
+            kwargs["calibration_cache_path"] = str(self._cache)
+        excluded = sorted(set(self.pinned) | set(float_nodes))
+        self.reader.rewind()
+        try:
+            chatter = io.StringIO()  # the calibrator prints progress to stdout
+            with contextlib.redirect_stdout(chatter):
+                self._quantize_static(
+                    str(self.pre), str(dst), self.reader, quant_format=self._fmt.QDQ,
+                    op_types_to_quantize=list(r.op_types) if r.op_types is not None else None,
+                    per_channel=True, activation_type=self._qtype.QInt8,
+                    weight_type=self._qtype.QInt8, calibrate_method=cal,
+                    nodes_to_exclude=excluded, extra_options=extra, **kwargs)
+            logger.debug("calibration of %s: %s", self.src.name, chatter.getvalue().strip())
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises many types from here
+            raise EngineBuildError(f"INT8 quantisation of {self.src.name} failed: {exc}") from exc
+        self.count += 1
+        return dst
+
+
+class _ErrorMeter:
+    """Max abs output error of a model file against the FP32 source on fixed feeds."""
+
+    def __init__(self, src: Path, feeds: list[dict[str, np.ndarray]]):
+        self.feeds = feeds
+        self.samples = sum(next(iter(f.values())).shape[0] for f in feeds)
+        self.reference = self._run(src)
+
+    @staticmethod
+    def _session(path: Path):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+    def _run(self, path: Path) -> list[dict[str, np.ndarray]]:
+        sess = self._session(path)
+        names = [o.name for o in sess.get_outputs()]
+        return [dict(zip(names, sess.run(names, f))) for f in self.feeds]
+
+    def __call__(self, path: Path) -> dict[str, float]:
+        """Output name to max |candidate - reference| (inf when non-finite)."""
+        out: dict[str, float] = {}
+        for ref, got in zip(self.reference, self._run(path)):
+            for name, r in ref.items():
+                g = np.asarray(got[name], np.float64)
+                e = float(np.abs(g - r).max()) if np.isfinite(g).all() else float("inf")
+                out[name] = max(out.get(name, 0.0), e)
+        return out
+
+
+def _check_qdq(path: Path, src_name: str) -> tuple[str, ...]:
+    """Checks a QDQ file for TensorRT and returns the names of its quantised nodes.
+
+    Raises:
+        EngineBuildError: no quantised operator or a non-zero zero point.
+    """
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    nq = sum(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    if nq == 0:
+        raise EngineBuildError(
+            f"INT8 quantisation of {src_name} produced no quantised operator "
+            f"(ops: {sorted({n.op_type for n in model.graph.node})}); use FP16 or FP32")
+    bad = [i.name for i in model.graph.initializer
+           if "zero_point" in i.name and np.any(onnx.numpy_helper.to_array(i) != 0)]
+    if bad:
+        raise EngineBuildError(f"INT8 quantisation of {src_name} left non-zero zero points: {bad[:3]}")
+    dq_out = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return tuple(n.name for n in model.graph.node
+                 if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+                 and any(i in dq_out for i in n.input))
+
 
 def quantize_int8(src: Path, dst: Path, reader: FeedSetReader, method: str = "percentile",
-                  percentile: float = 99.999) -> Path:
-    """Write a QDQ INT8 ONNX made by static quantisation of an FP32 model.
+                  percentile: float = 99.999, *, op_types: Sequence[str] | None = WEIGHTED_OP_TYPES,
+                  nodes_to_exclude: Sequence[str] = (), quantize_outputs: bool = False) -> Path:
+    """Write a QDQ INT8 ONNX made by static quantisation of an FP32 model (no search).
 
     Symmetric activations and weights (zero points 0, as TensorRT requires),
-    per-channel weights, float biases, QDQ format; activations calibrated on ``reader``.
+    per-channel weights, float biases, QDQ format; activations calibrated on
+    ``reader``. Q/DQ pairs on the inputs of ``op_types`` (see the module docstring).
 
     Args:
         src: FP32 .onnx file.
@@ -126,70 +459,154 @@ def quantize_int8(src: Path, dst: Path, reader: FeedSetReader, method: str = "pe
         reader: calibration feeds (default set plus user samples).
         method: ``"entropy"``, ``"percentile"`` or ``"minmax"``.
         percentile: percentile for the ``"percentile"`` method.
+        op_types: op types to quantise (None: ONNX Runtime's default, every supported op).
+        nodes_to_exclude: node names or :mod:`fnmatch` patterns kept in float.
+        quantize_outputs: also quantise the outputs of ``op_types``.
 
     Returns:
         ``dst``.
 
     Raises:
         BackendUnavailableError: onnxruntime.quantization is not available.
-        EngineBuildError: empty calibration set, no quantisable operator, or a
-            quantisation failure.
+        EngineBuildError: unknown method, empty calibration set, no quantisable
+            operator, or a quantisation failure.
     """
-    try:
-        from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
-                                              quantize_static)
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-    except ImportError as exc:
-        raise BackendUnavailableError(f"INT8 quantisation needs onnxruntime.quantization: {exc}") from exc
+    recipe = Int8Recipe(method=method, percentile=percentile,
+                        op_types=tuple(op_types) if op_types is not None else None,
+                        quantize_outputs=quantize_outputs, exclude=tuple(nodes_to_exclude), search=False)
+    if reader.num_samples == 0:
+        raise EngineBuildError(f"INT8 calibration of {Path(src).name} needs calibration samples; none found")
+    with tempfile.TemporaryDirectory(prefix="avatar_quant_") as tmp:
+        _Quantizer(Path(src), reader, recipe, Path(tmp)).quantize(Path(dst), ())
+    _check_qdq(Path(dst), Path(src).name)
+    return Path(dst)
+
+
+def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: float,
+                        recipe: Int8Recipe | None = None) -> Int8Result:
+    """Write an INT8 QDQ ONNX, leaving the layers that break the accuracy target in float.
+
+    1. Quantise every candidate layer (``recipe.op_types``) except the recipe's
+       ``exclude`` list; measure the max abs output error against FP32 on the
+       calibration samples. Within ``recipe.margin`` x ``tolerance``: done.
+    2. Otherwise (and ``recipe.search``): quantise each candidate alone and record
+       its error (its sensitivity); then, least sensitive first, add a layer to
+       the quantised set when the whole set stays within the target, else leave
+       it float (partial quantisation after Wu et al. 2020, section 5.1).
+
+    Costs 1 quantisation, or 2 x (number of candidate layers) + 1 with the search;
+    calibration runs once. The errors are measured on the calibration samples only.
+
+    Args:
+        src: FP32 .onnx file.
+        dst: output .onnx path; its metadata ``avatar_app.int8`` records the result.
+        reader: calibration feeds (default set plus user samples).
+        tolerance: the model's INT8 tolerance (max abs error).
+        recipe: placement, calibration and search settings (default :class:`Int8Recipe`).
+
+    Returns:
+        The :class:`Int8Result` (the file may still fail verification when ``search``
+        is off or the validation data differ from the calibration data).
+
+    Raises:
+        BackendUnavailableError: onnxruntime.quantization is not available.
+        EngineBuildError: empty calibration set, no quantisable operator, a
+            quantisation failure, or no layer can be quantised within the target.
+    """
     import onnx
 
-    if method not in CALIBRATION_METHODS:
-        raise EngineBuildError(f"unknown calibration method {method!r}; use one of {CALIBRATION_METHODS}")
+    recipe = recipe or Int8Recipe()
+    src, dst = Path(src), Path(dst)
     if reader.num_samples == 0:
         raise EngineBuildError(f"INT8 calibration of {src.name} needs calibration samples; none found")
-    cal = {"entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile,
-           "minmax": CalibrationMethod.MinMax}[method]
-    # QuantizeBias False: biases stay float. An int32 bias behind DequantizeLinear is
-    # valid ONNX but TensorRT's parser rejects it (DQ input must be 8-bit or smaller).
-    extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
-    if method == "percentile":
-        extra["CalibPercentile"] = percentile
+    target = recipe.margin * float(tolerance)
     with tempfile.TemporaryDirectory(prefix="avatar_quant_") as tmp:
-        pre = Path(tmp) / "pre.onnx"
-        try:
-            quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        except Exception as exc:  # noqa: BLE001 - optional optimisation step; fall back to the source
-            logger.warning("quantisation pre-processing of %s skipped: %s", src.name, exc)
-            pre = src
-        reader.rewind()
-        try:
-            chatter = io.StringIO()  # the calibrator prints progress to stdout
-            with contextlib.redirect_stdout(chatter):
-                quantize_static(str(pre), str(dst), reader, quant_format=QuantFormat.QDQ,
-                                per_channel=True, activation_type=QuantType.QInt8,
-                                weight_type=QuantType.QInt8, calibrate_method=cal, extra_options=extra)
-            logger.debug("calibration of %s: %s", src.name, chatter.getvalue().strip())
-        except Exception as exc:  # noqa: BLE001 - onnxruntime raises many types from here
-            raise EngineBuildError(f"INT8 quantisation of {src.name} failed: {exc}") from exc
-    model = onnx.load(str(dst), load_external_data=False)
-    nq = sum(n.op_type == "QuantizeLinear" for n in model.graph.node)
-    if nq == 0:
-        raise EngineBuildError(
-            f"INT8 quantisation of {src.name} produced no quantised operator "
-            f"(ops: {sorted({n.op_type for n in model.graph.node})}); use FP16 or FP32")
-    bad = [i.name for i in model.graph.initializer
-           if "zero_point" in i.name and np.any(onnx.numpy_helper.to_array(i) != 0)]
-    if bad:
-        raise EngineBuildError(f"INT8 quantisation of {src.name} left non-zero zero points: {bad[:3]}")
-    return dst
+        work = Path(tmp)
+        q = _Quantizer(src, reader, recipe, work)
+        if not q.free:
+            raise EngineBuildError(
+                f"INT8 quantisation of {src.name}: no layer of the types {recipe.op_types} is left to "
+                f"quantise (card exclusions: {list(recipe.exclude)}); use FP16 or FP32")
+        meter = _ErrorMeter(src, list(reader.batches(64, recipe.max_selection_samples)))
+        full = q.quantize(work / "full.onnx", ())
+        _check_qdq(full, src.name)
+        err = meter(full)
+        best, best_err, float_nodes, sens = full, err, (), {}
+        logger.info("INT8 %s, all %d candidate layers quantised: max abs error %.3g on %d calibration "
+                    "samples (target %.3g)", src.name, len(q.free), max(err.values(), default=0.0),
+                    meter.samples, target)
+        if max(err.values(), default=0.0) > target and recipe.search:
+            for i, node in enumerate(q.free):
+                others = [n for n in q.free if n != node]
+                sens[node] = max(meter(q.quantize(work / f"only{i}.onnx", others)).values(), default=0.0)
+            order = sorted(q.free, key=lambda n: (sens[n], q.free.index(n)))
+            kept: list[str] = []
+            best = None
+            for i, node in enumerate(order):
+                if sens[node] > target:
+                    break  # alone already over the target, and so is every later one
+                trial = kept + [node]
+                path = q.quantize(work / f"trial{i}.onnx", [n for n in q.free if n not in trial])
+                e = meter(path)
+                if max(e.values(), default=0.0) <= target:
+                    kept, best, best_err = trial, path, e
+            if best is None:
+                worst = min(sens.values())
+                raise EngineBuildError(
+                    f"INT8 quantisation of {src.name}: even the least sensitive layer alone gives a max "
+                    f"abs error of {worst:.3g} on the calibration samples, over the target "
+                    f"{target:.3g} ({recipe.margin:g} x tolerance {tolerance:g}); use FP16 or FP32")
+            float_nodes = tuple(n for n in q.free if n not in kept)
+            logger.info("INT8 %s: %d of %d layers quantised, float: %s; max abs error %.3g on the "
+                        "calibration samples", src.name, len(kept), len(q.free), list(float_nodes),
+                        max(best_err.values(), default=0.0))
+        quantized = _check_qdq(best, src.name)
+        result = Int8Result(dst, quantized, tuple(q.pinned) + float_nodes, best_err, target,
+                            float(tolerance), sens, q.count, meter.samples, bool(sens))
+        model = onnx.load(str(best))
+        meta = {p.key: p.value for p in model.metadata_props}
+        meta[META_INT8] = json.dumps({**result.to_json(), "recipe": recipe.fingerprint()})
+        onnx.helper.set_model_props(model, meta)
+        onnx.save(model, str(work / "final.onnx"))
+        shutil.move(str(work / "final.onnx"), str(dst))
+    return result
+
+
+def card_beside(model_path: Path) -> dict:
+    """The model card ``<stem>.card.json`` beside an ONNX file ({} when there is none).
+
+    Raises:
+        ModelLoadError: the card is not valid JSON.
+    """
+    path = Path(model_path).with_name(Path(model_path).stem + ".card.json")
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"model card {path} is not valid JSON: {exc}") from exc
 
 
 def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | None = None,
-            method: str = "percentile") -> Path:
+            method: str = "percentile", *, card: Mapping | None = None,
+            tolerance: float | None = None) -> Path:
     """Write the ONNX file of ``precision`` (FP32 is copied unchanged).
 
+    INT8 goes through :func:`quantize_int8_mixed` with the recipe of the model card
+    (:meth:`Int8Recipe.from_card`) and the card's INT8 tolerance.
+
+    Args:
+        src: FP32 .onnx file.
+        dst: output .onnx path.
+        precision: target precision.
+        reader: calibration feeds (INT8 only).
+        method: calibration method (INT8 only).
+        card: model-card dict (default: ``<stem>.card.json`` beside ``src``).
+        tolerance: INT8 max abs error allowed (default: from the card / ONNX metadata).
+
     Raises:
-        EngineBuildError, BackendUnavailableError: see :func:`convert_fp16`, :func:`quantize_int8`.
+        EngineBuildError, BackendUnavailableError: see :func:`convert_fp16`, :func:`quantize_int8_mixed`.
+        ModelLoadError: malformed model card.
     """
     precision = Precision.parse(precision)
     if precision is Precision.FP32:
@@ -199,4 +616,10 @@ def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | 
         return convert_fp16(src, dst)
     if reader is None:
         raise EngineBuildError("INT8 conversion needs a calibration data reader")
-    return quantize_int8(src, dst, reader, method)
+    card = dict(card) if card is not None else card_beside(src)
+    if tolerance is None:
+        from avatar_app.inference.modelinfo import ModelInfo
+
+        tolerance = ModelInfo.from_onnx(src, card).tolerances[Precision.INT8]
+    quantize_int8_mixed(src, dst, reader, tolerance, Int8Recipe.from_card(card, method))
+    return dst

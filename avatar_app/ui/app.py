@@ -37,7 +37,28 @@ def create_app():
         app.setApplicationName("avatar_app")
         app.setOrganizationName("avatar_app")
         guard_emit_refcount_bug()
+        apply_button_style(app)
     return app
+
+
+def apply_button_style(app) -> None:
+    """Dialog buttons (OK, Cancel, Open…) without icons, as Windows, macOS and GNOME show them.
+
+    Without a desktop's platform theme (Xvfb, bare X11 sessions) Qt's Fusion style
+    puts the fallback theme's icon on each dialog button, and the icon overlapped the
+    label ("OK" in QMessageBox). A proxy style turns the
+    ``SH_DialogButtonBox_ButtonsHaveIcons`` hint off; everything else is the style's own.
+    """
+    from PySide6.QtWidgets import QProxyStyle, QStyle
+
+    class _NoDialogButtonIcons(QProxyStyle):
+        def styleHint(self, hint, option=None, widget=None, returnData=None):  # noqa: N802 (Qt override)
+            if hint == QStyle.StyleHint.SH_DialogButtonBox_ButtonsHaveIcons:
+                return 0
+            return super().styleHint(hint, option, widget, returnData)
+
+    if not isinstance(app.style(), QProxyStyle):
+        app.setStyle(_NoDialogButtonIcons(app.style().name()))
 
 
 def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,

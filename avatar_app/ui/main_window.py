@@ -31,9 +31,14 @@ from PySide6.QtGui import QAction, QImage, QKeySequence, QPixmap
 from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QPushButton,
                                QToolBar)
 
+# imported here, on the GUI thread, before any worker starts: the device-listing and opener threads
+# importing the package at the same time could see it half initialised (circular-import error)
+import avatar_app.capture  # noqa: F401,E402
+from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError
 from avatar_app.ui import settings as store
 from avatar_app.ui.engines import EngineController
+from avatar_app.ui.priority import ThreadPriorities
 from avatar_app.ui.tuning import AvatarTuner, ExpressionLayer, TuningSettings, parse_mix
 from avatar_app.ui.viewport import AvatarViewportWidget
 
@@ -138,8 +143,12 @@ class MainWindow(QMainWindow):
         self._reconnecting = False
         self._reconnect_pending = False
         self._closing = False
+        # the GUI thread first: every other thread (and what it starts) runs at a lower priority,
+        # except the audio opener's (audio callbacks must not be late); see ui/priority.py
+        self.priorities = ThreadPriorities()
         self._opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-opener")
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-worker")
+        self._audio_opener = self.priorities.kept_executor("audio-opener")
         self._sampler = None  # set by the calibration panel: f(state, pipeline) on the pipeline thread
         self.vmc = None  # outputs.VmcSender while the VMC output is on
         self.vcam = None  # outputs.VirtualCamera while the virtual camera is on
@@ -391,7 +400,8 @@ class MainWindow(QMainWindow):
         self._reconnecting = False
         if wait:
             self.stop_pipeline()
-            return self._install_opened(self._run_opener(make, None))
+            # opened on the opener thread all the same, so the threads it starts inherit its priority
+            return self._install_opened(self._opener.submit(self._run_opener, make, None).result())
         old, old_mic = self.pipeline, self.mic
         self.pipeline, self.mic = None, None
         self.source_label.setText("Opening…")
@@ -430,9 +440,11 @@ class MainWindow(QMainWindow):
                 res.mic.stop()
             if not self._reconnecting:
                 self._show_error(res.error)
-                self.source_label.setText(
-                    f"No source: {res.error}\nUse File > Open video… to play a file." if res.kind == "camera"
-                    else f"No source: {res.error}")
+                if self.pipeline is None:
+                    self.source_label.setText(
+                        f"No source: {res.error}\nUse File > Open video… to play a file." if res.kind == "camera"
+                        else f"No source: {res.error}")
+                self.sources_panel.on_source_failed(res.path if res.kind == "file" else None, res.error)
             return False
         self.stop_pipeline()
         self.pipeline, self.mic = res.pipeline, res.mic
@@ -455,6 +467,7 @@ class MainWindow(QMainWindow):
         self.source_label.setText(res.label)
         self.status.showMessage(res.label, 5000)
         self.sources_panel.on_source_changed()
+        self.priorities.sweep()
         return True
 
     def open_file(self, path: Path, wait: bool = True) -> bool:
@@ -472,8 +485,11 @@ class MainWindow(QMainWindow):
         path = Path(path)
 
         def make() -> _Opened:
-            source = LiveFileSource(path, loop=True)
-            pipe = self._make_pipeline(source, getattr(source, "ring", None))
+            try:
+                source = LiveFileSource(path, loop=True)
+                pipe = self._make_pipeline(source, getattr(source, "ring", None))
+            except AvatarError as exc:
+                return _Opened(error=str(exc), kind="file", path=path)
             w, h, fps = source.granted
             return _Opened(pipe, None, f"File: {path.name} ({w}x{h} @ {fps:.0f} fps)",
                            "Audio: the file's own track" if pipe.ring is not None else "Audio: none in this file",
@@ -521,14 +537,18 @@ class MainWindow(QMainWindow):
 
         return self._open(make, wait)
 
-    @staticmethod
-    def _open_mic(ring, name: str):
+    def _open_mic(self, ring, name: str):
+        """Open and start microphone ``name`` on the audio opener (its threads keep the GUI's priority)."""
         from avatar_app.capture.mic import MicSource
 
+        def work():
+            with self.priorities.keeping_new_threads():
+                mic = MicSource(device=name or None, ring=ring)
+                mic.start()
+            return mic
+
         try:
-            mic = MicSource(device=name or None, ring=ring)
-            mic.start()
-            return mic, f"Microphone: {name or 'default input'}"
+            return self._audio_opener.submit(work).result(), f"Microphone: {name or 'default input'}"
         except AvatarError as exc:
             log.warning("%s", exc)
             return None, f"Microphone: none. {exc} Speech is off; tracking continues."
@@ -774,6 +794,7 @@ class MainWindow(QMainWindow):
                 self.latency_history.popleft()
 
     def _on_slow_tick(self) -> None:
+        self.priorities.sweep()  # threads started since (decoder, engine pools, encoder)
         pipe = self.pipeline
         if self._reconnecting and time.monotonic() >= self._reconnect_at:
             self._try_reconnect()
@@ -791,7 +812,7 @@ class MainWindow(QMainWindow):
         self._measure_source_fps()
         rec = ""
         if self.recorder is not None:
-            rec = f"● REC {(time.perf_counter_ns() - self._rec_t0_ns) / 1e9:6.1f} s"
+            rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s"
         c2s = f"{summary.camera_to_screen[0]:.0f} ms" if summary.camera_to_screen else "–"
         self.status_labels["fps"].setText(f"{summary.fps:4.1f} fps")
         self.status_labels["c2s"].setText(f"camera-to-screen {c2s}")
@@ -964,8 +985,14 @@ class MainWindow(QMainWindow):
         """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path.
 
         The format is the Output panel's; formats that keep transparency record RGBA.
+        Sync is the CLI's (record/synced.py): the file is built by a
+        :class:`~avatar_app.record.SyncedRecorder` with the audio sample clock as the
+        master; each rendered frame is placed at the capture time of the camera frame
+        it shows (``AvatarState.t_capture_ns``), the audio at the capture time of its
+        samples, both on the process clock (``now_ns``). So the avatar's lips meet the
+        voice whatever the camera-to-screen latency, and the clip does not drift.
         """
-        from avatar_app.record import AsyncRecorder
+        from avatar_app.record import AsyncRecorder, SyncedRecorder
         from avatar_app.record.formats import format_by_key, open_recorder
 
         if self.recorder is not None:
@@ -987,14 +1014,17 @@ class MainWindow(QMainWindow):
         try:
             rec = open_recorder(path, *RECORD_SIZE, RECORD_FPS,
                                 audio_sample_rate=AUDIO_RATE if ring is not None else None, fmt=fmt)
-            self.recorder = AsyncRecorder(rec)
+            self.recorder = AsyncRecorder(SyncedRecorder(rec))
         except AvatarError as exc:
             self._show_error(str(exc))
             self._reset_record_button()
             return None
         self.record_path = path
-        self._rec_t0_ns = time.perf_counter_ns()
-        self._rec_audio_end_ns = self._rec_t0_ns
+        self._rec_t0_ns = now_ns()
+        # audio from the newest video frame's capture on (the clip starts with its first frame)
+        st = self._last_state
+        self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
+            else self._rec_t0_ns
         self.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
         self._update_capture()
         if ring is not None:
@@ -1020,7 +1050,13 @@ class MainWindow(QMainWindow):
         self._reset_record_button()
         if rec is None:
             return
-        self._on_audio_tick(rec)
+        # audio up to the end of the last frame's slot, so that both tracks end together
+        st = self.viewport.captured_state
+        ring = self.pipeline.ring if self.pipeline is not None else None
+        until = None
+        if st is not None and ring is not None and ring.latest_t_ns is not None:
+            until = min(st.t_capture_ns + int(1e9 / RECORD_FPS), ring.latest_t_ns)
+        self._on_audio_tick(rec, until)
         path = self.record_path
 
         def finish():
@@ -1042,6 +1078,11 @@ class MainWindow(QMainWindow):
             self._show_error(f"The recording stopped with an error: {error}. What was written is kept in {path}.")
 
     def _on_frame_captured(self, rgb, t_ns: int) -> None:
+        """A 1280x720 render for the virtual camera and the recording (GUI thread, queued).
+
+        ``t_ns`` is when the frame was shown; the recording places it at the capture
+        time of the camera frame it shows (``viewport.captured_state``).
+        """
         vcam = self.vcam
         if vcam is not None:
             try:
@@ -1058,24 +1099,36 @@ class MainWindow(QMainWindow):
             from avatar_app.pipeline import draw_overlay
 
             rgb = draw_overlay(rgb, self.pipeline.stats.summary().lines())
+        st = self.viewport.captured_state
+        t_capture_ns = st.t_capture_ns if st is not None and st.t_capture_ns > 0 else t_ns
         try:
-            rec.write_video(rgb, (t_ns - self._rec_t0_ns) / 1e9)
+            rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
         except AvatarError as exc:
             log.warning("recording stopped: %s", exc)
             self.stop_recording(wait=False)  # reports the error when the file is closed
 
-    def _on_audio_tick(self, rec=None) -> None:
+    def _on_audio_tick(self, rec=None, until_ns: int | None = None) -> None:
+        """Hand the recorder the source's audio since the last tick (GUI timer, 10 Hz).
+
+        Args:
+            rec: the recorder (default: the running one).
+            until_ns: end of the audio to write (default: 60 ms before now, so that
+                late blocks have arrived).
+        """
         rec = rec or self.recorder
         ring = self.pipeline.ring if self.pipeline is not None else None
         if rec is None or ring is None:
             return
-        end = time.perf_counter_ns() - 60_000_000  # leave the newest 60 ms to arrive
-        if end <= self._rec_audio_end_ns:
+        end = now_ns() - 60_000_000 if until_ns is None else int(until_ns)
+        # whole samples only, so that consecutive windows continue the stream sample by sample
+        n = (end - self._rec_audio_end_ns) * AUDIO_RATE // 1_000_000_000
+        if n <= 0:
             return
-        dur = (end - self._rec_audio_end_ns) / 1e9
-        samples = ring.read_window(end, dur)
+        end = self._rec_audio_end_ns + n * 1_000_000_000 // AUDIO_RATE
+        samples = ring.read_window(end, n / AUDIO_RATE)
         try:
-            rec.write_audio(samples, (self._rec_audio_end_ns - self._rec_t0_ns) / 1e9)
+            # SyncedRecorder: the capture time of the first sample on the shared clock
+            rec.write_audio(samples, self._rec_audio_end_ns / 1e9)
         except AvatarError as exc:
             self._show_error(str(exc))
         self._rec_audio_end_ns = end
@@ -1145,6 +1198,7 @@ class MainWindow(QMainWindow):
                 p.shutdown()
         self._opener.shutdown(wait=True, cancel_futures=True)
         self._worker.shutdown(wait=True, cancel_futures=True)
+        self._audio_opener.shutdown(wait=True, cancel_futures=True)
         self.stop_pipeline()
         for out in (self.vmc, self.vcam):
             if out is not None:

@@ -278,6 +278,9 @@ class AvatarViewportWidget(QWidget):
         #: 3 (RGB) or 4 (RGBA, for recording formats that keep transparency).
         self.capture_components = 3
         self.frames_presented = 0
+        #: The AvatarState of the newest ``frame_captured`` frame (its ``t_capture_ns``
+        #: places the frame in a recording).
+        self.captured_state: AvatarState | None = None
         self._state = AvatarState.neutral()
         self._image: QImage | None = None
         self._image_state = None
@@ -420,6 +423,7 @@ class AvatarViewportWidget(QWidget):
             self.frame_presented.emit(state, t)
             captured, self._pending_capture = self._pending_capture, None
             if captured is not None:
+                self.captured_state = state
                 self.frame_captured.emit(captured, t)
 
     @staticmethod

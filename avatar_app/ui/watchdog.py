@@ -73,6 +73,7 @@ class GuiWatchdog(QObject):
         queued_total_ms: total time the runnable GUI thread waited for a CPU, ms.
         stalls: every :class:`Stall` over the threshold.
         stacks: the GUI thread's stack sampled during each long stall (text).
+        others: for each of ``stacks``, the innermost frame of every other Python thread.
         beats: heartbeats seen.
 
     Thread: create, start and stop on the GUI thread.
@@ -100,6 +101,7 @@ class GuiWatchdog(QObject):
         self.queued_total_ms = 0.0
         self.stalls: list[Stall] = []
         self.stacks: list[str] = []
+        self.others: list[str] = []
         self.beats = 0
         self._last = time.perf_counter()
         self._last_sched = self._read_sched()
@@ -158,9 +160,16 @@ class GuiWatchdog(QObject):
             late_ms = (time.perf_counter() - self._last) * 1000.0 - self.interval_ms
             if late_ms > self.threshold_ms and sampled_for != self._last:
                 sampled_for = self._last
-                frame = sys._current_frames().get(self._gui_ident)
+                frames = sys._current_frames()
+                frame = frames.get(self._gui_ident)
                 if frame is not None and len(self.stacks) < 20:
                     self.stacks.append("".join(traceback.format_stack(frame, limit=12)))
+                    # where the other Python threads are: the one that kept the GIL is mid-code
+                    names = {t.ident: t.name for t in threading.enumerate()}
+                    self.others.append("; ".join(
+                        f"{names.get(ident, ident)}: {f.f_code.co_filename.rsplit('/', 2)[-1]}:{f.f_lineno} "
+                        f"{f.f_code.co_name}" for ident, f in frames.items()
+                        if ident not in (self._gui_ident, threading.get_ident())))
 
     def summary(self) -> str:
         """One line per stall: wall, work, OS queueing, blocked (ms)."""
@@ -168,3 +177,36 @@ class GuiWatchdog(QObject):
             return "?" if v is None else f"{v:.0f}"
         return "; ".join(f"{s.wall_ms:.0f} (work {f(s.work_ms)}, queued {f(s.queued_ms)}, blocked {f(s.blocked_ms)})"
                          for s in self.stalls)
+
+
+def threads_report(top: int = 12) -> str:
+    """The process's busiest threads: CPU seconds, nice value, kernel name and Python name (Linux).
+
+    Read from ``/proc/self/task/<tid>/stat`` (utime + stime, fields 14-15, in clock
+    ticks; nice, field 19; ``man 5 proc``). Returns "" where /proc is missing.
+
+    Args:
+        top: number of threads listed, busiest first.
+    """
+    import os
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    try:
+        tids = os.listdir("/proc/self/task")
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    rows = []
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat", encoding="utf-8", errors="replace") as f:
+                head, _, rest = f.read().rpartition(")")
+            fields = rest.split()
+            rows.append(((int(fields[11]) + int(fields[12])) / tick, int(fields[16]),
+                         head.partition("(")[2], names.get(int(tid), "")))
+        except (OSError, ValueError, IndexError):
+            continue
+    rows.sort(reverse=True)
+    return "\n".join(f"  {cpu:6.2f} s cpu, nice {nice:2d}, {comm} {name}".rstrip()
+                     for cpu, nice, comm, name in rows[:top])
+

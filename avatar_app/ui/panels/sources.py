@@ -107,9 +107,15 @@ class SourcesPanel(Panel):
 
         fg = QGroupBox("Video file")
         fl = QVBoxLayout(fg)
-        self.file_edit = QLineEdit(win.settings.value("last_file", "", type=str))
+        # shows the file that is playing (set by on_source_changed), never a remembered one
+        self.file_edit = QLineEdit("")
         self.file_edit.setPlaceholderText("A recording with a face (mp4, mov, mkv…)")
         fl.addWidget(self.file_edit)
+        self.file_error = QLabel("")
+        self.file_error.setWordWrap(True)
+        self.file_error.setStyleSheet("color: #c0392b;")
+        self.file_error.hide()
+        fl.addWidget(self.file_error)
         frow = QHBoxLayout()
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._on_browse)
@@ -180,7 +186,7 @@ class SourcesPanel(Panel):
 
     # -- file --------------------------------------------------------------------------
     def _on_browse(self) -> None:
-        start = self.file_edit.text() or str(Path.home())
+        start = self.file_edit.text() or self.win.settings.value("last_file", "", type=str) or str(Path.home())
         path, _ = QFileDialog.getOpenFileName(self, "Open a video", start,
                                               "Videos (*.mp4 *.mpg *.mov *.mkv *.webm *.avi);;All files (*)")
         if path:
@@ -193,13 +199,29 @@ class SourcesPanel(Panel):
             self.win.open_file(Path(text), wait=False)
 
     # -- updates from the window ------------------------------------------------------
+    def playing_file(self) -> Path | None:
+        """The video file playing now, or None (a camera, or nothing)."""
+        return getattr(getattr(self.win.pipeline, "source", None), "path", None)
+
     def on_source_changed(self) -> None:
-        """The window installed a new source."""
-        pipe = self.win.pipeline
-        src = getattr(pipe, "source", None)
-        path = getattr(src, "path", None)
+        """The window installed a new source: the file box shows the file playing, or nothing."""
+        path = self.playing_file()
+        self.file_edit.setText(str(path) if path is not None else "")
+        self.file_error.hide()
+        self.file_error.setText("")
+
+    def on_source_failed(self, path: Path | None, error: str) -> None:
+        """A source could not be opened: say what failed; the file box shows what plays now, or nothing.
+
+        Args:
+            path: the video file that failed (None for a camera).
+            error: why, as the user should read it.
+        """
+        playing = self.playing_file()
+        self.file_edit.setText(str(playing) if playing is not None else "")
         if path is not None:
-            self.file_edit.setText(str(path))
+            self.file_error.setText(f"Could not play {path}: {error}")
+            self.file_error.show()
 
     def on_tick(self) -> None:
         """5 Hz: level meter and the delivered frame rate."""
