@@ -221,6 +221,62 @@ class SlotStandIn:
         return params
 
 
+class ServedCounter:
+    """Counts what an EngineSlot serves, per precision, on the app's own inference path.
+
+    :meth:`attach` routes the slot's ``infer`` through ``infer_with`` (what
+    ``EngineSlot.infer`` does anyway) to learn which engine served each call;
+    the wrapped model (e.g. EngineSpeechAnimator) is untouched and keeps calling
+    ``slot.infer`` on the processing thread.
+
+    Attributes:
+        served: precision value ("fp32", "int8") -> calls served.
+        runs: the precisions in serving order, consecutive calls merged: [[precision, calls], ...].
+        last_rows: precision -> the last row of ``output`` of each call ((C,) float32), at most
+            ``keep`` per precision.
+        errors: exceptions the slot raised (re-raised to the caller too).
+    """
+
+    def __init__(self, output: str, keep: int = 2000):
+        self.output = output
+        self.keep = keep
+        self.served: dict[str, int] = {}
+        self.runs: list[list] = []
+        self.last_rows: dict[str, list[np.ndarray]] = {}
+        self.errors: list[BaseException] = []
+        self.slot = None
+
+    def attach(self, slot) -> None:
+        """Count the calls of ``slot`` from now on (once per slot)."""
+        if self.slot is slot:
+            return
+        self.slot = slot
+        infer_with = slot.infer_with
+
+        def infer(feeds):
+            try:
+                out, runner = infer_with(feeds)
+            except Exception as exc:  # noqa: BLE001 - collected for the test, then re-raised
+                self.errors.append(exc)
+                raise
+            p = runner.precision.value
+            self.served[p] = self.served.get(p, 0) + 1
+            if self.runs and self.runs[-1][0] == p:
+                self.runs[-1][1] += 1
+            else:
+                self.runs.append([p, 1])
+            rows = self.last_rows.setdefault(p, [])
+            if len(rows) < self.keep:
+                rows.append(np.asarray(out[self.output])[0, -1].copy())
+            return out
+
+        slot.infer = infer
+
+    def sequence(self) -> list[str]:
+        """The precisions in serving order, consecutive calls merged (e.g. ["fp32", "int8", "fp32"])."""
+        return [p for p, _ in self.runs]
+
+
 def tiny_sample_fn(landmarks, neutral, audio):
     """Calibration sample of the tiny stand-in: x (1, 32) from the landmarks' x coordinates."""
     if landmarks is None:
