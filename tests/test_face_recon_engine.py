@@ -125,11 +125,7 @@ def test_pipeline_default_is_the_solver_until_the_user_opts_in(monkeypatch, tmp_
     assert isinstance(pipeline._default_reconstructor(), GeometricSolver)
 
 
-_INT8 = pytest.mark.xfail(strict=True, reason="not met by the shipped model: INT8 worst errors rotation_6d "
-                          "0.19, blendshapes 0.061 > 0.05 (models/face_recon.md); the layer falls back to FP16")
-
-
-@pytest.mark.parametrize("precision", ["fp16", pytest.param("int8", marks=_INT8)])
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_reduced_precision_passes_the_engine_layers_verification(manager, precision):
     """The engine layer builds, verifies (worst error <= 0.05 on the validation set) and serves it."""
     rec = EngineReconstructor(default_model_path(), manager=manager, backend="ort_cpu", precision=precision)

@@ -119,3 +119,20 @@ def test_heldout_synthetic_accuracy(card):
     assert m["mae"] <= 0.03
     assert m["mae"] <= 0.5 * m["const_mae"]
     assert err <= 1.5
+
+
+def test_small_expression_share_scales_whole_faces_and_keeps_the_default_draws():
+    from training.face_recon import sampling as S
+
+    base = S.sample_expressions(np.random.default_rng(4), 400)
+    again = S.sample_expressions(np.random.default_rng(4), 400, small_share=0.0)
+    assert np.array_equal(base, again)  # the render-and-track files' draws are unchanged
+    small = S.sample_expressions(np.random.default_rng(4), 400, small_share=0.5, small_scale=(0.1, 0.6))
+    ratio = np.array([s[b > 0].max() / b[b > 0].max() if (b > 0).any() else 1.0 for s, b in zip(small, base)])
+    scaled = ratio < 0.999
+    assert 0.35 < scaled.mean() < 0.65  # about half the faces
+    assert np.all((ratio[scaled] >= 0.1 - 1e-6) & (ratio[scaled] <= 0.6 + 1e-6))
+    # one factor per face: the shape of the expression is kept
+    for s, b in zip(small[scaled], base[scaled]):
+        nz = b > 0
+        assert np.allclose(s[nz] / b[nz], s[nz][0] / b[nz][0], rtol=1e-4)

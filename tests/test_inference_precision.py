@@ -131,8 +131,9 @@ def test_metadata_tolerance_only_stricter(tiny_models):
 
 
 def test_stricter_card_tolerance_rejects(tiny_models, manager):
-    entry = manager.build(tiny_models["matmul"], "ort_cpu", "int8", card={"tolerances": {"int8": 1e-4}})
-    assert entry.manifest.status == "rejected" and "tolerance 0.0001" in entry.manifest.reason
+    """The card's INT8 tolerance reaches the quantiser: no layer meets 1e-4, so no INT8 file is made."""
+    with pytest.raises(EngineBuildError, match="tolerance 0.0001"):
+        manager.build(tiny_models["matmul"], "ort_cpu", "int8", card={"tolerances": {"int8": 1e-4}})
 
 
 def test_calibration_store_and_variant(tiny_models, manager, user_dirs):
@@ -153,3 +154,33 @@ def test_calibration_store_and_variant(tiny_models, manager, user_dirs):
     with pytest.raises(InputError, match="same number of samples"):
         store.add({"x": samples["x"], "y": samples["x"][:3]})
     assert store.clear() == 1 and store.count(info) == 0
+
+
+def test_fp16_keeps_a_graph_output_that_other_nodes_also_read(tmp_path):
+    """An output consumed inside the graph (face_recon feeds its identity to the trunk) still converts.
+
+    onnxconverter-common casts each output back to float32 under its own name; without a
+    separate internal copy the consumer reads float32 where float16 is typed and ONNX Runtime
+    refuses the file.
+    """
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from avatar_app.inference.precision import convert_fp16
+
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["ident"]),
+             helper.make_node("Concat", ["ident", "ident"], ["both"], axis=1),
+             helper.make_node("Relu", ["both"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                              [helper.make_tensor_value_info("ident", TensorProto.FLOAT, [1, 4]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [w])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    dst = convert_fp16(src, tmp_path / "m16.onnx")
+    x = np.array([[1.0, -2.0, 0.5]], np.float32)
+    ref = ort.InferenceSession(str(src)).run(None, {"x": x})
+    got = ort.InferenceSession(str(dst)).run(None, {"x": x})
+    assert [o.name for o in onnx.load(str(dst)).graph.output] == ["ident", "y"]
+    for a, b in zip(ref, got):
+        assert b.dtype == np.float32 and np.allclose(a, b, atol=1e-2)

@@ -97,6 +97,7 @@ def convert_fp16(src: Path, dst: Path, op_block_list: Sequence[str] | None = Non
             f"FP16 conversion needs onnx and onnxconverter-common: {exc}") from exc
     try:
         model = onnx.load(str(src))
+        _detach_consumed_outputs(model)
         kwargs = {"keep_io_types": True}
         if op_block_list is not None:
             kwargs["op_block_list"] = list(op_block_list)
@@ -111,6 +112,31 @@ def convert_fp16(src: Path, dst: Path, op_block_list: Sequence[str] | None = Non
     except Exception as exc:  # noqa: BLE001 - onnx and the converter raise assorted types
         raise EngineBuildError(f"FP16 conversion of {src.name} failed: {exc}") from exc
     return dst
+
+
+def _detach_consumed_outputs(model) -> None:
+    """Give every graph output that other nodes also read an Identity of its own.
+
+    ``convert_float_to_float16(keep_io_types=True)`` casts each graph output back to
+    float32 under its original name; a node inside the graph that reads that name then
+    gets float32 while the converter typed its result float16, and ONNX Runtime refuses
+    the file ("Type (tensor(float16)) of output arg ... does not match"). Consumers are
+    pointed at an internal copy, so the cast only feeds the output. Modifies ``model``.
+    """
+    import onnx
+
+    outputs = {o.name for o in model.graph.output}
+    consumed = {i for n in model.graph.node for i in n.input} & outputs
+    for name in sorted(consumed):
+        inner = f"{name}__inner"
+        for n in model.graph.node:
+            for k, i in enumerate(n.output):
+                if i == name:
+                    n.output[k] = inner
+            for k, i in enumerate(n.input):
+                if i == name:
+                    n.input[k] = inner
+        model.graph.node.append(onnx.helper.make_node("Identity", [inner], [name], name=f"{name}__output"))
 
 
 class FeedSetReader:

@@ -83,13 +83,16 @@ def project_normalised(points: np.ndarray, rotation: np.ndarray, translation: np
     return out
 
 
-def synthetic_set(seed: int, n: int, model: FaceModel | None = None) -> dict[str, np.ndarray]:
+def synthetic_set(seed: int, n: int, model: FaceModel | None = None,
+                  small_share: float = 0.0) -> dict[str, np.ndarray]:
     """Projected synthetic samples with their own neutral observations.
 
     Args:
         seed: random seed.
         n: number of samples.
         model: the face model (default: the shipped one).
+        small_share: share of scaled-down (small) expressions (see
+            :func:`training.face_recon.sampling.sample_expressions`).
 
     Returns:
         dict with ``landmarks``/``neutral_landmarks`` (n, 478, 3) float32
@@ -100,7 +103,7 @@ def synthetic_set(seed: int, n: int, model: FaceModel | None = None) -> dict[str
     model = model or load_face_model()
     rng = np.random.default_rng(seed)
     k = model.num_identity
-    weights = S.sample_expressions(rng, n)
+    weights = S.sample_expressions(rng, n, small_share)
     ident = S.sample_identity(rng, n, k)
     sizes = np.array([(640, 480), (1280, 720), (960, 540), (320, 240)], np.float64)[rng.integers(0, 4, n)]
     hfov = rng.uniform(45, 80, n)

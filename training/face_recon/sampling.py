@@ -170,12 +170,24 @@ def _sample_rest(rng, w):
         _set(w, f"mouth{side}", rng.random())
 
 
-def sample_expressions(rng: np.random.Generator, n: int) -> np.ndarray:
+#: Default share of faces scaled down to a small expression by :func:`sample_expressions`, and
+#: the range of the scale. Real footage is mostly small motion (speech opens the jaw 0.05-0.3,
+#: a polite smile is 0.1-0.2 of a full one): without these the engine learned a dead zone and
+#: answered 0 on the London smile and on much of the GRID speech (see training/face_recon/README.md).
+SMALL_SHARE, SMALL_SCALE = 0.4, (0.1, 0.6)
+
+
+def sample_expressions(rng: np.random.Generator, n: int, small_share: float = 0.0,
+                       small_scale: tuple[float, float] = SMALL_SCALE) -> np.ndarray:
     """Draw blendshape weight vectors.
 
     Args:
         rng: numpy Generator (the seed makes the data reproducible).
         n: number of samples.
+        small_share: share of the faces whose whole weight vector is then multiplied by one
+            factor drawn uniformly from ``small_scale`` (small expressions; train.py uses
+            :data:`SMALL_SHARE`; 0 keeps the draws of the render-and-track files unchanged).
+        small_scale: (low, high) of that factor.
 
     Returns:
         (n, 52) float32 in [0, 1], ARKit order. About 5 % are all zero.
@@ -190,6 +202,9 @@ def sample_expressions(rng: np.random.Generator, n: int) -> np.ndarray:
         _sample_brows(rng, w)
         _sample_mouth(rng, w)
         _sample_rest(rng, w)
+    if small_share > 0:
+        m = rng.random(n) < small_share
+        out[m] *= rng.uniform(small_scale[0], small_scale[1], (int(m.sum()), 1)).astype(np.float32)
     return out
 
 

@@ -6,7 +6,7 @@ Usage (repository root)::
         --out models/face_recon.onnx [--epochs 24] [--synthetic 120000] [--rt-repeat 3]
 
 Data: a synthetic projected set made on the fly (``--synthetic`` samples,
-seed 11) plus the render-and-track set ``rt_train.npz`` from make_data.py,
+seed 11, ``--small-share`` of them scaled down to small expressions) plus the render-and-track set ``rt_train.npz`` from make_data.py,
 repeated ``--rt-repeat`` times per epoch. Held out: synthetic seed 12
 (5000 samples) and ``rt_heldout.npz`` (other seed, other subjects).
 
@@ -38,6 +38,7 @@ from avatar_app.avatar.face_model import load_face_model
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.reconstruction import normalise as N
 from training.face_recon import data as D
+from training.face_recon import sampling as S
 from training.face_recon.make_data import synthetic_set
 from training.face_recon.model import FaceReconNet, rotation_from_6d_torch
 
@@ -164,7 +165,7 @@ def train(args) -> dict:
     t_start = time.time()
     rig = load_face_model()
     log.info("making %d synthetic samples", args.synthetic)
-    syn = D.prepare(synthetic_set(SYN_TRAIN_SEED, args.synthetic, rig))
+    syn = D.prepare(synthetic_set(SYN_TRAIN_SEED, args.synthetic, rig, small_share=args.small_share))
     syn_ho_raw = synthetic_set(SYN_HELDOUT_SEED, 5000, rig)
     syn_ho = D.prepare(syn_ho_raw)
     data_dir = Path(args.data).expanduser()
@@ -177,11 +178,13 @@ def train(args) -> dict:
              len(train_set["x"]), 0 if rt is None else len(rt["x"]), args.rt_repeat)
     model, curve = fit(train_set, {"syn": syn_ho, "rt": rt_ho}, const, args.epochs, args.batch, args.lr,
                        tuple(args.hidden), not args.no_z, log_every=args.log_every,
-                       weight_decay=args.weight_decay, dropout=args.dropout, noise=args.noise)
+                       weight_decay=args.weight_decay, dropout=args.dropout, noise=args.noise,
+                       trunk_reads_neutral=args.trunk_reads_neutral)
     result = {
         "train_seconds": time.time() - t_start, "threads": args.threads, "epochs": args.epochs,
         "hidden": list(args.hidden), "use_z": not args.no_z, "dropout": args.dropout,
         "weight_decay": args.weight_decay, "noise": args.noise,
+        "trunk_reads_neutral": args.trunk_reads_neutral, "small_share": args.small_share,
         "training_samples": len(train_set["x"]), "synthetic_samples": args.synthetic,
         "render_track_samples": 0 if rt is None else int(len(rt["x"])), "rt_repeat": args.rt_repeat,
         "constant_predictor": {BLENDSHAPE_NAMES[i]: float(const[i]) for i in range(len(const))},
@@ -254,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 256])
+    ap.add_argument("--hidden", type=int, nargs="+", default=[768, 384])
+    ap.add_argument("--small-share", type=float, default=S.SMALL_SHARE,
+                    help="share of training faces scaled down to small expressions (sampling.py)")
+    ap.add_argument("--trunk-reads-neutral", action="store_true",
+                    help="the trunk reads the whole neutral shape (ablation; default: only the identity "
+                         "coefficients, which generalises to real faces outside the rig's identity space)")
     ap.add_argument("--no-z", action="store_true", help="ignore MediaPipe's depth channel (ablation)")
     ap.add_argument("--log-every", type=int, default=2, help="evaluate every N epochs")
     ap.add_argument("--no-export", action="store_true")
