@@ -8,14 +8,20 @@
     avatar-app engines list|build|calibrate|clear   the inference engines
 
 Errors the user can fix are printed as one line on stderr (no traceback) and
-the exit status is non-zero: 2 for bad input, 3 for no face, 4 for output errors.
+the exit status is non-zero: 2 for bad input (a truncated input still leaves the
+part that decoded), 3 for no face, 4 for output errors (a missing output folder
+is created; one that cannot be created is an output error). Ctrl+C (SIGINT) or
+SIGTERM during ``render``/``demo`` finishes the clip with what was rendered, the
+audio cut to the same length, and exits 130 / 143.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from avatar_app.core.errors import AvatarError, InputError, NoFaceError, RecordingError
@@ -69,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sp):
         sp.add_argument("-o", "--output", type=Path, required=True, help="output .mp4")
         sp.add_argument("--overlay", action="store_true", help="draw the latency overlay into the clip")
-        sp.add_argument("--size", type=_size, default=(1280, 720), help="output size WxH (default 1280x720)")
+        sp.add_argument("--size", type=_size, default=(1280, 720),
+                        help="output size WxH in pixels, even numbers, width 16..7680 and height 16..4320 "
+                             "(default 1280x720)")
         sp.add_argument("--fps", type=_fps, default=None, help="output frame rate (default: the input's)")
         sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0, help="multisampling (default 0)")
         sp.add_argument("--background", type=_background, default=(0, 177, 64),
@@ -129,6 +137,68 @@ def _render_options(args):
     )
 
 
+class _StopOnSignal:
+    """While active, SIGINT and SIGTERM set :attr:`event` instead of killing the render.
+
+    The render loop sees the event, finishes the clip and the sidecar with what
+    was rendered and returns; a second signal raises KeyboardInterrupt (forced
+    stop). :attr:`signum` is the first signal received (None if none).
+    Handlers are installed only from the main thread and restored on exit.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def _handle(self, signum, _frame) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.signum = signum
+        self.event.set()
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal number (130 for SIGINT, 143 for SIGTERM)."""
+        return 128 + int(self.signum or signal.SIGINT)
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.1f} s"
+
+
+def _print_interrupted(rep) -> None:
+    """One line saying what an interrupted render kept."""
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if rep.frames_out == 0:
+        print(f"interrupted before the first frame was rendered: {rep.output_path} was not written",
+              file=sys.stderr)
+        return
+    v, a = rep.duration_s, rep.audio_duration_s
+    if a <= 0:
+        what = f"{_seconds(v)} of video (no audio)"
+    elif abs(a - v) < 0.05:
+        what = f"{_seconds(v)} of video and audio"
+    else:
+        what = f"{_seconds(v)} of video and {_seconds(a)} of audio"
+    print(f"interrupted: kept {what} in {rep.output_path} "
+          f"({rep.frames_out} frames; blendshapes in {rep.sidecar_path.name})", file=sys.stderr)
+
+
 def _print_report(rep) -> None:
     for w in rep.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -146,14 +216,24 @@ def _cmd_render(args) -> int:
     if args.audio is not None and args.no_audio:
         raise InputError("--audio and --no-audio cannot be used together")
     prog = _Progress("rendering", not args.quiet and sys.stderr.isatty())
-    try:
-        rep = render_file(args.input, args.output, _render_options(args), progress=prog)
-    finally:
-        prog.end()
-    _print_report(rep)
+    with _StopOnSignal() as stopper:
+        try:
+            rep = render_file(args.input, args.output, _render_options(args), progress=prog, stop=stopper.event)
+        finally:
+            prog.end()
+    if rep.interrupted:
+        _print_interrupted(rep)
+        return stopper.exit_status
     if rep.input_problem:
-        print(f"error: {rep.input_problem}; the clip holds what could be decoded.", file=sys.stderr)
+        for w in rep.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(
+            f"error: {rep.input_problem}; rendered the first {_seconds(rep.duration_s)} "
+            f"({rep.frames_out} frames) into {rep.output_path} and {rep.sidecar_path.name}",
+            file=sys.stderr,
+        )
         return 2
+    _print_report(rep)
     return 0
 
 
@@ -161,10 +241,14 @@ def _cmd_demo(args) -> int:
     from avatar_app.pipeline import render_demo
 
     prog = _Progress("demo", not args.quiet and sys.stderr.isatty())
-    try:
-        rep = render_demo(args.output, _render_options(args), progress=prog)
-    finally:
-        prog.end()
+    with _StopOnSignal() as stopper:
+        try:
+            rep = render_demo(args.output, _render_options(args), progress=prog, stop=stopper.event)
+        finally:
+            prog.end()
+    if rep.interrupted:
+        _print_interrupted(rep)
+        return stopper.exit_status
     _print_report(rep)
     return 0
 
@@ -210,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted before the output was finished", file=sys.stderr)
         return 130
 
 

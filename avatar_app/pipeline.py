@@ -24,7 +24,7 @@ import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
 from avatar_app.core.clock import now_ns, stage_timer
-from avatar_app.core.errors import AvatarError, InputError, NoFaceError
+from avatar_app.core.errors import AvatarError, InputError, NoFaceError, RecordingError
 from avatar_app.core.latency import LatencyStats
 from avatar_app.core.types import AvatarState, FaceParams, Frame
 from avatar_app.fusion import Fusion, FusionSettings
@@ -78,6 +78,9 @@ class RenderReport:
         warnings: messages for the user (e.g. silent stretches).
         input_problem: set when the input was damaged (truncated or corrupt): the
             clip holds only the frames that decoded.
+        interrupted: the render was stopped early (``stop`` was set): the clip and
+            the sidecar hold the frames rendered so far and the audio is cut to the
+            video's length; when no frame was rendered the outputs are removed.
     """
 
     output_path: Path
@@ -91,6 +94,7 @@ class RenderReport:
     stage_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     input_problem: str | None = None
+    interrupted: bool = False
 
     @property
     def fps(self) -> float:
@@ -320,7 +324,14 @@ def _default_speech():
 
 
 class _Writer:
-    """Sink of the render thread: encodes frames by time and writes the sidecar."""
+    """Sink of the render thread: encodes frames by time and writes the sidecar.
+
+    The audio given to :meth:`set_audio` is muxed along with the video: before a
+    frame shown at ``t`` the audio up to ``t + 1/fps`` goes into the file, so a
+    render that stops early (interrupted, or failed) holds as much audio as
+    video. :meth:`close` with ``complete=True`` adds the rest of the audio (a
+    voice longer than the video is kept whole, as before).
+    """
 
     def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
         from avatar_app.record.formats import open_recorder
@@ -342,21 +353,67 @@ class _Writer:
                 "use .mp4 for an opaque background",
                 output_path,
             )
+        _make_output_folder(output_path)
         self.recorder = open_recorder(output_path, w, h, fps, audio_sample_rate=audio_rate)
         self.sidecar = SidecarWriter(sidecar_path_for(output_path))
+        self.fps = float(fps)
         self.frames_out = 0
         self.last_time = 0.0
+        self._audio: np.ndarray | None = None
+        self._audio_t0 = 0.0
+        self._audio_fed = 0
+
+    def set_audio(self, samples: np.ndarray, start_s: float) -> None:
+        """Audio to mux with the frames: (N,) float32 at the recorder's rate, first sample at ``start_s`` s."""
+        self._audio = np.asarray(samples, np.float32)
+        self._audio_t0 = float(start_s)
+        self._audio_fed = 0
+
+    def _feed_audio(self, until_s: float) -> None:
+        """Write the audio up to media time ``until_s`` (seconds) that is not written yet."""
+        if self._audio is None:
+            return
+        rate = self.recorder.audio_sample_rate
+        n = len(self._audio)
+        if math.isfinite(until_s):
+            n = min(max(int(round((until_s - self._audio_t0) * rate)), 0), n)
+        if n > self._audio_fed:
+            self.recorder.write_audio(self._audio[self._audio_fed: n], self._audio_t0 + self._audio_fed / rate)
+            self._audio_fed = n
+
+    @property
+    def audio_written_s(self) -> float:
+        """Seconds of the given audio written so far."""
+        if self._audio is None:
+            return 0.0
+        return self._audio_fed / self.recorder.audio_sample_rate
 
     def __call__(self, rgb: np.ndarray, state: AvatarState) -> None:
+        # audio first: the first write sets the file's time origin (as when all the
+        # audio was written up front), then the frame it accompanies
+        self._feed_audio(state.media_time_s + 1.0 / self.fps)
         self.recorder.write_video(rgb, state.media_time_s)
         self.frames_out += 1
         self.last_time = state.media_time_s
 
-    def close(self) -> None:
+    def close(self, complete: bool = False) -> None:
+        """Finish the clip and the sidecar.
+
+        Args:
+            complete: every frame was rendered: write the rest of the audio too.
+                False (stopped early) keeps the audio cut at the last frame.
+
+        Raises:
+            RecordingError: the file cannot be finished.
+        """
         try:
-            self.recorder.close()
+            if complete and not self.recorder.closed and self.recorder.error is None:
+                self._feed_audio(math.inf)
         finally:
-            self.sidecar.close()
+            try:
+                self.recorder.close()
+            finally:
+                self.sidecar.close()
 
 
 def render_file(
@@ -366,6 +423,7 @@ def render_file(
     progress: Callable[[int, int], None] | None = None,
     reconstructor=None,
     speech=None,
+    stop: threading.Event | None = None,
 ) -> RenderReport:
     """Render an avatar clip from a recording: every frame, in media time, deterministic.
 
@@ -376,6 +434,9 @@ def render_file(
         progress: called as ``progress(frames_done, frames_total_estimate)``.
         reconstructor: FaceReconstructor to use (default: the geometric solver).
         speech: SpeechAnimator to use (default: the loudness solver).
+        stop: when set (e.g. by a signal handler), the render stops before the next
+            input frame and finishes the files: what was rendered is kept, the audio
+            is cut to the video's length and ``report.interrupted`` is True.
 
     Returns:
         RenderReport with counts, durations and stage timings.
@@ -383,7 +444,8 @@ def render_file(
     Raises:
         InputError: the input or audio file is missing, unreadable or silent.
         NoFaceError: no face in any frame (the partial output is removed).
-        RecordingError: the output cannot be written.
+        RecordingError: the output (or its folder, which is created when missing)
+            cannot be written.
     """
     from avatar_app.capture.audio_file import load_audio
     from avatar_app.capture.video_file import VideoFileSource
@@ -393,8 +455,6 @@ def render_file(
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.resolve() == input_path.resolve():
         raise InputError(f"Output {output_path} would overwrite the input", output_path)
-    if output_path.parent and not output_path.parent.exists():
-        raise InputError(f"Output folder {output_path.parent} does not exist", output_path)
     t0 = now_ns()
     report = RenderReport(output_path=output_path, sidecar_path=sidecar_path_for(output_path))
     with VideoFileSource(input_path) as src:
@@ -417,7 +477,9 @@ def render_file(
                     options.audio_path or input_path,
                 )
             if rec_audio is None:
-                report.warnings.append(f"{input_path} has no audio track: the clip will be silent")
+                report.warnings.append(
+                    f"{input_path} has no audio track: the output will be silent and the mouth "
+                    "follows the video alone (add a voice with --audio FILE)")
         fps_out = float(options.fps or info.fps or 30.0)
         avatar = _load_avatar_option(options, report)
         speech = speech if speech is not None else (_default_speech() if speech_audio is not None else None)
@@ -427,7 +489,7 @@ def render_file(
         ok = False
         try:
             if rec_audio is not None:
-                writer.recorder.write_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
+                writer.set_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
             worker = _RenderWorker(options, writer, stats, avatar=avatar)
             tracker = FaceTracker(RunningMode.VIDEO)
             proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
@@ -440,6 +502,9 @@ def render_file(
             total = max(int(info.frame_count), 1)
             try:
                 for frame in src.frames():
+                    if stop is not None and stop.is_set():
+                        report.interrupted = True
+                        break
                     window = None
                     if speech_samples is not None:
                         window = audio_window(speech_samples, SPEECH_RATE,
@@ -465,19 +530,26 @@ def render_file(
             ok = True
         finally:
             try:
-                writer.close()
+                writer.close(complete=ok and not report.interrupted)
             except AvatarError:
                 if ok:
                     raise
-        if getattr(src, "truncated", False):
+        if getattr(src, "truncated", False) and not report.interrupted:
             report.input_problem = (
                 f"{input_path} is truncated or corrupt: only {report.frames_in} of about "
                 f"{info.frame_count} frames could be decoded"
             )
         report.frames_out = writer.frames_out
-        report.duration_s = (writer.frames_out / fps_out) if options.fps else (writer.last_time + 1.0 / fps_out)
-        if rec_audio is not None:
-            report.audio_duration_s = len(rec_audio.samples) / rec_audio.sample_rate
+        if writer.frames_out:
+            report.duration_s = (writer.frames_out / fps_out) if options.fps else (writer.last_time + 1.0 / fps_out)
+        report.audio_duration_s = writer.audio_written_s
+    report.wall_s = (now_ns() - t0) / 1e9
+    report.stage_ms = stats.summary().stages
+    if report.interrupted:
+        # keep what was rendered, even before the first face was seen
+        if report.frames_out == 0:
+            _remove_outputs(report)
+        return report
     if report.frames_in == 0:
         _remove_outputs(report)
         raise InputError(f"No video frame could be decoded from {input_path}", input_path)
@@ -487,9 +559,22 @@ def render_file(
             f"No face was found in any of the {report.frames_in} frames of {input_path}: "
             "nothing to animate (the face must be visible and well lit)."
         )
-    report.wall_s = (now_ns() - t0) / 1e9
-    report.stage_ms = stats.summary().stages
     return report
+
+
+def _make_output_folder(output_path: Path) -> None:
+    """Create the output's folder (and its parents) when missing, as the window does.
+
+    Raises:
+        RecordingError: the folder cannot be created (names the folder and why).
+    """
+    folder = output_path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RecordingError(
+            f"Cannot create the output folder {folder}: {exc.strerror or exc}"
+        ) from exc
 
 
 def _load_avatar_option(options: RenderOptions, report: RenderReport):
@@ -576,13 +661,16 @@ def demo_audio_path() -> Path:
     raise InputError("The demo speech asset is missing from this installation (assets/demo/)")
 
 
-def render_demo(output_path: str | Path, options: RenderOptions | None = None, progress=None) -> RenderReport:
+def render_demo(output_path: str | Path, options: RenderOptions | None = None, progress=None,
+                stop: threading.Event | None = None) -> RenderReport:
     """Render the demo clip from data the package carries: shipped speech + scripted face.
 
     Args:
         output_path: MP4 to write (sidecar beside it).
         options: RenderOptions; ``fps`` defaults to 30.
         progress: ``progress(done, total)`` callback.
+        stop: when set, stop before the next frame and keep what was rendered
+            (audio cut to the video's length; ``report.interrupted`` is True).
 
     Returns:
         RenderReport.
@@ -609,13 +697,17 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
     stats = LatencyStats()
     report = report0
     writer = _Writer(output_path, options, fps, rec_audio.sample_rate)
+    ok = False
     try:
-        writer.recorder.write_audio(rec_audio.samples, 0.0)
+        writer.set_audio(rec_audio.samples, 0.0)
         worker = _RenderWorker(options, writer, stats, avatar=avatar)
         proc = FrameProcessor(None, None, speech, fusion=Fusion(options.fusion))
         proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
         try:
             for i in range(n):
+                if stop is not None and stop.is_set():
+                    report.interrupted = True
+                    break
                 t = i / fps
                 frame = Frame(index=i, t_capture_ns=now_ns(), image=np.zeros((1, 1, 3), np.uint8), media_time_s=t)
                 window = audio_window(speech_audio.samples, SPEECH_RATE, t + proc.speech_lookahead_s, speech.context_s)
@@ -628,13 +720,20 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
                     progress(i + 1, n)
         finally:
             worker.finish()
+        ok = True
     finally:
-        writer.close()
+        try:
+            writer.close(complete=ok and not report.interrupted)
+        except AvatarError:
+            if ok:
+                raise
     report.frames_out = writer.frames_out
-    report.duration_s = n / fps
-    report.audio_duration_s = len(rec_audio.samples) / rec_audio.sample_rate
+    report.duration_s = writer.frames_out / fps
+    report.audio_duration_s = writer.audio_written_s
     report.wall_s = (now_ns() - t0) / 1e9
     report.stage_ms = stats.summary().stages
+    if report.interrupted and report.frames_out == 0:
+        _remove_outputs(report)
     return report
 
 

@@ -1,8 +1,8 @@
 """Bad input through the CLI: one clear line on stderr, non-zero exit, no traceback."""
 from __future__ import annotations
 
+import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -36,10 +36,17 @@ def test_truncated_mp4(testdata, tmp_path):
     data = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
     bad = tmp_path / "cut.mp4"
     bad.write_bytes(data[: int(len(data) * 0.4)])
-    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"))
-    _check(proc, (r"cut\.mp4", r"truncated|corrupt"), 2)
-    # what could be decoded is kept, not thrown away
-    assert "wrote" in proc.stdout and (tmp_path / "o.mp4").stat().st_size > 0
+    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"), "--size", "160x120")
+    _check(proc, (r"cut\.mp4", r"truncated|corrupt", r"rendered the first \d+\.\d s", r"o\.mp4"), 2)
+    # one message, not "wrote ..." followed by an error
+    assert "wrote" not in proc.stdout + proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]) == 1, proc.stderr
+    # what could be decoded is kept, not thrown away, and the message says how much
+    from tests.helpers import decoded_duration
+
+    said = float(re.search(r"rendered the first (\d+\.\d) s", proc.stderr).group(1))
+    kept = decoded_duration(tmp_path / "o.mp4", "video")
+    assert 0 < kept < 3.0 and abs(kept - said) <= 0.06, (kept, proc.stderr)
 
 
 @pytest.mark.gl
@@ -68,9 +75,19 @@ def test_missing_audio_file(testdata, tmp_path):
     _check(proc, r"v\.wav", 2)
 
 
-def test_output_folder_missing(testdata, tmp_path):
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "no" / "o.mp4"))
-    _check(proc, r"folder .* does not exist", 2)
+@pytest.mark.gl
+def test_output_folder_missing_is_created(testdata, tmp_path):
+    out = tmp_path / "new" / "deeper" / "o.mp4"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120")
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 0 and out.with_suffix(".blendshapes.jsonl").exists()
+
+
+def test_output_folder_that_cannot_be_created(testdata, tmp_path):
+    (tmp_path / "afile").write_text("in the way")
+    folder = tmp_path / "afile" / "sub"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(folder / "o.mp4"))
+    _check(proc, r"^error: cannot create the output folder " + re.escape(str(folder)) + r": not a directory$", 4)
 
 
 def test_bad_size_argument(testdata, tmp_path):

@@ -120,7 +120,7 @@ def _list(args, out) -> int:
                 print(f"      {prec}: {text}", file=out)
     cache = EngineCache()
     entries = cache.entries()
-    print(f"\nEngine cache: {cache.engines_dir} ({len(entries)} entries)", file=out)
+    print(f"\nEngine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)
     for folder, entry, problem in entries:
         if entry is None:
             print(f"  {folder.name}: UNUSABLE - {problem} (will be rebuilt)", file=out)

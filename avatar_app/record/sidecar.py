@@ -181,7 +181,8 @@ class SidecarTrack:
 def read_sidecar(path: str | Path) -> SidecarTrack:
     """Read a blendshape track written by :class:`SidecarWriter`.
 
-    A cut-off last line (killed recording) is skipped with a warning.
+    A cut-off last line (killed recording: cut mid-JSON, or even mid-character)
+    is skipped with a warning; the lines before it are read.
 
     Args:
         path: the ``.jsonl`` file.
@@ -190,17 +191,32 @@ def read_sidecar(path: str | Path) -> SidecarTrack:
         SidecarTrack with one row per complete frame line.
 
     Raises:
-        InputError: missing file, not a blendshape track, unknown version or a
-            broken line before the last.
+        InputError: missing file, not a blendshape track, unknown version, a
+            broken line before the last, or a header cut off (the recording was
+            killed before its first frame).
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
+        raw = path.read_bytes().split(b"\n")
     except OSError as e:
         raise InputError(f"cannot read blendshape track {path}: {e.strerror or e}", path) from e
+    lines = []
+    for i, chunk in enumerate(raw):
+        try:
+            lines.append(chunk.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            if i == len(raw) - 1:  # cut inside a multi-byte character: a cut-off last line
+                lines.append(chunk.decode("utf-8", errors="replace"))
+            else:
+                raise InputError(f"{path}: line {i + 1} is not UTF-8 text", path) from e
     try:
         header = json.loads(lines[0])
-    except (json.JSONDecodeError, IndexError) as e:
+    except json.JSONDecodeError as e:
+        start = '{"format":"' + SIDECAR_FORMAT + '"'
+        if len(lines) == 1 and (lines[0].startswith(start) or start.startswith(lines[0])):
+            raise InputError(
+                f"{path}: the header line is cut off (the recording was stopped before its first "
+                "frame); there are no frames to read", path) from e
         raise InputError(f"{path} is not a blendshape track (no header line)", path) from e
     if not isinstance(header, dict) or header.get("format") != SIDECAR_FORMAT:
         raise InputError(f"{path} is not a blendshape track (format {header!r:.60})", path)

@@ -1,0 +1,144 @@
+"""An interrupted render keeps a clip whose audio is as long as its video.
+
+In-process: ``render_file`` / ``render_demo`` with a ``stop`` event set after N
+frames (deterministic). Through the CLI: SIGINT / SIGTERM to a real render of a
+long input (the GRID clips joined), exit 130 / 143 and a message that says what
+was kept.
+"""
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import decoded_duration, ffprobe_streams
+
+pytestmark = pytest.mark.gl
+
+GRID = ["grid_s1_bbaf2n.mp4", "grid_s2_swwp2s.mp4", "grid_lbax4n.mp4"]
+
+
+def _stop_after(n: int):
+    """A stop event and a progress callback that sets it once ``n`` frames are done."""
+    stop = threading.Event()
+
+    def progress(done: int, _total: int) -> None:
+        if done >= n:
+            stop.set()
+
+    return stop, progress
+
+
+def _sidecar_lines(path: Path) -> list[str]:
+    text = path.read_text()
+    assert text.endswith("\n"), "the sidecar must end on a complete line"
+    return text.splitlines()
+
+
+def test_render_file_stop_cuts_audio_to_video(testdata, tmp_path):
+    from avatar_app.pipeline import RenderOptions, render_file
+    from avatar_app.record.sidecar import read_sidecar
+
+    src = testdata / "video" / "grid_s1_bbaf2n.mp4"
+    out = tmp_path / "stopped.mp4"
+    stop, progress = _stop_after(20)
+    rep = render_file(src, out, RenderOptions(size=(160, 120)), progress=progress, stop=stop)
+    assert rep.interrupted and rep.input_problem is None
+    assert rep.frames_in == rep.frames_out == 20
+    v, a = decoded_duration(out, "video"), decoded_duration(out, "audio")
+    assert abs(v - 20 / 25) < 1e-3, v
+    assert abs(a - v) <= 0.05, (v, a)  # the input's audio is 3 s long
+    assert abs(rep.audio_duration_s - rep.duration_s) <= 0.05, (rep.duration_s, rep.audio_duration_s)
+    assert len(_sidecar_lines(out.with_suffix(".blendshapes.jsonl"))) == 21  # header + 20 frames
+    assert len(read_sidecar(out.with_suffix(".blendshapes.jsonl"))) == 20
+
+
+def test_render_file_complete_keeps_all_audio(testdata, tmp_path):
+    """Without a stop the whole voice is written, fed frame by frame."""
+    from avatar_app.pipeline import RenderOptions, render_file
+
+    src = testdata / "video" / "grid_s1_bbaf2n.mp4"
+    out = tmp_path / "whole.mp4"
+    rep = render_file(src, out, RenderOptions(size=(160, 120), fps=30.0))
+    assert not rep.interrupted
+    assert abs(decoded_duration(out, "audio") - decoded_duration(src, "audio")) <= 0.05
+    assert abs(decoded_duration(out, "video") - 3.0) <= 1 / 30 + 1e-3
+
+
+def test_render_file_stop_before_first_frame_removes_outputs(testdata, tmp_path):
+    from avatar_app.pipeline import RenderOptions, render_file
+
+    out = tmp_path / "none.mp4"
+    stop = threading.Event()
+    stop.set()
+    rep = render_file(testdata / "video" / "grid_s1_bbaf2n.mp4", out, RenderOptions(size=(160, 120)), stop=stop)
+    assert rep.interrupted and rep.frames_out == 0
+    assert not out.exists() and not out.with_suffix(".blendshapes.jsonl").exists()
+
+
+def test_render_demo_stop_cuts_audio_to_video(tmp_path):
+    from avatar_app.pipeline import RenderOptions, render_demo
+
+    out = tmp_path / "demo.mp4"
+    stop, progress = _stop_after(15)
+    rep = render_demo(out, RenderOptions(size=(160, 120)), progress=progress, stop=stop)
+    assert rep.interrupted and rep.frames_out == 15
+    v, a = decoded_duration(out, "video"), decoded_duration(out, "audio")
+    assert abs(v - 0.5) < 1e-3 and abs(a - v) <= 0.05, (v, a)
+
+
+@pytest.fixture(scope="module")
+def long_input(testdata, tmp_path_factory) -> Path:
+    """The GRID clips joined twice over (18 s, 25 fps, with audio), in a temporary folder."""
+    folder = tmp_path_factory.mktemp("long")
+    listing = folder / "list.txt"
+    listing.write_text("".join(f"file '{testdata / 'video' / n}'\n" for n in GRID * 2))
+    out = folder / "long.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "concat", "-safe", "0", "-i", str(listing), "-c", "copy", str(out)],
+                   check=True)
+    return out
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_cli_signal_keeps_what_was_rendered(long_input, tmp_path, sig, status):
+    from avatar_app.record.sidecar import read_sidecar
+
+    out = tmp_path / "int.mp4"
+    sidecar = out.with_suffix(".blendshapes.jsonl")
+    proc = subprocess.Popen([sys.executable, "-m", "avatar_app", "render", str(long_input), "-o", str(out),
+                             "--size", "320x180", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # wait until about a second of video went through (a bounded wait, not a timing assertion)
+        for _ in range(1200):
+            if proc.poll() is not None or (sidecar.exists() and sidecar.read_text().count("\n") > 25):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, f"render ended before the signal: {proc.communicate()}"
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == status, stderr
+    assert "Traceback" not in stderr, stderr
+    m = re.search(r"interrupted: kept (\d+\.\d) s of video and audio in (\S+)", stderr)
+    assert m, stderr
+    assert Path(m.group(2)) == out
+    v, a = decoded_duration(out, "video"), decoded_duration(out, "audio")
+    assert v < 17.0, v  # really cut short
+    assert abs(v - float(m.group(1))) <= 0.06, (v, stderr)
+    assert abs(a - v) <= 0.05, (v, a)
+    fmt = ffprobe_streams(out)
+    assert set(fmt) >= {"video", "audio"}
+    # the sidecar ends on a complete line, one line per frame in the clip
+    lines = _sidecar_lines(sidecar)
+    n = len(read_sidecar(sidecar))
+    assert len(lines) == n + 1
+    assert abs(n / 25 - v) < 1e-3

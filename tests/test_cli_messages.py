@@ -1,0 +1,42 @@
+"""What the CLI tells a new user: the no-audio warning, --size help, engines list wording."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.helpers import ffprobe_streams, run_cli
+
+
+@pytest.mark.gl
+def test_video_without_audio_track_warns_that_output_is_silent(testdata, tmp_path):
+    mute = tmp_path / "mute.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-an",
+                    "-c:v", "copy", str(mute)], check=True)
+    out = tmp_path / "o.mp4"
+    proc = run_cli("render", str(mute), "-o", str(out), "--size", "160x120", "-q")
+    # a silent clip is a legitimate request: exit 0, with a clear warning
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
+    assert any("mute.mp4 has no audio track" in ln and "output will be silent" in ln for ln in warning), proc.stderr
+    assert "audio" not in ffprobe_streams(out)
+
+
+def test_size_help_names_even_numbers_and_range():
+    proc = run_cli("render", "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())  # argparse wraps help lines
+    assert "even numbers" in text and "16..7680" in text, proc.stdout
+
+
+@pytest.mark.parametrize("n, word", [(0, "(0 entries)"), (1, "(1 entry)"), (2, "(2 entries)")])
+def test_engines_list_counts_entries_in_words(tmp_path, monkeypatch, n, word):
+    engines = tmp_path / "cache" / "engines"
+    for i in range(n):
+        (engines / f"broken-{i}").mkdir(parents=True)  # unusable entries still count
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    proc = run_cli("engines", "list")
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Engine cache:"))
+    assert line.endswith(word), line
