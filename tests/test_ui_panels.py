@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from avatar_app.core.blendshapes import Blendshape
-from ui_fixtures import settings, wait_frames  # noqa: F401
+from ui_fixtures import open_file_window, settings, wait_frames  # noqa: F401
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 
@@ -20,17 +20,7 @@ OTHER = "video/grid_s2_swwp2s.mp4"
 
 @pytest.fixture
 def window(qtbot, testdata, settings):
-    from avatar_app.ui.engines import EngineController
-    from avatar_app.ui.main_window import MainWindow
-
-    # the built-in solvers whatever models are installed (test_ui_engines covers engine slots)
-    engines = EngineController(models={"face_recon": None, "speech2face": None})
-    win = MainWindow(source=testdata / VIDEO, settings=settings, engines=engines)
-    qtbot.addWidget(win)
-    win.viewport.setFixedSize(640, 360)
-    win.show()
-    qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5, timeout=20000)
+    win = open_file_window(qtbot, testdata / VIDEO, settings)
     yield win
     win.close()
 
@@ -230,9 +220,11 @@ def test_failed_source_shows_what_failed_not_a_remembered_file(qtbot, testdata, 
     s.play_button.click()
     qtbot.waitUntil(lambda: win.pipeline is not None, timeout=20000)
     assert s.file_edit.text() == str(testdata / OTHER) and not s.file_error.isVisibleTo(s)
-    # a failed switch: nothing plays any more, so the box is empty again and names the failed file
+    # a failed switch: the good file keeps playing, the typed path stays to be corrected, the error names it
+    good = win.pipeline
     s.file_edit.setText(str(bad))
     s.play_button.click()
     qtbot.waitUntil(lambda: s.file_error.isVisibleTo(s), timeout=20000)
-    assert win.pipeline is None and s.file_edit.text() == "" and str(bad) in s.file_error.text()
+    assert win.pipeline is good and good.running
+    assert s.file_edit.text() == str(bad) and bad.name in s.file_error.text()
     win.close()

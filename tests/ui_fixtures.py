@@ -135,11 +135,7 @@ def still_window(qtbot, settings, monkeypatch, head_images):
     engines = EngineController(models={"face_recon": None, "speech2face": None})
     win = MainWindow(camera=0, settings=settings, engines=engines)
     win.still_source = source
-    qtbot.addWidget(win)
-    win.viewport.setFixedSize(*VIEW_SIZE)
-    win.show()
-    qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5, timeout=20000)
+    _show_running(qtbot, win, VIEW_SIZE)
     yield win
     win.close()
 
@@ -289,3 +285,47 @@ def tiny_model(folder: Path) -> Path:
     from avatar_app.inference.tiny_models import write_tiny_model
 
     return write_tiny_model("matmul", folder)
+
+
+def save_shot(widget, name: str) -> None:
+    """Write a screenshot of ``widget`` to $AVATAR_SCREENSHOTS/<name>.png when that variable is set."""
+    import os
+
+    folder = os.environ.get("AVATAR_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        widget.grab().save(str(Path(folder) / f"{name}.png"))
+
+
+@pytest.fixture
+def no_face_video(tmp_path) -> Path:
+    """A 3 s 320x240 25 fps FFmpeg test pattern (no face, no audio track) in tmp_path."""
+    import subprocess
+
+    path = tmp_path / "testsrc.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-t", "3",
+                    "-pix_fmt", "yuv420p", str(path)], check=True)
+    return path
+
+
+def open_file_window(qtbot, source, settings, size=(640, 360)):
+    """A MainWindow playing ``source`` with the built-in solvers (no engine models), shown and running.
+
+    The viewport gets a fixed device-independent size so screenshots compare across runs.
+    """
+    from avatar_app.ui.engines import EngineController
+    from avatar_app.ui.main_window import MainWindow
+
+    win = MainWindow(source=source, settings=settings,
+                     engines=EngineController(models={"face_recon": None, "speech2face": None}))
+    return _show_running(qtbot, win, size)
+
+
+def _show_running(qtbot, win, size):
+    """Show ``win`` with a fixed viewport size and wait until its pipeline has processed 5 frames."""
+    qtbot.addWidget(win)
+    win.viewport.setFixedSize(*size)
+    win.show()
+    qtbot.waitExposed(win)
+    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5, timeout=20000)
+    return win

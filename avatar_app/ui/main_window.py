@@ -38,6 +38,7 @@ from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError
 from avatar_app.ui import settings as store
 from avatar_app.ui.engines import EngineController
+from avatar_app.ui.panels import plain_error
 from avatar_app.ui.priority import ThreadPriorities
 from avatar_app.ui.tuning import AvatarTuner, ExpressionLayer, TuningSettings, parse_mix
 from avatar_app.ui.viewport import AvatarViewportWidget
@@ -49,6 +50,12 @@ RECORD_FPS = 30.0
 AUDIO_RATE = 16000
 #: Seconds of per-frame latency history the plots show.
 PLOT_WINDOW_S = 30.0
+#: Seconds without a face before "No face found" shows (a blink or a turn of the head is not reported).
+NO_FACE_DELAY_S = 0.6
+#: How long the "Press Ctrl+H to show panels" hint stays on the clean capture view, ms.
+CLEAN_VIEW_HINT_MS = 3000
+NO_SOURCE_TO_RECORD = ("Nothing to record: no camera or video is running. Open a video (File › Open video…) "
+                       "or choose a camera in Sources, then record.")
 
 
 @dataclass
@@ -113,7 +120,7 @@ class MainWindow(QMainWindow):
     """
 
     _source_ready = Signal(object)
-    _recording_closed = Signal(object, object)
+    _recording_closed = Signal(object, object, object)
     _avatar_loaded = Signal(object, object)
 
     def __init__(self, source: Path | None = None, camera: int | None = None, settings: QSettings | None = None,
@@ -126,6 +133,18 @@ class MainWindow(QMainWindow):
         self.mic = None
         self.recorder = None
         self.record_path: Path | None = None
+        self.sidecar = None  # record.SidecarWriter of the running recording
+        self.sidecar_path: Path | None = None
+        self._sidecar_t0_ns: int | None = None
+        self._sidecar_last_t_ns = 0
+        self._record_stop_reason = ""
+        #: The last message of a recording that finished ("Saved …" or what went wrong).
+        self.last_record_message = ""
+        #: The last information message shown with :meth:`_show_info`.
+        self.last_info: str | None = None
+        self._no_face_since: float | None = None
+        #: Whether "No face found" is shown (the source runs, the tracker has found no face for a while).
+        self.no_face_shown = False
         self._rec_t0_ns = 0
         self._rec_audio_end_ns = 0
         self._last_state = None
@@ -143,6 +162,7 @@ class MainWindow(QMainWindow):
         self._reconnecting = False
         self._reconnect_pending = False
         self._closing = False
+        self._retired: list[tuple] = []  # replaced (pipeline, mic) pairs the opener has yet to stop
         # the GUI thread first: every other thread (and what it starts) runs at a lower priority,
         # except the audio opener's (audio callbacks must not be late); see ui/priority.py
         self.priorities = ThreadPriorities()
@@ -187,6 +207,8 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self.resize(1440, 900)
         self._restore_layout()
+        self._update_format_note()
+        self._update_record_enabled()
 
         self.display_timer = QTimer(self)
         self.display_timer.setInterval(15)
@@ -289,7 +311,7 @@ class MainWindow(QMainWindow):
             "camera", 0, type=int), wait=False)))
         m.addAction(action("Load &avatar…", self.avatar_panel.choose_file))
         m.addSeparator()
-        self.record_action = action("&Record", self.record_button.toggle, "Ctrl+R")
+        self.record_action = action("&Record", self._on_record_shortcut, "Ctrl+R")
         m.addAction(self.record_action)
         m.addAction(action("Choose recording &folder…", self.output_panel.choose_folder))
         m.addSeparator()
@@ -322,6 +344,7 @@ class MainWindow(QMainWindow):
                          ("fps", "Frames processed per second"),
                          ("c2s", "Camera-to-screen latency, median over the last 5 s"),
                          ("dropped", "Camera frames dropped (newest frame wins)"),
+                         ("face", "Whether the face tracker finds a face in the source"),
                          ("rec", "Recording time")):
             lab = QLabel("")
             lab.setToolTip(tip)
@@ -348,15 +371,21 @@ class MainWindow(QMainWindow):
     def toggle_panels(self, hide: bool | None = None) -> None:
         """Hide (or show again) every panel, the menu, toolbar and status bar: a clean capture view."""
         hide = self.panels_visible() if hide is None else hide
-        if hide:
+        if hide and not getattr(self, "_clean_view", False):  # hiding twice must not forget the panels
             self._visible_docks = [k for k, d in self.docks.items() if d.isVisible()]
             for d in self.docks.values():
                 d.hide()
         else:
             for k in getattr(self, "_visible_docks", list(self.docks)):
                 self.docks[k].show()
+        self._clean_view = hide
         for w in (self.menuBar(), self.toolbar, self.status):
             w.setVisible(not hide)
+        if hide:  # menus and toolbar are gone too: say how to get them back
+            self.viewport.flash_hint("Press Ctrl+H to show panels", CLEAN_VIEW_HINT_MS)
+        else:
+            self.viewport.flash_hint(None)
+        self._show_no_face(self.no_face_shown)
 
     def panels_visible(self) -> bool:
         """Whether any panel is shown."""
@@ -396,8 +425,25 @@ class MainWindow(QMainWindow):
             raise
         return pipe
 
-    def _open(self, make: Callable[[], _Opened], wait: bool) -> bool:
+    def _open(self, make: Callable[[], _Opened], wait: bool, keep_old: bool = False, what: str = "") -> bool:
+        """Open a source with ``make`` on the opener thread and install it.
+
+        Args:
+            make: builds the :class:`_Opened` (runs on the opener thread).
+            wait: block until it is installed (True) or return once queued (False).
+            keep_old: open the new source while the current one keeps running, and
+                stop the current one only once the new one works (files: a wrong path
+                or a broken file leaves what plays now playing). False stops the
+                current source first (a camera cannot be opened twice).
+            what: name of the source for the "Opening …" message.
+        """
         self._reconnecting = False
+        if keep_old:
+            if wait:
+                return self._install_opened(self._opener.submit(self._run_opener, make, None).result())
+            self.status.showMessage(f"Opening {what or 'the source'}…", 5000)
+            self._opener.submit(lambda: self._source_ready.emit(self._run_opener(make, None)))
+            return True
         if wait:
             self.stop_pipeline()
             # opened on the opener thread all the same, so the threads it starts inherit its priority
@@ -405,6 +451,7 @@ class MainWindow(QMainWindow):
         old, old_mic = self.pipeline, self.mic
         self.pipeline, self.mic = None, None
         self.source_label.setText("Opening…")
+        self._update_record_enabled()
         self._opener.submit(lambda: self._source_ready.emit(self._run_opener(make, (old, old_mic))))
         return True
 
@@ -439,15 +486,23 @@ class MainWindow(QMainWindow):
             if res.mic is not None:
                 res.mic.stop()
             if not self._reconnecting:
-                self._show_error(res.error)
+                error = plain_error(res.error)
+                if res.path is not None:  # the file's name first, then why (the full path is in the panel)
+                    error = f"Could not play {res.path.name}: {plain_error(res.error, res.path)}"
+                self._show_error(error if self.pipeline is None
+                                 else f"{error}\nThe current source keeps running.")
                 if self.pipeline is None:
                     self.source_label.setText(
-                        f"No source: {res.error}\nUse File > Open video… to play a file." if res.kind == "camera"
-                        else f"No source: {res.error}")
+                        f"No source: {error}\nUse File > Open video… to play a file." if res.kind == "camera"
+                        else f"No source: {error}")
                 self.sources_panel.on_source_failed(res.path if res.kind == "file" else None, res.error)
+            self._update_record_enabled()
             return False
-        self.stop_pipeline()
+        old = (self.pipeline, self.mic)
         self.pipeline, self.mic = res.pipeline, res.mic
+        if any(o is not None for o in old):  # the new source replaces one that kept running while it opened
+            self._retired.append(old)
+            self._opener.submit(self._stop_sources, old)
         self._freeze_pending = True
         self.tuner.reset()
         if res.reconnect and self.neutral_landmarks is not None:
@@ -467,8 +522,17 @@ class MainWindow(QMainWindow):
         self.source_label.setText(res.label)
         self.status.showMessage(res.label, 5000)
         self.sources_panel.on_source_changed()
+        self._update_record_enabled()
         self.priorities.sweep()
         return True
+
+    def _stop_sources(self, objs) -> None:
+        """Stop a replaced pipeline and microphone (on the opener thread: joining takes a moment)."""
+        for obj in objs:
+            if obj is not None:
+                obj.stop()
+        if objs in self._retired:
+            self._retired.remove(objs)
 
     def open_file(self, path: Path, wait: bool = True) -> bool:
         """Play a video file live, looping (its audio drives speech).
@@ -491,11 +555,14 @@ class MainWindow(QMainWindow):
             except AvatarError as exc:
                 return _Opened(error=str(exc), kind="file", path=path)
             w, h, fps = source.granted
+            has_audio = pipe.ring is not None and bool(getattr(getattr(source, "info", None), "has_audio", True))
             return _Opened(pipe, None, f"File: {path.name} ({w}x{h} @ {fps:.0f} fps)",
-                           "Audio: the file's own track" if pipe.ring is not None else "Audio: none in this file",
+                           "Audio: the file's own track" if has_audio
+                           else "Audio: the file has no audio track (recording will be silent)",
                            kind="file", path=path)
 
-        return self._open(make, wait)
+        # the file is opened before the current source stops: a failure leaves it running
+        return self._open(make, wait, keep_old=True, what=path.name)
 
     def open_camera(self, index: int, wait: bool = True, camera_id: str = "") -> bool:
         """Open camera ``index`` and the chosen microphone. Returns False and shows why on error.
@@ -624,6 +691,7 @@ class MainWindow(QMainWindow):
         self.avatar_settings = a
         self.viewport.set_render_settings(background=a.background, lighting=a.lighting, msaa=self._effective_msaa())
         store.save_area(self.settings, a)
+        self._update_format_note()
 
     def set_output_settings(self, o: store.OutputSettings) -> None:
         """Apply and persist recording format, overlay, frame-rate cap and CPU budget mode."""
@@ -636,6 +704,7 @@ class MainWindow(QMainWindow):
         self.viewport.set_render_settings(msaa=self._effective_msaa())
         self._apply_live_outputs()
         store.save_area(self.settings, o)
+        self._update_format_note()
 
     def _apply_live_outputs(self) -> None:
         """Open or close the VMC sender and the virtual camera as the Output settings say."""
@@ -775,13 +844,19 @@ class MainWindow(QMainWindow):
             self._last_state = state
             self.viewport.show_state(state)
         if pipe.error and pipe.error != self.last_error:
+            if not pipe.running:  # the source died: a recording of it ends here, kept and playable
+                what = "the camera was lost" if self.source_kind == "camera" else "the source failed"
+                self._stop_recording_because(f"{what} ({plain_error(pipe.error)})")
+                self.source_label.setText(f"Stopped: {plain_error(pipe.error)}")
+                self._update_record_enabled()
             if self.source_kind == "camera" and not pipe.running:
                 self.last_error = pipe.error
-                self.status.showMessage(f"Camera lost ({pipe.error}); waiting for it to return…")
+                self.status.showMessage(f"Camera lost ({plain_error(pipe.error)}); waiting for it to return…")
                 self._reconnect_at = time.monotonic() + 1.0
                 self._reconnecting = True
             else:
-                self._show_error(pipe.error)
+                self._show_error(plain_error(pipe.error))
+                self.last_error = pipe.error
 
     def _on_frame_presented(self, state, t_ns: int) -> None:
         pipe = self.pipeline
@@ -798,6 +873,12 @@ class MainWindow(QMainWindow):
         pipe = self.pipeline
         if self._reconnecting and time.monotonic() >= self._reconnect_at:
             self._try_reconnect()
+        # the recording timer runs whatever the source does
+        rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s" if self.recorder is not None else ""
+        self.status_labels["rec"].setText(rec)
+        self.record_time_label.setText(f"  {rec}" if rec else "")
+        self._update_record_enabled()
+        self._update_no_face(pipe)
         if pipe is None:
             self.viewport.set_overlay_lines(None)
             return
@@ -810,16 +891,31 @@ class MainWindow(QMainWindow):
         if store.CPU_MODES[self.output_settings.cpu_mode][2]:
             self._update_preview()
         self._measure_source_fps()
-        rec = ""
-        if self.recorder is not None:
-            rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s"
         c2s = f"{summary.camera_to_screen[0]:.0f} ms" if summary.camera_to_screen else "–"
-        self.status_labels["fps"].setText(f"{summary.fps:4.1f} fps")
+        self.status_labels["fps"].setText(f"{summary.fps:4.1f} fps" if pipe.running else "stopped")
         self.status_labels["c2s"].setText(f"camera-to-screen {c2s}")
         self.status_labels["dropped"].setText(f"dropped {summary.dropped}")
-        self.status_labels["rec"].setText(rec)
-        self.record_time_label.setText(f"  {rec}" if rec else "")
         self.sources_panel.on_tick()
+
+    def _update_no_face(self, pipe) -> None:
+        """Show "No face found" while the source runs and the tracker has found no face for NO_FACE_DELAY_S."""
+        st = self._last_state if pipe is not None and pipe.running else None
+        if st is None or st.face_found:
+            self._no_face_since = None
+            self._show_no_face(False)
+            return
+        now = time.monotonic()
+        if self._no_face_since is None:
+            self._no_face_since = now
+        self._show_no_face(now - self._no_face_since >= NO_FACE_DELAY_S)
+
+    def _show_no_face(self, on: bool) -> None:
+        """Status bar label always; the viewport notice only with the panels shown (never on a clean capture)."""
+        self.no_face_shown = on
+        self.status_labels["face"].setText("No face found" if on else "")
+        self.status_labels["face"].setStyleSheet("color: #c0392b; font-weight: bold;" if on else "")
+        self.viewport.set_notice("No face found: face the camera, or play a video with a face in it"
+                                 if on and self.panels_visible() else None)
 
     def _measure_source_fps(self) -> None:
         frame = self.pipeline.last_frame if self.pipeline is not None else None
@@ -975,6 +1071,63 @@ class MainWindow(QMainWindow):
         else:
             self.stop_recording(wait=False)  # the file is finished on a worker; "Saved" follows
 
+    def _on_record_shortcut(self) -> None:
+        """Ctrl+R / File › Record: stop a running recording, else start one (or say why not)."""
+        if self.recorder is not None:
+            self.stop_recording(wait=False)
+        else:
+            self.start_recording()
+
+    def record_blocker(self) -> str:
+        """Why a recording cannot start now, as the user should read it; "" when it can."""
+        pipe = self.pipeline
+        if pipe is None:
+            return NO_SOURCE_TO_RECORD
+        if not pipe.running:
+            why = f" ({plain_error(pipe.error)})" if pipe.error else ""
+            return f"Nothing to record: the source stopped{why}. Open a video or choose a camera in Sources."
+        return ""
+
+    def _update_record_enabled(self) -> None:
+        """Enable the record button only while a source runs (or a recording is on); the tooltip says why not."""
+        why = self.record_blocker() if self.recorder is None else ""
+        self.record_button.setEnabled(not why)
+        self.record_button.setToolTip(why or ("Stop recording and save the clip (Ctrl+R)" if self.recorder is not None
+                                              else "Record the avatar with your voice (Ctrl+R)"))
+
+    def recording_format(self):
+        """The format the next recording uses, and a note when it is not the Output panel's choice.
+
+        With a transparent background and a format without alpha (H.264, MPEG-4) the
+        recording switches to the preferred available alpha format (ProRes 4444 .mov,
+        else VP9 .webm; record.formats.choose_alpha_format) so the transparency is kept,
+        as the CLI requires an alpha format for ``--background transparent``.
+
+        Returns:
+            (RecordingFormat, note): note is "" when the chosen format is used as is.
+        """
+        from avatar_app.core.errors import RecordingError
+        from avatar_app.record.formats import choose_alpha_format, format_by_key
+
+        try:
+            fmt = format_by_key(self.output_settings.format)
+        except AvatarError:
+            fmt = format_by_key("h264-mp4")
+        if self.avatar_settings.background != "transparent" or fmt.alpha:
+            return fmt, ""
+        try:
+            alpha = choose_alpha_format()
+        except RecordingError:
+            return fmt, (f"Transparent background, but this FFmpeg build has no encoder that keeps alpha: "
+                         f"{fmt.label} recordings get a black background. Pick a colour background for recording.")
+        return alpha, (f"Transparent background: recordings are saved as {alpha.label} to keep it; "
+                       f"{fmt.label} cannot store transparency.")
+
+    def _update_format_note(self) -> None:
+        """Show in the Output panel which format the recording will really use."""
+        _, note = self.recording_format()
+        self.output_panel.set_format_note(note)
+
     def _reset_record_button(self) -> None:
         self.record_button.blockSignals(True)
         self.record_button.setChecked(False)
@@ -993,14 +1146,17 @@ class MainWindow(QMainWindow):
         voice whatever the camera-to-screen latency, and the clip does not drift.
         """
         from avatar_app.record import AsyncRecorder, SyncedRecorder
-        from avatar_app.record.formats import format_by_key, open_recorder
+        from avatar_app.record.formats import open_recorder
 
         if self.recorder is not None:
             return None
-        try:
-            fmt = format_by_key(self.output_settings.format)
-        except AvatarError:
-            fmt = format_by_key("h264-mp4")
+        why = self.record_blocker()
+        if why:  # never a recording without a running source: it would save nothing
+            self._reset_record_button()
+            self._update_record_enabled()
+            self._show_error(why)
+            return None
+        fmt, note = self.recording_format()
         if path is None:
             folder = self.record_folder()
             try:
@@ -1020,11 +1176,13 @@ class MainWindow(QMainWindow):
             self._reset_record_button()
             return None
         self.record_path = path
+        self._record_stop_reason = ""
         self._rec_t0_ns = now_ns()
         # audio from the newest video frame's capture on (the clip starts with its first frame)
         st = self._last_state
         self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
             else self._rec_t0_ns
+        self._open_sidecar(path, self._rec_audio_end_ns if ring is not None else None)
         self.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
         self._update_capture()
         if ring is not None:
@@ -1034,8 +1192,44 @@ class MainWindow(QMainWindow):
             self.record_button.setChecked(True)
             self.record_button.blockSignals(False)
         self.record_button.setText("■ Stop")
-        self.status.showMessage(f"Recording to {path}", 3000)
+        self._update_record_enabled()
+        self.status.showMessage(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
         return path
+
+    def _open_sidecar(self, clip_path: Path, audio_start_ns: int | None) -> None:
+        """Start the JSON Lines blendshape track beside the clip (as the CLI's render writes).
+
+        One line per avatar state placed in the recording (record/sidecar.py);
+        its ``t`` is the capture time relative to the clip's start (the earlier of
+        the first frame and the first audio sample, as SyncedRecorder places them),
+        which is the file time to within the audio clock's drift (about 100 ppm).
+        A track that cannot be written is logged and skipped; the clip goes on.
+        """
+        from avatar_app.pipeline import sidecar_path_for
+        from avatar_app.record.sidecar import SidecarWriter
+
+        self.sidecar, self.sidecar_path = None, sidecar_path_for(clip_path)
+        self._sidecar_t0_ns = audio_start_ns
+        self._sidecar_last_t_ns = 0
+        try:
+            self.sidecar = SidecarWriter(self.sidecar_path, fps=RECORD_FPS)
+        except AvatarError as exc:
+            log.warning("no blendshape track for this recording: %s", exc)
+            self.sidecar_path = None
+
+    def _write_sidecar(self, state, t_capture_ns: int) -> None:
+        sidecar = self.sidecar
+        if sidecar is None or state is None or t_capture_ns <= self._sidecar_last_t_ns:
+            return
+        if self._sidecar_last_t_ns == 0:  # the first frame: file time 0 is the earlier of it and the audio
+            t0 = self._sidecar_t0_ns
+            self._sidecar_t0_ns = t_capture_ns if t0 is None else min(t0, t_capture_ns)
+        self._sidecar_last_t_ns = t_capture_ns
+        try:
+            sidecar.write(state, media_time_s=max(0.0, (t_capture_ns - self._sidecar_t0_ns) / 1e9))
+        except AvatarError as exc:
+            log.warning("blendshape track stopped: %s", exc)
+            self.sidecar = None
 
     def stop_recording(self, wait: bool = True) -> None:
         """Stop and finalise the recording; says where it went.
@@ -1045,9 +1239,15 @@ class MainWindow(QMainWindow):
                 "Saved" message comes when the file is complete).
         """
         rec, self.recorder = self.recorder, None
+        sidecar, self.sidecar = self.sidecar, None
+        sidecar_path = self.sidecar_path
+        reason, self._record_stop_reason = self._record_stop_reason, ""
         self._update_capture()
         self.audio_timer.stop()
         self._reset_record_button()
+        self._update_record_enabled()
+        self.status_labels["rec"].setText("")
+        self.record_time_label.setText("")
         if rec is None:
             return
         # audio up to the end of the last frame's slot, so that both tracks end together
@@ -1060,22 +1260,74 @@ class MainWindow(QMainWindow):
         path = self.record_path
 
         def finish():
+            error = None
             try:
                 rec.close()
-                return None
             except AvatarError as exc:
-                return exc
+                error = exc
+            if sidecar is not None:
+                try:
+                    sidecar.close()
+                except AvatarError as exc:
+                    log.warning("%s", exc)
+            inner = getattr(rec, "recorder", None)
+            frames = int(getattr(inner, "frames_written", 0) or 0)
+            return error, {"frames": frames, "reason": reason,
+                           "sidecar": sidecar_path if sidecar is not None else None}
 
         if wait:
-            self._on_recording_closed(path, finish())
+            self._on_recording_closed(path, *finish())
         else:
-            self._worker.submit(lambda: self._recording_closed.emit(path, finish()))
+            self._worker.submit(lambda: self._recording_closed.emit(path, *finish()))
 
-    def _on_recording_closed(self, path, error) -> None:
-        if error is None:
-            self.status.showMessage(f"Saved {path}", 10000)
+    def _on_recording_closed(self, path, error, info=None) -> None:
+        """Say what the finished recording holds; "Saved" only for a file with video frames in it.
+
+        Args:
+            path: the clip.
+            error: the AvatarError that ended writing, or None.
+            info: {"frames": video frames written, "reason": why it stopped when the
+                user did not stop it ("" otherwise), "sidecar": the blendshape track or None}.
+        """
+        info = info or {}
+        frames = int(info.get("frames", 0))
+        reason = info.get("reason", "")
+        stopped = f"Recording stopped: {reason}. " if reason else ""
+        path = Path(path)
+        try:
+            written = path.is_file() and path.stat().st_size > 0
+        except OSError:
+            written = False
+        if frames <= 0 or not written:
+            for p in (path, info.get("sidecar")):  # an empty file is no clip: do not leave it behind
+                if p is not None and Path(p).is_file():
+                    try:
+                        Path(p).unlink()
+                    except OSError as exc:
+                        log.warning("could not remove the empty recording %s: %s", p, exc)
+            why = f" ({plain_error(str(error))})" if error is not None else ""
+            self.last_record_message = (f"{stopped}Nothing was recorded: no avatar frame reached the recording"
+                                        f"{why}, so no file was saved.")
+            self._show_error(self.last_record_message)
+            return
+        saved = f"Saved {path} ({frames / RECORD_FPS:.1f} s)"
+        if error is not None:
+            self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "
+                                        f"What was written is kept: {path}.")
+            self._show_error(self.last_record_message)
+        elif reason:
+            self.last_record_message = f"{stopped}{saved}."
+            self._show_error(self.last_record_message)
         else:
-            self._show_error(f"The recording stopped with an error: {error}. What was written is kept in {path}.")
+            self.last_record_message = saved
+            self.status.showMessage(saved, 10000)
+
+    def _stop_recording_because(self, reason: str) -> None:
+        """Finish the running recording (the clip is kept) and tell the user why it stopped."""
+        if self.recorder is None:
+            return
+        self._record_stop_reason = reason
+        self.stop_recording(wait=False)
 
     def _on_frame_captured(self, rgb, t_ns: int) -> None:
         """A 1280x720 render for the virtual camera and the recording (GUI thread, queued).
@@ -1102,10 +1354,13 @@ class MainWindow(QMainWindow):
         st = self.viewport.captured_state
         t_capture_ns = st.t_capture_ns if st is not None and st.t_capture_ns > 0 else t_ns
         try:
-            rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
+            queued = rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
         except AvatarError as exc:
             log.warning("recording stopped: %s", exc)
             self.stop_recording(wait=False)  # reports the error when the file is closed
+            return
+        if queued:
+            self._write_sidecar(st, t_capture_ns)
 
     def _on_audio_tick(self, rec=None, until_ns: int | None = None) -> None:
         """Hand the recorder the source's audio since the last tick (GUI timer, 10 Hz).
@@ -1187,6 +1442,20 @@ class MainWindow(QMainWindow):
         box.show()
         self._error_box = box
 
+    def _show_info(self, message: str) -> None:
+        """Show a non-blocking information message (selectable text, e.g. a folder path)."""
+        self.last_info = message
+        log.info("%s", message)
+        self.status.showMessage(message, 15000)
+        if os.environ.get("AVATAR_APP_SCREENSHOT"):
+            return
+        box = QMessageBox(QMessageBox.Icon.Information, "avatar_app", message, QMessageBox.StandardButton.Ok, self)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        box.setModal(False)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.show()
+        self._info_box = box
+
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._closing = True
         self.save_settings()
@@ -1199,6 +1468,8 @@ class MainWindow(QMainWindow):
         self._opener.shutdown(wait=True, cancel_futures=True)
         self._worker.shutdown(wait=True, cancel_futures=True)
         self._audio_opener.shutdown(wait=True, cancel_futures=True)
+        for objs in list(self._retired):  # their stop was cancelled with the opener's queue
+            self._stop_sources(objs)
         self.stop_pipeline()
         for out in (self.vmc, self.vcam):
             if out is not None:

@@ -19,7 +19,7 @@ import threading
 from dataclasses import replace
 
 import numpy as np
-from PySide6.QtCore import QRect, Qt, Signal
+from PySide6.QtCore import QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter
 from PySide6.QtWidgets import QLabel, QWidget
 
@@ -298,6 +298,15 @@ class AvatarViewportWidget(QWidget):
         self.overlay.setStyleSheet("color: white; background: rgba(0,0,0,140); padding: 4px; border-radius: 3px;")
         self.overlay.move(8, 8)
         self.overlay.hide()
+        #: A persistent notice at the bottom centre (e.g. "No face found"); see set_notice.
+        self.notice = self._message_label("color: white; background: rgba(160,30,30,190); padding: 6px 10px;"
+                                          " border-radius: 4px;")
+        #: A transient hint at the bottom centre (e.g. "Press Ctrl+H to show panels"); see flash_hint.
+        self.hint = self._message_label("color: white; background: rgba(0,0,0,170); padding: 8px 14px;"
+                                        " border-radius: 5px;")
+        self._hint_timer = QTimer(self)
+        self._hint_timer.setSingleShot(True)
+        self._hint_timer.timeout.connect(self._hide_hint)
         self._thread = _RenderThread(self, self.background, lighting, self.msaa)
         self._thread.start()
 
@@ -316,6 +325,59 @@ class AvatarViewportWidget(QWidget):
         self.overlay.setText("\n".join(lines))
         self.overlay.adjustSize()
         self.overlay.show()
+
+    def _message_label(self, style: str) -> QLabel:
+        lab = QLabel(self)
+        lab.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        font = lab.font()
+        font.setPointSize(font.pointSize() + 2)
+        lab.setFont(font)
+        lab.setStyleSheet(style)
+        lab.hide()
+        return lab
+
+    def _place_messages(self) -> None:
+        # bottom centre, clear of the latency overlay (top left); the hint under the notice
+        w, h = self.width(), self.height()
+        bottom = h - 16
+        if self.hint.isVisible():
+            self.hint.move(max(0, (w - self.hint.width()) // 2), max(0, bottom - self.hint.height()))
+            bottom -= self.hint.height() + 8
+        if self.notice.isVisible():
+            self.notice.move(max(0, (w - self.notice.width()) // 2), max(0, bottom - self.notice.height()))
+
+    def _hide_hint(self) -> None:
+        self.hint.hide()
+        self._place_messages()
+
+    def set_notice(self, text: str | None) -> None:
+        """Show ``text`` at the bottom centre of the view until it is set to None.
+
+        On the widget only: never in recordings or the virtual camera (those come from
+        the render thread).
+        """
+        if not text:
+            self.notice.hide()
+            return
+        if self.notice.text() != text or not self.notice.isVisible():
+            self.notice.setText(text)
+            self.notice.adjustSize()
+            self.notice.show()
+            self.notice.raise_()
+            self._place_messages()
+
+    def flash_hint(self, text: str | None, duration_ms: int = 3000) -> None:
+        """Show ``text`` at the bottom centre for ``duration_ms`` (None hides it now). Widget only, as set_notice."""
+        self._hint_timer.stop()
+        if not text:
+            self._hide_hint()
+            return
+        self.hint.setText(text)
+        self.hint.adjustSize()
+        self.hint.show()
+        self.hint.raise_()
+        self._place_messages()
+        self._hint_timer.start(int(duration_ms))
 
     def set_render_settings(self, background=None, lighting: str | None = None, msaa: int | None = None) -> None:
         """Change the background ((R, G, B) bytes or "transparent"), lighting preset or MSAA samples.
@@ -364,6 +426,7 @@ class AvatarViewportWidget(QWidget):
 
     def shutdown(self) -> None:
         """Stop the render thread (the window calls this when it closes)."""
+        self._hint_timer.stop()
         self._thread.stop()
 
     # -- internals ---------------------------------------------------------------------
@@ -392,6 +455,7 @@ class AvatarViewportWidget(QWidget):
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._sync_size()
         self._thread.submit(self._state)
+        self._place_messages()
         super().resizeEvent(event)
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)

@@ -1,9 +1,111 @@
 """The studio's dockable panels. Each panel changes the pipeline through its MainWindow's API."""
 from __future__ import annotations
 
+import re
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFrame, QLabel, QScrollArea, QSizePolicy, QWidget
+
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
+
+
+def plain_error(text: str, path=None) -> str:
+    """``text`` without FFmpeg/OS error numbers such as "[Errno 1094995529] ".
+
+    The capture layer's messages start with a plain sentence ("... is not a
+    readable video (corrupt, truncated or not a media file): ..."); the number
+    after it means nothing to a user. Messages that would be left without any
+    sentence before the library's words get "The file could not be read: " first.
+
+    Args:
+        text: the message.
+        path: the file it is about, or None. Given, its full path (which the
+            caller already names) is shortened to "the file" so that the reason
+            comes first in a short label.
+    """
+    cleaned = text
+    if _ERRNO.search(text):
+        cleaned = _ERRNO.sub("", text).strip()
+        if _ERRNO.match(text.strip()):  # the library's message was all there was
+            cleaned = f"The file could not be read: {cleaned}"
+    if path is not None:
+        p = str(path)
+        cleaned = cleaned.replace(f": '{p}'", "").replace(f"'{p}'", "the file").replace(p, "the file")
+        cleaned = cleaned[:1].upper() + cleaned[1:]
+    return cleaned
+
+
+class ElidedLabel(QLabel):
+    """A label of a fixed number of lines: longer text is elided ("…") and shown whole in the tooltip.
+
+    It never grows, so a long error cannot push the widgets below it around or
+    spill over the preview.
+
+    Args:
+        lines: most lines shown (the text's own line breaks count; each line is elided
+            at the label's width).
+        tooltip_prefix: text put before the full text in the tooltip.
+    """
+
+    def __init__(self, text: str = "", lines: int = 1, parent=None):
+        super().__init__(parent)
+        self.max_lines = max(1, int(lines))
+        self._full = ""
+        self.setWordWrap(False)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(self.fontMetrics().lineSpacing() * self.max_lines + 4)
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self.setText(text)
+
+    def full_text(self) -> str:
+        """The whole text (what the tooltip shows)."""
+        return self._full
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt override)
+        self._full = str(text)
+        self.setToolTip(self._full if self._full else "")
+        self._elide()
+
+    def text(self) -> str:  # the whole text, as a QLabel's text() would give it
+        return self._full
+
+    def _elide(self) -> None:
+        """Word-wrap the text at the label's width into at most ``max_lines`` lines; elide the last."""
+        fm = self.fontMetrics()
+        width = max(20, self.contentsRect().width())
+        lines: list[str] = []
+        for para in self._full.split("\n"):
+            line = ""
+            for word in para.split(" "):
+                candidate = f"{line} {word}" if line else word
+                if line and fm.horizontalAdvance(candidate) > width:
+                    lines.append(line)
+                    line = word
+                else:
+                    line = candidate
+            lines.append(line)
+        shown = lines[: self.max_lines]
+        if len(lines) > self.max_lines:
+            shown[-1] = fm.elidedText(" ".join([shown[-1], *lines[self.max_lines:]]) + " …",
+                                      Qt.TextElideMode.ElideRight, width)
+        shown = [fm.elidedText(ln, Qt.TextElideMode.ElideRight, width) for ln in shown]
+        super().setText("\n".join(shown))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        self._elide()
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt override): elided, so any width will do
+        hint_ = super().minimumSizeHint()
+        hint_.setWidth(20)
+        return hint_
+
+    def sizeHint(self):  # noqa: N802 (Qt override)
+        hint_ = super().sizeHint()
+        hint_.setWidth(min(hint_.width(), 200))
+        return hint_
 
 
 def pyqtgraph():

@@ -54,8 +54,9 @@ class AvatarPanel(Panel):
         self.bg_green = QRadioButton("Chroma green (for OBS chroma key)")
         self.bg_colour = QRadioButton("Colour")
         self.bg_transparent = QRadioButton("Transparent (alpha)")
-        self.bg_transparent.setToolTip("Transparent outside the avatar; record with ProRes 4444 or VP9 "
-                                       "(Output panel) to keep the alpha channel")
+        self.bg_transparent.setToolTip("Transparent outside the avatar, for compositing. Recordings then use "
+                                       "ProRes 4444 (.mov) or VP9 (.webm), which keep the alpha channel, "
+                                       "whatever the Output format (H.264 cannot store it)")
         self.bg_group = QButtonGroup(self)
         for i, b in enumerate((self.bg_green, self.bg_colour, self.bg_transparent)):
             self.bg_group.addButton(b, i)

@@ -41,12 +41,22 @@ class OutputPanel(Panel):
         frow.addWidget(browse)
         form.addRow("Folder", frow)
         self.open_folder = QPushButton("Show recordings")
-        self.open_folder.clicked.connect(
-            lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(win.record_folder()))))
+        self.open_folder.setToolTip("Open the recording folder in the file manager")
+        self.open_folder.clicked.connect(self.show_recordings)
         form.addRow("", self.open_folder)
         self.format = QComboBox()
         self._fill_formats()
+        self.format.setToolTip(
+            "Format of recorded clips. H.264 and MPEG-4 (MP4) have no transparency: with Avatar › Background "
+            "› Transparent the recording switches to ProRes 4444 (.mov) or, without it, VP9 (.webm), so the "
+            "alpha channel is kept for compositing; the note below says which. A colour background records "
+            "in the format chosen here.")
         form.addRow("Format", self.format)
+        #: Which format recordings really use, when it is not the one chosen (transparent background).
+        self.format_note = hint("")
+        self.format_note.setStyleSheet("color: #b9770e;")
+        self.format_note.hide()
+        form.addRow(self.format_note)
         self.overlay = QCheckBox("Latency overlay in recordings")
         form.addRow(self.overlay)
         lay.addWidget(rg)
@@ -157,6 +167,28 @@ class OutputPanel(Panel):
     def _changed(self, *_):
         if not self._loading:
             self.win.set_output_settings(self.current())
+
+    def set_format_note(self, text: str) -> None:
+        """Show (or hide, with "") the note on the format recordings really use."""
+        self.format_note.setText(text)
+        self.format_note.setVisible(bool(text))
+
+    def show_recordings(self) -> bool:
+        """Open the recording folder in the file manager; without one, show the folder's path.
+
+        Returns:
+            Whether a file manager opened it.
+        """
+        folder = self.win.record_folder()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.win._show_error(f"Cannot create the recording folder {folder}: {exc}")
+            return False
+        if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            return True
+        self.win._show_info(f"No file manager could be opened on this system. Your recordings are in:\n{folder}")
+        return False
 
     def choose_folder(self) -> None:
         d = QFileDialog.getExistingDirectory(self, "Recording folder", str(self.win.record_folder()))

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QGroupBox, QHBoxLayout, Q
                                QPushButton, QSizePolicy, QVBoxLayout)
 
 from avatar_app.core.clock import now_ns
-from avatar_app.ui.panels import Panel, hint
+from avatar_app.ui.panels import ElidedLabel, Panel, hint, plain_error
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,10 @@ class PreviewPanel(Panel):
         self.preview.setFixedHeight(220)
         self.preview.setStyleSheet("background: #202020; color: #aaa;")
         lay.addWidget(self.preview)
-        self.source_label = QLabel("")
-        self.source_label.setWordWrap(True)
+        # fixed heights, elided, the whole text in the tooltip: a long error never covers the preview
+        self.source_label = ElidedLabel("", lines=2)
         lay.addWidget(self.source_label)
-        self.delivering_label = QLabel("")
-        self.delivering_label.setWordWrap(True)
+        self.delivering_label = ElidedLabel("", lines=1)
         lay.addWidget(self.delivering_label)
         lay.addStretch(1)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
@@ -100,8 +99,7 @@ class SourcesPanel(Panel):
         self.meter.setFormat("%v dBFS")
         self.meter.setToolTip("Live input level (RMS over the last 100 ms). Speech should peak around -20 dBFS.")
         ml.addWidget(self.meter)
-        self.mic_label = QLabel("")
-        self.mic_label.setWordWrap(True)
+        self.mic_label = ElidedLabel("", lines=2)
         ml.addWidget(self.mic_label)
         lay.addWidget(mic)
 
@@ -110,10 +108,15 @@ class SourcesPanel(Panel):
         # shows the file that is playing (set by on_source_changed), never a remembered one
         self.file_edit = QLineEdit("")
         self.file_edit.setPlaceholderText("A recording with a face (mp4, mov, mkv…)")
+        self.file_edit.setToolTip("Path of a video to play as if it were a camera; Enter plays it")
+        self.file_edit.returnPressed.connect(self._on_play)
         fl.addWidget(self.file_edit)
-        self.file_error = QLabel("")
-        self.file_error.setWordWrap(True)
+        # two elided lines that keep their place when hidden: the Play button never moves
+        self.file_error = ElidedLabel("", lines=2)
         self.file_error.setStyleSheet("color: #c0392b;")
+        policy = self.file_error.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.file_error.setSizePolicy(policy)
         self.file_error.hide()
         fl.addWidget(self.file_error)
         frow = QHBoxLayout()
@@ -194,9 +197,33 @@ class SourcesPanel(Panel):
             self._on_play()
 
     def _on_play(self) -> None:
+        """Play the typed file (Play file, or Enter in the box).
+
+        A path that is not a file is refused here, before anything is opened: the
+        current source keeps running and the typed text stays for correcting.
+        Other failures (not a video) come back through :meth:`on_source_failed`;
+        the window opens the new file before it stops the current source.
+        """
         text = self.file_edit.text().strip()
-        if text:
-            self.win.open_file(Path(text), wait=False)
+        if not text:
+            self.show_file_error("Type the path of a video file, or use Browse…")
+            return
+        path = Path(text).expanduser()
+        if not path.exists():
+            self.show_file_error(f"No such file: {path}. Check the path and press Enter to try again.")
+            return
+        if not path.is_file():
+            self.show_file_error(f"{path} is a folder, not a video file.")
+            return
+        self.file_error.hide()
+        self.win.open_file(path, wait=False)
+
+    def show_file_error(self, message: str, details: str = "") -> None:
+        """Show why a file cannot be played under the box (elided; the whole text in the tooltip)."""
+        self.file_error.setText(message)
+        if details and details != message:
+            self.file_error.setToolTip(f"{message}\n\nDetails: {details}")
+        self.file_error.show()
 
     # -- updates from the window ------------------------------------------------------
     def playing_file(self) -> Path | None:
@@ -211,17 +238,22 @@ class SourcesPanel(Panel):
         self.file_error.setText("")
 
     def on_source_failed(self, path: Path | None, error: str) -> None:
-        """A source could not be opened: say what failed; the file box shows what plays now, or nothing.
+        """A source could not be opened: say what failed; the typed text stays so it can be corrected.
+
+        The box is not rewritten: after a failed switch the user fixes the path they
+        typed (the source playing before keeps playing); at start-up it stays empty
+        rather than showing a remembered file.
 
         Args:
             path: the video file that failed (None for a camera).
             error: why, as the user should read it.
         """
-        playing = self.playing_file()
-        self.file_edit.setText(str(playing) if playing is not None else "")
         if path is not None:
-            self.file_error.setText(f"Could not play {path}: {error}")
-            self.file_error.show()
+            playing = self.playing_file()
+            pipe = self.win.pipeline
+            still = (f" {playing.name} keeps playing." if playing is not None
+                     else " The current source keeps running." if pipe is not None and pipe.running else "")
+            self.show_file_error(f"Could not play {path.name}: {plain_error(error, path)}{still}", error)
 
     def on_tick(self) -> None:
         """5 Hz: level meter and the delivered frame rate."""
@@ -234,7 +266,9 @@ class SourcesPanel(Panel):
             self.meter.setValue(int(METER_FLOOR_DB))
         src = getattr(pipe, "source", None)
         granted = getattr(src, "granted", None)
-        if granted and self.win.source_fps > 0:
+        if pipe is not None and not pipe.running:
+            self.delivering_label.setText("Stopped: nothing is delivered")
+        elif granted and self.win.source_fps > 0:
             self.delivering_label.setText(
                 f"Delivering {granted[0]}x{granted[1]} at {self.win.source_fps:.1f} fps (measured)")
         elif pipe is None:
