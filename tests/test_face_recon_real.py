@@ -16,7 +16,6 @@ from avatar_app.reconstruction.geometric import GeometricSolver
 from avatar_app.tracking import FaceTracker, RunningMode
 from avatar_app.tracking.head_pose import euler_from_rotation
 from training.face_recon import evaluate as E
-from training.face_recon.card import SMILE_MARGIN
 
 pytestmark = pytest.mark.slow
 
@@ -145,8 +144,8 @@ def test_smile_is_higher_on_the_smiling_photo(engine, image_tracker, testdata):
     print(f"smile L/R neutral {a[B.mouthSmileLeft]:.2f}/{a[B.mouthSmileRight]:.2f}, "
           f"smiling {b[B.mouthSmileLeft]:.2f}/{b[B.mouthSmileRight]:.2f}")
     # higher by more than the jitter a still frame shows (5x the stability bar's 0.01 sd)
-    assert b[B.mouthSmileLeft] > a[B.mouthSmileLeft] + SMILE_MARGIN
-    assert b[B.mouthSmileRight] > a[B.mouthSmileRight] + SMILE_MARGIN
+    assert b[B.mouthSmileLeft] > a[B.mouthSmileLeft] + E.SMILE_MARGIN
+    assert b[B.mouthSmileRight] > a[B.mouthSmileRight] + E.SMILE_MARGIN
 
 
 # Pairs of (neutral, expression) real stills for the metamorphic relations.

@@ -20,6 +20,7 @@ from pathlib import Path
 from avatar_app.avatar.face_model import load_face_model
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.reconstruction import normalise as N
+from training.face_recon.evaluate import SMILE_MARGIN
 from training.face_recon.model import NOT_ESTIMATED
 
 
@@ -125,8 +126,6 @@ def bars_table(card: dict) -> list[str]:
     return out + [""]
 
 
-#: "Higher on the smiling photo" means by more than this (5x the stability bar's 0.01 sd).
-SMILE_MARGIN = 0.05
 
 
 def limits_text(card: dict) -> str:

@@ -35,6 +35,9 @@ from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape as B
 from avatar_app.core.types import Landmarks
 
 log = logging.getLogger("face_recon.evaluate")
+#: "Higher on the smiling photo" means by more than this (5x the stability bar's 0.01 sd).
+SMILE_MARGIN = 0.05
+
 BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
 SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")
 ROOT = Path(__file__).resolve().parents[2]
