@@ -226,7 +226,7 @@ def _torch_module(label: str, path: Path):
     For face_recon: ``training.face_recon.model.net_from_onnx`` (the FaceReconNet the file was
     exported from, eager FP32). None for other graphs the node-by-node runner cannot execute.
     """
-    if not label.startswith("face_recon"):
+    if Path(path).stem != "face_recon":
         return None
     try:
         import torch
