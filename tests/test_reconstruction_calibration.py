@@ -47,3 +47,21 @@ def test_non_finite_samples_are_skipped_and_shapes_checked():
     rp.update(np.array([1.0, 2.0]), 0.0)
     rp.reset()
     assert rp.value is None and rp.count == 0
+
+
+def test_sample_schedule_keeps_every_warmup_sample_then_one_per_interval_in_a_ring():
+    from avatar_app.reconstruction.calibration import SampleSchedule
+
+    s = SampleSchedule(warmup_s=1.0, slow_interval_s=0.5, capacity=4)
+    slots = [s.admit(t) for t in (0.0, 0.1, 0.2, 0.3, 1.05, 1.2, 1.6, 1.7, 2.2)]
+    # warm-up: 4 samples (slots 0-3); then 1.05 (ring wraps to 0), 1.2 skipped, 1.6 kept (slot 1),
+    # 1.7 skipped, 2.2 kept (slot 2)
+    assert slots == [0, 1, 2, 3, 0, None, 1, None, 2]
+    assert s.count == 4
+    s.reset()
+    assert s.count == 0 and s.in_warmup(100.0) and s.admit(100.0) == 0
+    import pytest
+
+    from avatar_app.core.errors import InputError
+    with pytest.raises(InputError):
+        SampleSchedule(warmup_s=1.0, slow_interval_s=0.0, capacity=4)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from avatar_app.avatar import face_model_measure as fm
-from avatar_app.core.errors import InputError
 from avatar_app.reconstruction import normalise as N
+from avatar_app.reconstruction.calibration import SampleSchedule
 
 
 def _regions() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -60,10 +60,9 @@ class NeutralEstimator:
 
     def __init__(self, warmup_s: float = 5.0, slow_interval_s: float = 0.25, capacity: int = 240,
                  lips_closed_m: float = 0.0015) -> None:
-        if warmup_s < 0 or slow_interval_s <= 0 or capacity < 2:
-            raise InputError("warmup_s >= 0, slow_interval_s > 0 and capacity >= 2 are required")
-        self.warmup_s = float(warmup_s)
-        self.slow_interval_s = float(slow_interval_s)
+        self._schedule = SampleSchedule(warmup_s, slow_interval_s, capacity)
+        self.warmup_s = self._schedule.warmup_s
+        self.slow_interval_s = self._schedule.slow_interval_s
         self.lips_closed_m = float(lips_closed_m)
         self._buf = np.zeros((int(capacity), 478, 3), np.float32)
         self._feat = np.zeros((int(capacity), 3), np.float64)  # aperture L, aperture R, lip gap
@@ -72,16 +71,13 @@ class NeutralEstimator:
 
     def reset(self) -> None:
         """Forget every sample."""
-        self._n = 0
-        self._next = 0
-        self._t_first: float | None = None
-        self._t_last: float | None = None
+        self._schedule.reset()
         self._value: np.ndarray | None = None
 
     @property
     def count(self) -> int:
         """Samples in the buffer."""
-        return self._n
+        return self._schedule.count
 
     @property
     def value(self) -> np.ndarray | None:
@@ -90,7 +86,7 @@ class NeutralEstimator:
 
     def in_warmup(self, t_s: float) -> bool:
         """Whether ``t_s`` falls in the warm-up (every frame kept)."""
-        return self._t_first is None or t_s - self._t_first < self.warmup_s
+        return self._schedule.in_warmup(t_s)
 
     def update(self, head: np.ndarray, t_s: float) -> bool:
         """Offer one aligned face; it is kept if the schedule says so.
@@ -102,23 +98,20 @@ class NeutralEstimator:
         Returns:
             True when kept (and the estimate recomputed).
         """
-        if self._t_first is None:
-            self._t_first = t_s
-        if not self.in_warmup(t_s) and self._t_last is not None and t_s - self._t_last < self.slow_interval_s:
+        slot = self._schedule.admit(t_s)
+        if slot is None:
             return False
         h = np.asarray(head, np.float32)
-        self._buf[self._next] = h
-        self._feat[self._next] = (fm.eye_aperture(h, "left"), fm.eye_aperture(h, "right"), fm.lip_gap(h))
-        self._next = (self._next + 1) % len(self._buf)
-        self._n = min(self._n + 1, len(self._buf))
-        self._t_last = t_s
+        self._buf[slot] = h
+        self._feat[slot] = (fm.eye_aperture(h, "left"), fm.eye_aperture(h, "right"), fm.lip_gap(h))
         self._value = self._estimate()
         return True
 
     def _estimate(self) -> np.ndarray:
-        buf = self._buf[: self._n]
-        feat = self._feat[: self._n]
-        out = np.median(buf, axis=0) if self._n > 2 else buf.mean(0)
+        n = self._schedule.count
+        buf = self._buf[:n]
+        feat = self._feat[:n]
+        out = np.median(buf, axis=0) if n > 2 else buf.mean(0)
         for col, mask in ((0, self._left), (1, self._right)):
             lo, hi = np.percentile(feat[:, col], [40, 90])
             sel = (feat[:, col] >= lo) & (feat[:, col] <= hi)
