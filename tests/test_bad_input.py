@@ -149,3 +149,13 @@ def test_demo_mouth_follows_the_voice(tmp_path):
     track = read_track(out.with_suffix(".blendshapes.jsonl"))
     jaw = track.blendshapes[:, Blendshape.jawOpen]
     assert jaw.max() > 0.25 and (jaw > 0.1).mean() > 0.3
+
+
+def test_a_still_image_is_refused_as_video_input(testdata):
+    """A photo is not a video: a clear error instead of a one-frame clip."""
+    from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.core.errors import InputError
+
+    for name in ("images/london_005_03_neutral.jpg", "images/grid_lbax4n_frame10.png"):
+        with pytest.raises(InputError, match="still image"):
+            VideoFileSource(testdata / name)

@@ -67,7 +67,7 @@ class VideoFileSource:
 
     Raises:
         InputError: the file is missing, not a readable video (corrupt,
-            truncated, not media), or has no video stream.
+            truncated, not media), a still image, or has no video stream.
 
     Example:
         >>> with VideoFileSource("talk.mp4") as src:
@@ -82,6 +82,12 @@ class VideoFileSource:
         self._generators: weakref.WeakSet = weakref.WeakSet()
         self._closed = False
         with _media.open_container(self.path, "video") as c:
+            fmt = c.format.name
+            if fmt in ("image2", "image2pipe") or fmt.endswith("_pipe"):
+                # FFmpeg's still-image demuxers (image2, png_pipe, jpeg_pipe, ...): one frame
+                raise InputError(
+                    f"'{self.path}' is a still image ({fmt.replace('_pipe', '')}), not a video: "
+                    "give a video file (.mp4, .mov, .mkv, .webm, ...)", path=self.path)
             if not c.streams.video:
                 kinds = ", ".join(sorted({s.type for s in c.streams})) or "none"
                 raise InputError(
