@@ -85,8 +85,9 @@ class VideoFileSource:
             fmt = c.format.name
             if fmt in ("image2", "image2pipe") or fmt.endswith("_pipe"):
                 # FFmpeg's still-image demuxers (image2, png_pipe, jpeg_pipe, ...): one frame
+                codec = c.streams.video[0].codec_context.name if c.streams.video else fmt
                 raise InputError(
-                    f"'{self.path}' is a still image ({fmt.replace('_pipe', '')}), not a video: "
+                    f"'{self.path}' is a still image ({'jpeg' if codec == 'mjpeg' else codec}), not a video: "
                     "give a video file (.mp4, .mov, .mkv, .webm, ...)", path=self.path)
             if not c.streams.video:
                 kinds = ", ".join(sorted({s.type for s in c.streams})) or "none"
