@@ -13,6 +13,12 @@ part that decoded), 3 for no face, 4 for output errors (a missing output folder
 is created; one that cannot be created is an output error). Ctrl+C (SIGINT) or
 SIGTERM during ``render``/``demo`` finishes the clip with what was rendered, the
 audio cut to the same length, and exits 130 / 143.
+
+``render``/``demo`` write the clip and its blendshape track to hidden part files
+(``.NAME.part-PID-XXXX.mp4``) beside the output and rename them over it when the
+clip is kept, so a render that fails leaves an existing output as it was. A
+render killed outright (kill -9, power loss) leaves its part file (it plays up to
+the last quarter second written); the next render to the same output deletes it.
 """
 from __future__ import annotations
 
@@ -59,6 +65,36 @@ def _background(text: str):
         except ValueError:
             pass
     raise argparse.ArgumentTypeError(f"background must be 'transparent' or a colour like 00b140, not {text!r}")
+
+
+#: Options whose value may start with "-" (e.g. ``--size -2x4``): argparse would take
+#: such a value for an option and say "expected one argument" instead of the range.
+_DASH_VALUE_OPTIONS = ("--size", "--fps")
+
+
+def _join_dash_values(argv: list[str]) -> list[str]:
+    """``["--size", "-2x4"]`` -> ``["--size=-2x4"]`` so the value reaches its type check.
+
+    Args:
+        argv: command-line arguments (without the program name).
+
+    Returns:
+        A new list; arguments after ``--`` are left alone.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a in _DASH_VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,7 +298,7 @@ def _cmd_window(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``avatar-app`` console script. Returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_dash_values(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.ERROR,
         format="%(levelname)s %(name)s: %(message)s",
@@ -294,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted before the output was finished", file=sys.stderr)
+        out = getattr(args, "output", None)
+        where = f": {out} was not written (an existing file there is left as it was)" if out else ""
+        print(f"interrupted before the output was finished{where}", file=sys.stderr)
         return 130
 
 

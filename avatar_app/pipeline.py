@@ -72,7 +72,8 @@ class RenderReport:
         frames_out: output video frames written.
         faces_found: input frames in which a face was tracked.
         duration_s: output video duration, seconds.
-        audio_duration_s: audio written, seconds (0 when none).
+        audio_duration_s: audio in the clip, seconds (0 when none); it ends with the
+            video: longer audio is cut, shorter audio padded with silence.
         wall_s: wall-clock time of the render.
         stage_ms: stage -> (p50, p95) in ms.
         warnings: messages for the user (e.g. silent stretches).
@@ -80,7 +81,12 @@ class RenderReport:
             clip holds only the frames that decoded.
         interrupted: the render was stopped early (``stop`` was set): the clip and
             the sidecar hold the frames rendered so far and the audio is cut to the
-            video's length; when no frame was rendered the outputs are removed.
+            video's length; when no frame was rendered nothing is written.
+
+    Outputs are written to hidden part files beside the targets and renamed over
+    them only when the render is kept (complete, interrupted after the first
+    frame, or a truncated input's partial render): a render that fails leaves
+    existing files at ``output_path`` and ``sidecar_path`` as they were.
     """
 
     output_path: Path
@@ -102,9 +108,13 @@ class RenderReport:
         return self.frames_in / self.wall_s if self.wall_s > 0 else 0.0
 
 
+#: Suffix of the blendshape sidecar written beside a clip.
+SIDECAR_SUFFIX = ".blendshapes.jsonl"
+
+
 def sidecar_path_for(output_path: Path) -> Path:
     """``clip.mp4`` -> ``clip.blendshapes.jsonl``."""
-    return output_path.with_suffix(".blendshapes.jsonl")
+    return Path(output_path).with_suffix(SIDECAR_SUFFIX)
 
 
 class FrameProcessor:
@@ -276,7 +286,8 @@ class _RenderWorker:
                 self.sink(rgb, replace(state, stamps=stamps))
         except BaseException as exc:
             self.error = exc
-            log.error("render thread failed: %s", exc, exc_info=True)
+            # re-raised on the calling thread, which reports it: the traceback only at debug level
+            log.debug("render thread failed: %s", exc, exc_info=True)
         finally:
             renderer.close()
 
@@ -326,15 +337,21 @@ def _default_speech():
 class _Writer:
     """Sink of the render thread: encodes frames by time and writes the sidecar.
 
+    The clip and the sidecar are written to hidden part files beside the
+    targets (:class:`~avatar_app.record.parts.OutputParts`); :meth:`commit`
+    renames them over the targets, :meth:`discard` deletes them, so a render
+    that fails leaves existing files as they were.
+
     The audio given to :meth:`set_audio` is muxed along with the video: before a
     frame shown at ``t`` the audio up to ``t + 1/fps`` goes into the file, so a
     render that stops early (interrupted, or failed) holds as much audio as
-    video. :meth:`close` with ``complete=True`` adds the rest of the audio (a
-    voice longer than the video is kept whole, as before).
+    video. :meth:`close` ends the audio track with the video: audio longer than
+    the video is cut, shorter audio is padded with silence.
     """
 
     def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
         from avatar_app.record.formats import open_recorder
+        from avatar_app.record.parts import OutputParts
         from avatar_app.record.sidecar import SidecarWriter
 
         w, h = options.size
@@ -354,14 +371,62 @@ class _Writer:
                 output_path,
             )
         _make_output_folder(output_path)
-        self.recorder = open_recorder(output_path, w, h, fps, audio_sample_rate=audio_rate)
-        self.sidecar = SidecarWriter(sidecar_path_for(output_path))
+        if output_path.is_dir():
+            raise RecordingError(f"Cannot write {output_path}: it is a folder")
+        self.output_path = output_path
+        self.parts = OutputParts(output_path, (SIDECAR_SUFFIX,))
+        self.recorder = self.sidecar = None
+        try:
+            self.recorder = open_recorder(self.parts.clip, w, h, fps, audio_sample_rate=audio_rate)
+            self.sidecar = SidecarWriter(self.parts.part_for(sidecar_path_for(output_path)))
+        except AvatarError as exc:
+            if self.recorder is not None:
+                self.recorder.close()
+            self.parts.discard()
+            raise self.translate(exc) from exc
+        except BaseException:
+            if self.recorder is not None:
+                self.recorder.close()
+            self.parts.discard()
+            raise
         self.fps = float(fps)
         self.frames_out = 0
         self.last_time = 0.0
         self._audio: np.ndarray | None = None
         self._audio_t0 = 0.0
         self._audio_fed = 0
+
+    def translate(self, exc: AvatarError) -> AvatarError:
+        """An error of the recorder or the sidecar reworded for the targets, not the part files.
+
+        A write failure (disk full ...) says that the existing output was left as it was.
+        """
+        from avatar_app.record.recorder import RecordingWriteError, io_reason
+
+        if not isinstance(exc, RecordingError):
+            return exc
+        target = self.output_path
+        reason = None
+        if isinstance(exc, RecordingWriteError):
+            reason = exc.reason
+        elif isinstance(exc.__cause__, OSError):
+            reason = io_reason(exc.__cause__)
+        if reason is not None:
+            kept = f"; the existing {target.name} was left as it was" if target.exists() else ""
+            return RecordingError(f"writing {target} failed: {reason}. Nothing was written{kept}")
+        return RecordingError(self.parts.rename_in(str(exc)))
+
+    def commit(self) -> None:
+        """Rename the finished part files over the clip and the sidecar.
+
+        Raises:
+            RecordingError: the rename failed (the part files are deleted).
+        """
+        self.parts.commit()
+
+    def discard(self) -> None:
+        """Delete the part files; existing outputs stay as they were. Idempotent."""
+        self.parts.discard()
 
     def set_audio(self, samples: np.ndarray, start_s: float) -> None:
         """Audio to mux with the frames: (N,) float32 at the recorder's rate, first sample at ``start_s`` s."""
@@ -381,12 +446,34 @@ class _Writer:
             self.recorder.write_audio(self._audio[self._audio_fed: n], self._audio_t0 + self._audio_fed / rate)
             self._audio_fed = n
 
+    def _pad_audio(self, until_s: float) -> None:
+        """Fill the audio track with silence up to media time ``until_s`` (seconds)."""
+        rec = self.recorder
+        if self._audio is None or rec.time_origin_s is None:
+            return
+        rate = rec.audio_sample_rate
+        missing = int(round((until_s - rec.time_origin_s) * rate)) - rec.audio_samples_written
+        if missing > 0:
+            rec.write_audio(np.zeros(missing, np.float32), rec.time_origin_s + rec.audio_samples_written / rate)
+
     @property
-    def audio_written_s(self) -> float:
-        """Seconds of the given audio written so far."""
+    def video_end_s(self) -> float:
+        """Media time at which the last written frame ends, seconds (0 before the first)."""
+        return self.last_time + 1.0 / self.fps if self.frames_out else 0.0
+
+    @property
+    def audio_source_s(self) -> float:
+        """Length of the audio given to :meth:`set_audio`, seconds (0 when none)."""
         if self._audio is None:
             return 0.0
-        return self._audio_fed / self.recorder.audio_sample_rate
+        return len(self._audio) / self.recorder.audio_sample_rate
+
+    @property
+    def audio_written_s(self) -> float:
+        """Seconds of audio in the clip so far, silence that fills gaps or pads the end included."""
+        if self._audio is None:
+            return 0.0
+        return self.recorder.audio_samples_written / self.recorder.audio_sample_rate
 
     def __call__(self, rgb: np.ndarray, state: AvatarState) -> None:
         # audio first: the first write sets the file's time origin (as when all the
@@ -397,23 +484,26 @@ class _Writer:
         self.last_time = state.media_time_s
 
     def close(self, complete: bool = False) -> None:
-        """Finish the clip and the sidecar.
+        """Finish the part files: the audio ends with the video (cut or padded with silence).
 
         Args:
-            complete: every frame was rendered: write the rest of the audio too.
-                False (stopped early) keeps the audio cut at the last frame.
+            complete: kept for callers; the audio is ended with the video either way.
 
         Raises:
-            RecordingError: the file cannot be finished.
+            RecordingError: the file cannot be finished (reworded by :meth:`translate`).
         """
         try:
-            if complete and not self.recorder.closed and self.recorder.error is None:
-                self._feed_audio(math.inf)
-        finally:
             try:
-                self.recorder.close()
+                if self.frames_out and not self.recorder.closed and self.recorder.error is None:
+                    self._feed_audio(self.video_end_s)
+                    self._pad_audio(self.video_end_s)
             finally:
-                self.sidecar.close()
+                try:
+                    self.recorder.close()
+                finally:
+                    self.sidecar.close()
+        except AvatarError as exc:
+            raise self.translate(exc) from exc
 
 
 def render_file(
@@ -443,9 +533,12 @@ def render_file(
 
     Raises:
         InputError: the input or audio file is missing, unreadable or silent.
-        NoFaceError: no face in any frame (the partial output is removed).
+        NoFaceError: no face in any frame.
         RecordingError: the output (or its folder, which is created when missing)
             cannot be written.
+
+    On any error, existing files at the output paths are left as they were (the
+    clip is written to a hidden part file first, see :class:`_Writer`).
     """
     from avatar_app.capture.audio_file import load_audio
     from avatar_app.capture.video_file import VideoFileSource
@@ -486,80 +579,135 @@ def render_file(
         reconstructor = reconstructor if reconstructor is not None else _default_reconstructor()
         stats = LatencyStats(window_s=5.0)
         writer = _Writer(output_path, options, fps_out, rec_audio.sample_rate if rec_audio is not None else None)
-        ok = False
         try:
-            if rec_audio is not None:
-                writer.set_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
-            worker = _RenderWorker(options, writer, stats, avatar=avatar)
-            tracker = FaceTracker(RunningMode.VIDEO)
-            proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
-            proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
-            speech_samples = speech_audio.samples if speech_audio is not None else None
-            speech_offset = float(speech_audio.media_time_s) if speech_audio is not None else 0.0
-            context_s = getattr(speech, "context_s", 0.1) if speech is not None else 0.0
-            prev: AvatarState | None = None
-            k_out = 0
-            total = max(int(info.frame_count), 1)
+            ok = False
             try:
-                for frame in src.frames():
-                    if stop is not None and stop.is_set():
-                        report.interrupted = True
-                        break
-                    window = None
-                    if speech_samples is not None:
-                        window = audio_window(speech_samples, SPEECH_RATE,
-                                              frame.media_time_s - speech_offset + proc.speech_lookahead_s, context_s)
-                    state = proc.process(frame, window)
-                    writer.sidecar.write(state)
-                    report.frames_in += 1
-                    report.faces_found += int(state.face_found)
-                    if options.fps is None:
-                        worker.put(state)
-                    else:
-                        if prev is not None:
-                            k_out = _emit_resampled(worker, prev, state.media_time_s, fps_out, k_out)
-                        prev = state
-                    if progress is not None:
-                        progress(report.frames_in, max(total, report.frames_in))
-                if prev is not None:
-                    end_t = prev.media_time_s + 1.0 / (info.fps or fps_out)
-                    k_out = _emit_resampled(worker, prev, end_t, fps_out, k_out)
+                if rec_audio is not None:
+                    writer.set_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
+                worker = _RenderWorker(options, writer, stats, avatar=avatar)
+                tracker = FaceTracker(RunningMode.VIDEO)
+                proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
+                proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
+                speech_samples = speech_audio.samples if speech_audio is not None else None
+                speech_offset = float(speech_audio.media_time_s) if speech_audio is not None else 0.0
+                context_s = getattr(speech, "context_s", 0.1) if speech is not None else 0.0
+                prev: AvatarState | None = None
+                k_out = 0
+                total = max(int(info.frame_count), 1)
+                try:
+                    for frame in src.frames():
+                        if stop is not None and stop.is_set():
+                            report.interrupted = True
+                            break
+                        window = None
+                        if speech_samples is not None:
+                            window = audio_window(speech_samples, SPEECH_RATE,
+                                                  frame.media_time_s - speech_offset + proc.speech_lookahead_s, context_s)
+                        state = proc.process(frame, window)
+                        writer.sidecar.write(state)
+                        report.frames_in += 1
+                        report.faces_found += int(state.face_found)
+                        if options.fps is None:
+                            worker.put(state)
+                        else:
+                            if prev is not None:
+                                k_out = _emit_resampled(worker, prev, state.media_time_s, fps_out, k_out)
+                            prev = state
+                        if progress is not None:
+                            progress(report.frames_in, max(total, report.frames_in))
+                    if prev is not None:
+                        end_t = prev.media_time_s + 1.0 / (info.fps or fps_out)
+                        k_out = _emit_resampled(worker, prev, end_t, fps_out, k_out)
+                finally:
+                    tracker.close()
+                    worker.finish()
+                ok = True
             finally:
-                tracker.close()
-                worker.finish()
-            ok = True
-        finally:
-            try:
-                writer.close(complete=ok and not report.interrupted)
-            except AvatarError:
-                if ok:
-                    raise
-        if getattr(src, "truncated", False) and not report.interrupted:
-            report.input_problem = (
-                f"{input_path} is truncated or corrupt: only {report.frames_in} of about "
-                f"{info.frame_count} frames could be decoded"
-            )
-        report.frames_out = writer.frames_out
-        if writer.frames_out:
-            report.duration_s = (writer.frames_out / fps_out) if options.fps else (writer.last_time + 1.0 / fps_out)
-        report.audio_duration_s = writer.audio_written_s
-    report.wall_s = (now_ns() - t0) / 1e9
-    report.stage_ms = stats.summary().stages
+                try:
+                    writer.close(complete=ok and not report.interrupted)
+                except AvatarError:
+                    if ok:
+                        raise
+            if getattr(src, "truncated", False) and not report.interrupted:
+                report.input_problem = (
+                    f"{input_path} is truncated or corrupt: only {report.frames_in} of about "
+                    f"{info.frame_count} frames could be decoded"
+                )
+            report.frames_out = writer.frames_out
+            if writer.frames_out:
+                report.duration_s = (writer.frames_out / fps_out) if options.fps else (writer.last_time + 1.0 / fps_out)
+            report.audio_duration_s = writer.audio_written_s
+            if rec_audio is not None and report.frames_out and not (report.interrupted or report.input_problem):
+                _note_audio_length(report, writer.audio_source_s)
+            report.wall_s = (now_ns() - t0) / 1e9
+            report.stage_ms = stats.summary().stages
+            _settle_outputs(writer, report, input_path)
+        except BaseException as exc:
+            writer.discard()
+            _reraise_for_target(writer, exc)
+    return report
+
+
+def _note_audio_length(report: RenderReport, audio_s: float, tolerance_s: float = 0.1) -> None:
+    """Warn when the audio given was cut to the video or padded with silence to its end.
+
+    Args:
+        report: the finished render (``duration_s`` = the video's length, s).
+        audio_s: length of the audio given, s.
+        tolerance_s: differences up to this many seconds pass without a warning.
+    """
+    video_s = report.duration_s
+    if audio_s > video_s + tolerance_s:
+        report.warnings.append(
+            f"audio ({_s1(audio_s)}) is longer than the video ({_s1(video_s)}): cut to the video")
+    elif audio_s < video_s - tolerance_s:
+        report.warnings.append(
+            f"audio ({_s1(audio_s)}) is shorter than the video ({_s1(video_s)}): "
+            "padded with silence to the video's end")
+
+
+def _s1(seconds: float) -> str:
+    return f"{seconds:.1f} s"
+
+
+def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> None:
+    """Rename the finished part files over the outputs, or delete them and raise.
+
+    Kept: a complete render, an interrupted one with at least one frame, a
+    truncated input's partial render. Deleted (existing outputs untouched): no
+    frame rendered, no frame decoded, no face found.
+
+    Raises:
+        InputError: no video frame could be decoded.
+        NoFaceError: no face in any frame.
+        RecordingError: the part files cannot be renamed.
+    """
     if report.interrupted:
         # keep what was rendered, even before the first face was seen
         if report.frames_out == 0:
-            _remove_outputs(report)
-        return report
+            writer.discard()
+        else:
+            writer.commit()
+        return
     if report.frames_in == 0:
-        _remove_outputs(report)
+        writer.discard()
         raise InputError(f"No video frame could be decoded from {input_path}", input_path)
     if report.faces_found == 0:
-        _remove_outputs(report)
+        writer.discard()
         raise NoFaceError(
             f"No face was found in any of the {report.frames_in} frames of {input_path}: "
             "nothing to animate (the face must be visible and well lit)."
         )
-    return report
+    writer.commit()
+
+
+def _reraise_for_target(writer: _Writer, exc: BaseException) -> None:
+    """Re-raise ``exc``, a recording error reworded to name the output instead of its part file."""
+    if isinstance(exc, AvatarError):
+        translated = writer.translate(exc)
+        if translated is not exc:
+            raise translated from exc
+    raise exc
 
 
 def _make_output_folder(output_path: Path) -> None:
@@ -598,14 +746,6 @@ def _emit_resampled(worker: _RenderWorker, state: AvatarState, t_next: float, fp
         worker.put(replace(state, media_time_s=k_out / fps_out))
         k_out += 1
     return k_out
-
-
-def _remove_outputs(report: RenderReport) -> None:
-    for p in (report.output_path, report.sidecar_path):
-        try:
-            Path(p).unlink()
-        except FileNotFoundError:
-            pass
 
 
 # --------------------------------------------------------------------------- demo
@@ -697,43 +837,49 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
     stats = LatencyStats()
     report = report0
     writer = _Writer(output_path, options, fps, rec_audio.sample_rate)
-    ok = False
     try:
-        writer.set_audio(rec_audio.samples, 0.0)
-        worker = _RenderWorker(options, writer, stats, avatar=avatar)
-        proc = FrameProcessor(None, None, speech, fusion=Fusion(options.fusion))
-        proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
+        ok = False
         try:
-            for i in range(n):
-                if stop is not None and stop.is_set():
-                    report.interrupted = True
-                    break
-                t = i / fps
-                frame = Frame(index=i, t_capture_ns=now_ns(), image=np.zeros((1, 1, 3), np.uint8), media_time_s=t)
-                window = audio_window(speech_audio.samples, SPEECH_RATE, t + proc.speech_lookahead_s, speech.context_s)
-                state = proc.process(frame, window, vision=scripted_face(t))
-                writer.sidecar.write(state)
-                worker.put(state)
-                report.frames_in += 1
-                report.faces_found += 1
-                if progress:
-                    progress(i + 1, n)
+            writer.set_audio(rec_audio.samples, 0.0)
+            worker = _RenderWorker(options, writer, stats, avatar=avatar)
+            proc = FrameProcessor(None, None, speech, fusion=Fusion(options.fusion))
+            proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
+            try:
+                for i in range(n):
+                    if stop is not None and stop.is_set():
+                        report.interrupted = True
+                        break
+                    t = i / fps
+                    frame = Frame(index=i, t_capture_ns=now_ns(), image=np.zeros((1, 1, 3), np.uint8), media_time_s=t)
+                    window = audio_window(speech_audio.samples, SPEECH_RATE, t + proc.speech_lookahead_s, speech.context_s)
+                    state = proc.process(frame, window, vision=scripted_face(t))
+                    writer.sidecar.write(state)
+                    worker.put(state)
+                    report.frames_in += 1
+                    report.faces_found += 1
+                    if progress:
+                        progress(i + 1, n)
+            finally:
+                worker.finish()
+            ok = True
         finally:
-            worker.finish()
-        ok = True
-    finally:
-        try:
-            writer.close(complete=ok and not report.interrupted)
-        except AvatarError:
-            if ok:
-                raise
-    report.frames_out = writer.frames_out
-    report.duration_s = writer.frames_out / fps
-    report.audio_duration_s = writer.audio_written_s
-    report.wall_s = (now_ns() - t0) / 1e9
-    report.stage_ms = stats.summary().stages
-    if report.interrupted and report.frames_out == 0:
-        _remove_outputs(report)
+            try:
+                writer.close(complete=ok and not report.interrupted)
+            except AvatarError:
+                if ok:
+                    raise
+        report.frames_out = writer.frames_out
+        report.duration_s = writer.frames_out / fps
+        report.audio_duration_s = writer.audio_written_s
+        report.wall_s = (now_ns() - t0) / 1e9
+        report.stage_ms = stats.summary().stages
+        if report.interrupted and report.frames_out == 0:
+            writer.discard()
+        else:
+            writer.commit()
+    except BaseException as exc:
+        writer.discard()
+        _reraise_for_target(writer, exc)
     return report
 
 

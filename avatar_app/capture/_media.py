@@ -5,6 +5,7 @@ Private to :mod:`avatar_app.capture`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -50,11 +51,31 @@ def open_container(path: Path, what: str) -> av.container.InputContainer:
         return av.open(str(path), mode="r")
     except av.error.FFmpegError as e:
         raise InputError(
-            f"'{path}' is not a readable {what} (corrupt, truncated or not a media file): {e}",
+            f"'{path}' is not a readable {what} (corrupt, truncated or not a media file). "
+            f"FFmpeg says: {error_text(e)}",
             path=path,
         ) from e
     except (OSError, ValueError) as e:
-        raise InputError(f"'{path}' cannot be read: {e}", path=path) from e
+        raise InputError(f"'{path}' cannot be read: {error_text(e)}", path=path) from e
+
+
+_ERRNO_PREFIX = re.compile(r"^\[Errno -?\d+\]\s*")
+
+
+def error_text(err: BaseException) -> str:
+    """An FFmpeg or OS error as plain text, without the "[Errno N]" prefix and the file name.
+
+    Args:
+        err: e.g. ``av.error.InvalidDataError`` (``str`` is "[Errno 1094995529]
+            Invalid data found when processing input: 'f.mp4'").
+
+    Returns:
+        e.g. "Invalid data found when processing input".
+    """
+    text = getattr(err, "strerror", None)
+    if not text:
+        text = _ERRNO_PREFIX.sub("", str(err))
+    return str(text)
 
 
 def to_seconds(value: int | None, time_base: Fraction | None) -> float | None:
@@ -144,7 +165,7 @@ class DecodeReport:
     def note_error(self, err: Exception) -> None:
         self.errors += 1
         if not self.first_error:
-            self.first_error = str(err)
+            self.first_error = error_text(err)
 
 
 def decode_tolerant(container: av.container.InputContainer, stream: av.stream.Stream,

@@ -32,7 +32,11 @@ class AsyncRecorder(ClosingContext):
 
     Attributes:
         dropped_frames: video frames dropped because the queue was full or
-            their time did not increase.
+            their time did not increase (``dropped_queue_full + dropped_stale``).
+        dropped_queue_full: video frames dropped because the encoder was behind
+            (``max_video_frames`` waiting): real losses, which the UI reports.
+        dropped_stale: video frames dropped because their time did not increase
+            (usually the same frame delivered twice; nothing is lost).
         dropped_audio_chunks: audio chunks dropped because the queue was full.
 
     Thread: the write methods may be called from any one thread (or several;
@@ -46,6 +50,8 @@ class AsyncRecorder(ClosingContext):
         self.max_video_frames = max_video_frames
         self.max_audio_s = max_audio_s
         self.dropped_frames = 0
+        self.dropped_queue_full = 0
+        self.dropped_stale = 0
         self.dropped_audio_chunks = 0
         self._queue: deque[tuple[str, np.ndarray, float]] = deque()
         self._video_queued = 0
@@ -100,10 +106,12 @@ class AsyncRecorder(ClosingContext):
             min_step = 2 * float(VIDEO_TIME_BASE)  # the recorder needs distinct 1/90000 s ticks
             if self._last_video_t is not None and media_time_s < self._last_video_t + min_step:
                 self.dropped_frames += 1
+                self.dropped_stale += 1
                 _log.debug("frame at %.4f s does not advance time; dropped", media_time_s)
                 return False
             if self._video_queued >= self.max_video_frames:
                 self.dropped_frames += 1
+                self.dropped_queue_full += 1
                 _log.debug("recorder queue full; frame at %.4f s dropped", media_time_s)
                 return False
             self._last_video_t = media_time_s
@@ -186,9 +194,13 @@ class AsyncRecorder(ClosingContext):
         except RecordingError as e:
             if self._error is None:
                 self._error = e
+        if self.dropped_queue_full:
+            _log.warning("recording %s: the encoder could not keep up; %d video frames dropped",
+                         self.recorder.path, self.dropped_queue_full)
         if self.dropped_frames or self.dropped_audio_chunks:
-            _log.info("recording %s: dropped %d frames and %d audio chunks", self.recorder.path,
-                      self.dropped_frames, self.dropped_audio_chunks)
+            _log.info("recording %s: dropped %d frames (%d queue full, %d not advancing time) and %d audio "
+                      "chunks", self.recorder.path, self.dropped_frames, self.dropped_queue_full,
+                      self.dropped_stale, self.dropped_audio_chunks)
         if self._error is not None:
             raise self._error
 

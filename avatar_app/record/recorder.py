@@ -55,18 +55,45 @@ def _have_encoder(name: str) -> bool:
     return True
 
 
-def _io_message(err: BaseException, path: Path) -> str:
+def io_reason(err: BaseException) -> str:
+    """Why a write failed, in words a user understands.
+
+    Args:
+        err: the OSError or av.FFmpegError raised by the write.
+
+    Returns:
+        e.g. ``"the disk is full"`` (ENOSPC), ``"permission denied"``, else ``str(err)``.
+    """
     code = getattr(err, "errno", None)
     if code == errno.ENOSPC:
-        why = "the disk is full"
-    elif code == errno.EFBIG:
-        why = "the file is larger than the system allows (file size limit)"
-    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
-        why = "permission denied"
-    else:
-        why = str(err)
-    return f"recording to {path} failed: {why}. The part written so far is kept and plays."
+        return "the disk is full"
+    if code == errno.EFBIG:
+        return "the file is larger than the system allows (file size limit)"
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "permission denied"
+    return str(err)
 
+
+def _io_message(err: BaseException, path: Path) -> str:
+    return f"recording to {path} failed: {io_reason(err)}. The part written so far is kept and plays."
+
+
+class RecordingWriteError(RecordingError):
+    """Writing a recording failed part-way (disk full, file size limit, I/O error).
+
+    ``str(err)`` is the user message (it says the part written so far is kept).
+
+    Attributes:
+        path: the file that was being written.
+        reason: why, in words, e.g. ``"the disk is full"`` (for callers that
+            word their own message, such as the offline render, which writes to a
+            temporary file).
+    """
+
+    def __init__(self, message: str, path: Path, reason: str):
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
 
 
 class ClosingContext:
@@ -291,8 +318,9 @@ class ClipRecorder(ClosingContext):
             raise RecordingError(f"recording {self.path} is already closed")
 
     def _fail(self, err: BaseException) -> RecordingError:
-        self._error = RecordingError(_io_message(err, self.path))
-        _log.error("%s", self._error)
+        self._error = RecordingWriteError(_io_message(err, self.path), self.path, io_reason(err))
+        # raised to the caller, who reports it: a warning here, not a second error line
+        _log.warning("%s", self._error)
         return self._error
 
     def _mux(self, packets) -> None:

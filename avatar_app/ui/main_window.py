@@ -46,7 +46,16 @@ from avatar_app.ui.viewport import AvatarViewportWidget
 log = logging.getLogger(__name__)
 
 RECORD_SIZE = (1280, 720)
+#: Frame rate of window recordings, Hz; a lower frame-rate cap lowers it (see MainWindow.record_fps).
 RECORD_FPS = 30.0
+#: Alpha formats for live recording from the window, fastest first. Measured at 1280x720 on the
+#: 2-core development machine (encoder only, 2 threads, moving avatar frames): VP9 realtime
+#: (libvpx-vp9, cpu-used 8, row-mt) 9 ms CPU a frame; ProRes 4444 prores_aw 12 ms; prores_ks 66-82 ms;
+#: each plus ~12 ms of alpha preparation (record/alpha.py straight_alpha_frame). The CLI renders
+#: offline and keeps record.formats' order (ProRes 4444 first).
+LIVE_ALPHA_ORDER = ("vp9-webm", "prores4444-mov", "prores4444ks-mov")
+#: Shortest time between two "encoder cannot keep up" warnings in the status bar, s.
+DROP_WARNING_INTERVAL_S = 5.0
 AUDIO_RATE = 16000
 #: Seconds of per-frame latency history the plots show.
 PLOT_WINDOW_S = 30.0
@@ -56,6 +65,25 @@ NO_FACE_DELAY_S = 0.6
 CLEAN_VIEW_HINT_MS = 3000
 NO_SOURCE_TO_RECORD = ("Nothing to record: no camera or video is running. Open a video (File › Open video…) "
                        "or choose a camera in Sources, then record.")
+
+
+def _sentence(text: str) -> str:
+    """``text`` stripped, ending with a full stop (unless it ends with . ! ? or …)."""
+    text = text.strip()
+    return text + "." if text and text[-1] not in ".!?…" else text
+
+
+def no_source_caption(error: str, kind: str) -> str:
+    """The preview caption when no source runs: what failed, then what to do, as separate sentences.
+
+    Args:
+        error: why the source did not open, as the user should read it.
+        kind: "camera", "file" or "".
+    """
+    error = _sentence(error)
+    if kind == "camera":
+        return f"No source: {error}\nUse File › Open video… to play a file."
+    return f"No source: {error}"
 
 
 @dataclass
@@ -127,6 +155,9 @@ class MainWindow(QMainWindow):
                  engines: EngineController | None = None,
                  reconstructor_factory: Callable | None = None, speech_factory: Callable | None = None):
         super().__init__()
+        # tooltips also while a message box or another program is active: the disabled Record
+        # button's tooltip says why it is disabled
+        self.setAttribute(Qt.WidgetAttribute.WA_AlwaysShowToolTips)
         self.settings = settings or QSettings("avatar_app", "avatar_app")
         self.setWindowTitle("avatar_app studio")
         self.pipeline = None
@@ -147,6 +178,12 @@ class MainWindow(QMainWindow):
         self.no_face_shown = False
         self._rec_t0_ns = 0
         self._rec_audio_end_ns = 0
+        self._rec_fps = RECORD_FPS
+        self._rec_format = None
+        self._rec_skip0 = 0  # viewport.captures_skipped when the recording started
+        self._rec_drops_warned = (0, 0.0, False)  # (drops, monotonic time, encoder behind) of the last warning
+        #: The last "encoder cannot keep up" warning of the running or last recording ("" if none).
+        self.record_drop_warning = ""
         self._last_state = None
         self._freeze_pending = True  # gc.freeze() at the next new frame (see freeze_gc)
         self._last_preview_index = -1
@@ -345,7 +382,8 @@ class MainWindow(QMainWindow):
                          ("c2s", "Camera-to-screen latency, median over the last 5 s"),
                          ("dropped", "Camera frames dropped (newest frame wins)"),
                          ("face", "Whether the face tracker finds a face in the source"),
-                         ("rec", "Recording time")):
+                         ("rec", "Recording time, and frames the recording dropped because the encoder "
+                                 "could not keep up")):
             lab = QLabel("")
             lab.setToolTip(tip)
             self.status.addPermanentWidget(lab)
@@ -373,11 +411,19 @@ class MainWindow(QMainWindow):
         hide = self.panels_visible() if hide is None else hide
         if hide and not getattr(self, "_clean_view", False):  # hiding twice must not forget the panels
             self._visible_docks = [k for k, d in self.docks.items() if d.isVisible()]
+            self._front_docks = self.front_tabs()
+            self._dock_state = self.saveState()  # dock sizes and each tab group's front tab
             for d in self.docks.values():
                 d.hide()
-        else:
+        elif not hide:
+            state = getattr(self, "_dock_state", None)
+            if state is not None:  # shows the docks as they were, sizes and front tabs included
+                self.restoreState(state)
             for k in getattr(self, "_visible_docks", list(self.docks)):
                 self.docks[k].show()
+            for k in getattr(self, "_front_docks", []):  # shown again, a tab group fronts its first tab
+                if self.docks[k].isVisible():
+                    self.docks[k].raise_()
         self._clean_view = hide
         for w in (self.menuBar(), self.toolbar, self.status):
             w.setVisible(not hide)
@@ -386,6 +432,20 @@ class MainWindow(QMainWindow):
         else:
             self.viewport.flash_hint(None)
         self._show_no_face(self.no_face_shown)
+
+    def front_tabs(self) -> list[str]:
+        """Keys of the docks in front of their tab group (one per group of tabbed docks)."""
+        from PySide6.QtWidgets import QTabBar
+
+        by_title = {d.windowTitle(): k for k, d in self.docks.items()}
+        out = []
+        for bar in self.findChildren(QTabBar):
+            if bar.parent() is not self or bar.count() < 2 or not bar.isVisible() or bar.currentIndex() < 0:
+                continue
+            key = by_title.get(bar.tabText(bar.currentIndex()).replace("&", ""))
+            if key is not None:
+                out.append(key)
+        return out
 
     def panels_visible(self) -> bool:
         """Whether any panel is shown."""
@@ -489,13 +549,15 @@ class MainWindow(QMainWindow):
                 error = plain_error(res.error)
                 if res.path is not None:  # the file's name first, then why (the full path is in the panel)
                     error = f"Could not play {res.path.name}: {plain_error(res.error, res.path)}"
-                self._show_error(error if self.pipeline is None
-                                 else f"{error}\nThe current source keeps running.")
+                # no message box: the failure is shown where the source was chosen (the red text
+                # under the file box, the preview caption) and in the status bar; nothing to decide
+                self._show_status_error(error if self.pipeline is None
+                                        else f"{error} The current source keeps running.")
                 if self.pipeline is None:
-                    self.source_label.setText(
-                        f"No source: {error}\nUse File > Open video… to play a file." if res.kind == "camera"
-                        else f"No source: {error}")
+                    self.source_label.setText(no_source_caption(error, res.kind))
                 self.sources_panel.on_source_failed(res.path if res.kind == "file" else None, res.error)
+                if res.kind == "file" and self.docks["sources"].isVisible():
+                    self.docks["sources"].raise_()  # the red text under the file box says what failed
             self._update_record_enabled()
             return False
         old = (self.pipeline, self.mic)
@@ -618,7 +680,7 @@ class MainWindow(QMainWindow):
             return self._audio_opener.submit(work).result(), f"Microphone: {name or 'default input'}"
         except AvatarError as exc:
             log.warning("%s", exc)
-            return None, f"Microphone: none. {exc} Speech is off; tracking continues."
+            return None, f"Microphone: none. {_sentence(str(exc))} Speech is off; tracking continues."
 
     def set_microphone(self, name: str) -> bool:
         """Use microphone ``name`` ("" = default) with the camera; persisted. Returns False on error."""
@@ -875,6 +937,12 @@ class MainWindow(QMainWindow):
             self._try_reconnect()
         # the recording timer runs whatever the source does
         rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s" if self.recorder is not None else ""
+        dropped = self.recording_dropped()
+        if rec and dropped:
+            rec += f" · recording dropped {dropped}"
+            self._warn_recording_drops(dropped)
+        for lab in (self.status_labels["rec"], self.record_time_label):
+            lab.setStyleSheet("color: #c0392b;" if rec and dropped else "")
         self.status_labels["rec"].setText(rec)
         self.record_time_label.setText(f"  {rec}" if rec else "")
         self._update_record_enabled()
@@ -1116,12 +1184,88 @@ class MainWindow(QMainWindow):
         if self.avatar_settings.background != "transparent" or fmt.alpha:
             return fmt, ""
         try:
-            alpha = choose_alpha_format()
+            alpha = self._live_alpha_format() or choose_alpha_format()
         except RecordingError:
             return fmt, (f"Transparent background, but this FFmpeg build has no encoder that keeps alpha: "
                          f"{fmt.label} recordings get a black background. Pick a colour background for recording.")
         return alpha, (f"Transparent background: recordings are saved as {alpha.label} to keep it; "
                        f"{fmt.label} cannot store transparency.")
+
+    @staticmethod
+    def _live_alpha_format():
+        """The first available format of LIVE_ALPHA_ORDER (the fastest alpha encoder), or None."""
+        from avatar_app.record.formats import available_formats
+
+        have = {f.key: f for f in available_formats(alpha=True)}
+        return next((have[k] for k in LIVE_ALPHA_ORDER if k in have), None)
+
+    def record_fps(self) -> float:
+        """Frame rate of the next recording, Hz: RECORD_FPS, or the frame-rate cap when lower.
+
+        The recording has a constant frame rate (record/synced.py repeats frames to
+        fill it), so the encoder's work follows this rate, not the source's: a lower
+        cap (Output › Performance) is what lets a slow encoder keep up.
+        """
+        cap = self.effective_fps_cap()
+        return float(min(RECORD_FPS, cap)) if cap > 0 else RECORD_FPS
+
+    def recording_dropped(self) -> int:
+        """Frames of the running recording lost so far (0 without a recording).
+
+        Counts frames the encoder queue refused (``AsyncRecorder.dropped_queue_full``:
+        the encoder was behind) plus states the viewport replaced before rendering them
+        for the recording (``AvatarViewportWidget.captures_skipped``). Frames repeated
+        on purpose (same capture time) are not counted.
+        """
+        return sum(self._recording_drop_counts())
+
+    def _recording_drop_counts(self) -> tuple[int, int]:
+        """(frames the encoder queue refused, states the viewport skipped) of the running recording."""
+        rec = self.recorder
+        if rec is None:
+            return 0, 0
+        full = getattr(rec, "dropped_queue_full", None)
+        if full is None:  # an older AsyncRecorder: its total
+            full = getattr(rec, "dropped_frames", 0)
+        return int(full), max(0, self.viewport.captures_skipped - self._rec_skip0)
+
+    def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True) -> str:
+        """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
+
+        Args:
+            dropped: frames lost.
+            fmt: the RecordingFormat recorded (default: the running recording's).
+            encoder: the encoder was behind (else only the rendering for the recording was).
+        """
+        fmt = fmt or self._rec_format
+        advice = []
+        if fmt is not None and fmt.video_codec.startswith("prores"):
+            vp9 = next((f for f in self._available_alpha() if f.key == "vp9-webm"), None)
+            if vp9 is not None:
+                advice.append("use VP9 (.webm) in Output › Format")
+        advice.append("set a lower frame-rate cap in Output › Performance")
+        advice.append("close other programs")
+        s = "" if dropped == 1 else "s"
+        who = "The encoder" if encoder else "Rendering for the recording"
+        return (f"{who} cannot keep up: {dropped} frame{s} dropped — "
+                f"{', '.join(advice[:-1])} or {advice[-1]}.")
+
+    @staticmethod
+    def _available_alpha():
+        from avatar_app.record.formats import available_formats
+
+        return available_formats(alpha=True)
+
+    def _warn_recording_drops(self, dropped: int) -> None:
+        """Status-bar warning when the running recording drops frames (at most every DROP_WARNING_INTERVAL_S)."""
+        last, t_last, was_encoder = self._rec_drops_warned
+        now = time.monotonic()
+        encoder = self._recording_drop_counts()[0] > 0
+        if dropped > last and (last == 0 or now - t_last >= DROP_WARNING_INTERVAL_S or encoder != was_encoder):
+            self._rec_drops_warned = (dropped, now, encoder)
+            self.record_drop_warning = self.recording_drop_message(dropped, encoder=encoder)
+            log.warning("%s", self.record_drop_warning)
+            self.status.showMessage(self.record_drop_warning, 10000)
 
     def _update_format_note(self) -> None:
         """Show in the Output panel which format the recording will really use."""
@@ -1167,8 +1311,9 @@ class MainWindow(QMainWindow):
                 return None
             path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
         ring = self.pipeline.ring if self.pipeline is not None else None
+        fps = self.record_fps()
         try:
-            rec = open_recorder(path, *RECORD_SIZE, RECORD_FPS,
+            rec = open_recorder(path, *RECORD_SIZE, fps,
                                 audio_sample_rate=AUDIO_RATE if ring is not None else None, fmt=fmt)
             self.recorder = AsyncRecorder(SyncedRecorder(rec))
         except AvatarError as exc:
@@ -1178,6 +1323,10 @@ class MainWindow(QMainWindow):
         self.record_path = path
         self._record_stop_reason = ""
         self._rec_t0_ns = now_ns()
+        self._rec_fps, self._rec_format = fps, fmt
+        self._rec_skip0 = self.viewport.captures_skipped
+        self._rec_drops_warned = (0, 0.0, False)
+        self.record_drop_warning = ""
         # audio from the newest video frame's capture on (the clip starts with its first frame)
         st = self._last_state
         self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
@@ -1212,7 +1361,7 @@ class MainWindow(QMainWindow):
         self._sidecar_t0_ns = audio_start_ns
         self._sidecar_last_t_ns = 0
         try:
-            self.sidecar = SidecarWriter(self.sidecar_path, fps=RECORD_FPS)
+            self.sidecar = SidecarWriter(self.sidecar_path, fps=self._rec_fps)
         except AvatarError as exc:
             log.warning("no blendshape track for this recording: %s", exc)
             self.sidecar_path = None
@@ -1238,6 +1387,8 @@ class MainWindow(QMainWindow):
             wait: finish writing on this thread (True) or on a worker (False: the
                 "Saved" message comes when the file is complete).
         """
+        behind = self._recording_drop_counts()  # final: nothing is written after this
+        dropped = sum(behind)
         rec, self.recorder = self.recorder, None
         sidecar, self.sidecar = self.sidecar, None
         sidecar_path = self.sidecar_path
@@ -1246,8 +1397,9 @@ class MainWindow(QMainWindow):
         self.audio_timer.stop()
         self._reset_record_button()
         self._update_record_enabled()
-        self.status_labels["rec"].setText("")
-        self.record_time_label.setText("")
+        for lab in (self.status_labels["rec"], self.record_time_label):
+            lab.setText("")
+            lab.setStyleSheet("")
         if rec is None:
             return
         # audio up to the end of the last frame's slot, so that both tracks end together
@@ -1255,9 +1407,10 @@ class MainWindow(QMainWindow):
         ring = self.pipeline.ring if self.pipeline is not None else None
         until = None
         if st is not None and ring is not None and ring.latest_t_ns is not None:
-            until = min(st.t_capture_ns + int(1e9 / RECORD_FPS), ring.latest_t_ns)
+            until = min(st.t_capture_ns + int(1e9 / self._rec_fps), ring.latest_t_ns)
         self._on_audio_tick(rec, until)
         path = self.record_path
+        fps, fmt = self._rec_fps, self._rec_format
 
         def finish():
             error = None
@@ -1272,7 +1425,8 @@ class MainWindow(QMainWindow):
                     log.warning("%s", exc)
             inner = getattr(rec, "recorder", None)
             frames = int(getattr(inner, "frames_written", 0) or 0)
-            return error, {"frames": frames, "reason": reason,
+            return error, {"frames": frames, "reason": reason, "fps": fps, "dropped": dropped, "format": fmt,
+                           "encoder_behind": behind[0] > 0,
                            "sidecar": sidecar_path if sidecar is not None else None}
 
         if wait:
@@ -1287,10 +1441,14 @@ class MainWindow(QMainWindow):
             path: the clip.
             error: the AvatarError that ended writing, or None.
             info: {"frames": video frames written, "reason": why it stopped when the
-                user did not stop it ("" otherwise), "sidecar": the blendshape track or None}.
+                user did not stop it ("" otherwise), "sidecar": the blendshape track or None,
+                "fps": the clip's frame rate, "dropped": frames lost because the encoder could
+                not keep up (see :meth:`recording_dropped`), "format": its RecordingFormat}.
         """
         info = info or {}
         frames = int(info.get("frames", 0))
+        dropped = int(info.get("dropped", 0) or 0)
+        fps = float(info.get("fps") or RECORD_FPS)
         reason = info.get("reason", "")
         stopped = f"Recording stopped: {reason}. " if reason else ""
         path = Path(path)
@@ -1310,7 +1468,11 @@ class MainWindow(QMainWindow):
                                         f"{why}, so no file was saved.")
             self._show_error(self.last_record_message)
             return
-        saved = f"Saved {path} ({frames / RECORD_FPS:.1f} s)"
+        saved = f"Saved {path} ({frames / fps:.1f} s)"
+        if dropped:
+            self.record_drop_warning = self.recording_drop_message(dropped, info.get("format"),
+                                                                   bool(info.get("encoder_behind", True)))
+            saved += f". {self.record_drop_warning}"
         if error is not None:
             self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "
                                         f"What was written is kept: {path}.")
@@ -1429,11 +1591,16 @@ class MainWindow(QMainWindow):
         super().keyReleaseEvent(event)
 
     # ================================================================== errors, close
-    def _show_error(self, message: str) -> None:
-        """Show a non-blocking message; the window stays usable."""
+    def _show_status_error(self, message: str) -> None:
+        """Say what went wrong in the status bar only (no message box): for failures the user
+        sees in place as well and needs to decide nothing about (a source that did not open)."""
         self.last_error = message
         log.warning("%s", message)
         self.status.showMessage(message, 15000)
+
+    def _show_error(self, message: str) -> None:
+        """Show a non-blocking message; the window stays usable."""
+        self._show_status_error(message)
         if os.environ.get("AVATAR_APP_SCREENSHOT"):
             return  # unattended screenshot run: no message boxes over the window
         box = QMessageBox(QMessageBox.Icon.Warning, "avatar_app", message, QMessageBox.StandardButton.Ok, self)

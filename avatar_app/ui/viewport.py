@@ -86,6 +86,9 @@ class _RenderThread(threading.Thread):
         self._done_seq = 0
         self._size = (0, 0, 1.0)
         self._capture: tuple[int, int, int] | None = None
+        self._unrendered = False  # the state waiting was not rendered yet
+        #: States replaced before they were rendered while capturing (lost to the recording).
+        self.captures_skipped = 0
         self._commands: list = []
         self._settings = {"background": background, "lighting": lighting, "msaa": msaa}
         self._stopping = False
@@ -97,8 +100,15 @@ class _RenderThread(threading.Thread):
 
     # -- requests (any thread) ---------------------------------------------------------
     def submit(self, state: AvatarState) -> int:
-        """Render ``state`` next (newest wins); returns its request number."""
+        """Render ``state`` next (newest wins); returns its request number.
+
+        While capturing, a new state that replaces one not rendered yet counts in
+        ``captures_skipped`` (that frame never reaches the recording).
+        """
         with self._cond:
+            if self._capture is not None and self._unrendered and state is not self._state:
+                self.captures_skipped += 1
+            self._unrendered = state is not self._state or self._unrendered
             self._state = state
             self._seq += 1
             self._cond.notify()
@@ -167,6 +177,7 @@ class _RenderThread(threading.Thread):
                     if self._stopping:
                         break
                     seq, state, commands = self._seq, self._state, self._commands
+                    self._unrendered = False
                     self._commands = []
                     width, height, ratio = self._size
                     capture = self._capture
@@ -286,6 +297,7 @@ class AvatarViewportWidget(QWidget):
         self._image_state = None
         self._pending_present = None
         self._pending_capture = None
+        self._captures_overwritten = 0
         self._error: str | None = None
         self.gl_failed.connect(self._on_gl_failed)
         self._frame_rendered.connect(self._on_frame_rendered)
@@ -311,6 +323,14 @@ class AvatarViewportWidget(QWidget):
         self._thread.start()
 
     # -- API -------------------------------------------------------------------------
+    @property
+    def captures_skipped(self) -> int:
+        """States shown while capturing that never became a ``frame_captured`` frame (newest wins).
+
+        Counts since the widget was made; the window takes the difference over a recording.
+        """
+        return self._thread.captures_skipped + self._captures_overwritten
+
     def show_state(self, state: AvatarState) -> None:
         """Render ``state`` next (asynchronously; newest wins)."""
         self._state = state
@@ -449,6 +469,8 @@ class AvatarViewportWidget(QWidget):
         # Runs on the GUI thread (queued from the render thread).
         self._image = img
         self._pending_present = state
+        if captured is not None and self._pending_capture is not None:
+            self._captures_overwritten += 1  # rendered for the recording, replaced before it was handed on
         self._pending_capture = captured
         self.update()
 

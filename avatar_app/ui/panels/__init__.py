@@ -72,11 +72,17 @@ class ElidedLabel(QLabel):
         return self._full
 
     def _elide(self) -> None:
-        """Word-wrap the text at the label's width into at most ``max_lines`` lines; elide the last."""
+        """Word-wrap the text at the label's width into at most ``max_lines`` lines; elide what is over.
+
+        When the text has no more paragraphs (line breaks) than ``max_lines``, every
+        paragraph keeps at least its first line, so a second sentence is never run
+        into the first one's overflow; spare lines go to the first paragraphs.
+        """
         fm = self.fontMetrics()
         width = max(20, self.contentsRect().width())
-        lines: list[str] = []
+        paras: list[list[str]] = []
         for para in self._full.split("\n"):
+            lines: list[str] = []
             line = ""
             for word in para.split(" "):
                 candidate = f"{line} {word}" if line else word
@@ -86,9 +92,27 @@ class ElidedLabel(QLabel):
                 else:
                     line = candidate
             lines.append(line)
-        shown = lines[: self.max_lines]
-        if len(lines) > self.max_lines:
-            shown[-1] = fm.elidedText(" ".join([shown[-1], *lines[self.max_lines:]]) + " …",
+            paras.append(lines)
+        flat = [ln for lines in paras for ln in lines]
+        if len(flat) <= self.max_lines:
+            shown = flat
+        elif len(paras) <= self.max_lines:
+            budget = [1] * len(paras)
+            spare = self.max_lines - len(paras)
+            for i, lines in enumerate(paras):
+                extra = min(spare, len(lines) - 1)
+                budget[i] += extra
+                spare -= extra
+            shown = []
+            for lines, n in zip(paras, budget):
+                part = lines[:n]
+                if len(lines) > n:
+                    part[-1] = fm.elidedText(" ".join([part[-1], *lines[n:]]) + " …",
+                                             Qt.TextElideMode.ElideRight, width)
+                shown += part
+        else:
+            shown = flat[: self.max_lines]
+            shown[-1] = fm.elidedText(" ".join([shown[-1], *flat[self.max_lines:]]) + " …",
                                       Qt.TextElideMode.ElideRight, width)
         shown = [fm.elidedText(ln, Qt.TextElideMode.ElideRight, width) for ln in shown]
         super().setText("\n".join(shown))

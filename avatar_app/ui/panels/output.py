@@ -48,9 +48,11 @@ class OutputPanel(Panel):
         self._fill_formats()
         self.format.setToolTip(
             "Format of recorded clips. H.264 and MPEG-4 (MP4) have no transparency: with Avatar › Background "
-            "› Transparent the recording switches to ProRes 4444 (.mov) or, without it, VP9 (.webm), so the "
-            "alpha channel is kept for compositing; the note below says which. A colour background records "
-            "in the format chosen here.")
+            "› Transparent the recording switches to VP9 with alpha (.webm), the fastest encoder that keeps "
+            "the alpha channel (ProRes 4444 .mov needs more CPU than a 2-core machine can spare while it "
+            "tracks and renders), or to ProRes 4444 without it; the note below says which. A colour "
+            "background records in the format chosen here. If the encoder cannot keep up, the status bar "
+            "counts the frames the recording dropped.")
         form.addRow("Format", self.format)
         #: Which format recordings really use, when it is not the one chosen (transparent background).
         self.format_note = hint("")
