@@ -21,6 +21,7 @@ pipelines); alpha itself is never changed.
 from __future__ import annotations
 
 import logging
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -38,12 +39,18 @@ def straight_alpha_frame(rgba: np.ndarray, premultiplied: bool = False, bleed_px
                          out: np.ndarray | None = None) -> np.ndarray:
     """Prepare an RGBA image for a straight-alpha encoder.
 
+    The edge padding touches only the ``bleed_px`` rings of transparent pixels
+    next to the silhouette (found by 4-neighbour dilation of the alpha > 0 mask
+    inside its bounding box) and reads only their neighbours, so its cost grows
+    with the length of the silhouette's outline, not with its area.
+
     Args:
         rgba: (H, W, 4) uint8 RGBA. With ``premultiplied`` its RGB is colour x alpha.
         premultiplied: divide RGB by alpha (rounded, clipped to 255).
         bleed_px: width of the band of fully transparent pixels (alpha 0) around
             visible ones that receives the mean colour of its visible 4-neighbours,
-            one pixel ring per step (0 = off).
+            one pixel ring per step (0 = off). Ring ``k`` averages the (unrounded)
+            colours of its neighbours in ring ``k - 1``; the result is rounded once.
         out: optional (H, W, 4) uint8 array to write into (may be ``rgba``).
 
     Returns:
@@ -55,43 +62,110 @@ def straight_alpha_frame(rgba: np.ndarray, premultiplied: bool = False, bleed_px
     rgba = np.asarray(rgba)
     if rgba.ndim != 3 or rgba.shape[2] != 4 or rgba.dtype != np.uint8:
         raise InputError(f"alpha frames must be (H, W, 4) uint8 RGBA; got {rgba.shape} {rgba.dtype}")
-    a = rgba[..., 3]
-    visible = a > 0
     if out is None:
         out = rgba.copy()
     elif out is not rgba:
         out[...] = rgba
-    if premultiplied:
-        part = visible & (a < 255)  # a == 255: colour already straight
-        if part.any():
-            c = rgba[..., :3][part].astype(np.float32) * (255.0 / a[part].astype(np.float32))[:, None]
-            out[..., :3][part] = np.minimum(np.rint(c), 255).astype(np.uint8)
-    if bleed_px <= 0 or visible.all() or not visible.any():
+    a = rgba[..., 3]
+    if sys.byteorder == "little" and rgba.flags.c_contiguous:
+        # alpha is the high byte of each pixel read as uint32: one contiguous compare
+        # instead of a strided one (about 6x faster at 1280x720)
+        vis_all = rgba.view(np.uint32)[..., 0] > 0x00FFFFFF
+    else:
+        vis_all = a > 0
+    rows = vis_all.any(axis=1)
+    if not rows.any():
         return out
-    # Work only inside the bounding box of the silhouette grown by bleed_px.
-    ys, xs = np.nonzero(visible.any(axis=1))[0], np.nonzero(visible.any(axis=0))[0]
+    ys, xs = np.flatnonzero(rows), np.flatnonzero(vis_all.any(axis=0))
     h, w = a.shape
-    y0, y1 = max(0, ys[0] - bleed_px), min(h, ys[-1] + bleed_px + 1)
-    x0, x1 = max(0, xs[0] - bleed_px), min(w, xs[-1] + bleed_px + 1)
-    known = visible[y0:y1, x0:x1].copy()
-    rgb = out[y0:y1, x0:x1, :3].astype(np.float32)
-    for _ in range(bleed_px):
-        acc = np.zeros_like(rgb)
-        cnt = np.zeros(known.shape, np.float32)
-        kf = known.astype(np.float32)
-        weighted = rgb * kf[..., None]
-        acc[1:] += weighted[:-1]; cnt[1:] += kf[:-1]      # from the pixel above
-        acc[:-1] += weighted[1:]; cnt[:-1] += kf[1:]      # from below
-        acc[:, 1:] += weighted[:, :-1]; cnt[:, 1:] += kf[:, :-1]  # from the left
-        acc[:, :-1] += weighted[:, 1:]; cnt[:, :-1] += kf[:, 1:]  # from the right
-        new = ~known & (cnt > 0)
-        if not new.any():
-            break
-        rgb[new] = acc[new] / cnt[new][:, None]
-        known |= new
-    band = known & ~visible[y0:y1, x0:x1]
-    out[y0:y1, x0:x1, :3][band] = np.rint(rgb[band]).astype(np.uint8)
+    # Bounding box of the silhouette: every visible pixel lies inside it.
+    vy0, vy1, vx0, vx1 = ys[0], ys[-1] + 1, xs[0], xs[-1] + 1
+    box_a = a[vy0:vy1, vx0:vx1]
+    visible = vis_all[vy0:vy1, vx0:vx1]
+    if premultiplied:
+        part = visible & (box_a < 255)  # a == 255: colour already straight
+        if part.any():
+            src = rgba[vy0:vy1, vx0:vx1, :3][part].astype(np.float32)
+            c = src * (255.0 / box_a[part].astype(np.float32))[:, None]
+            out[vy0:vy1, vx0:vx1, :3][part] = np.minimum(np.rint(c), 255).astype(np.uint8)
+    if bleed_px <= 0 or (vy1 - vy0 == h and vx1 - vx0 == w and visible.all()):
+        return out
+    _pad_edges(out, visible, vy0, vx0, int(bleed_px))
     return out
+
+
+#: 4-neighbour offsets (dy, dx) in the order the padding sums them: above, below, left, right.
+_NEIGHBOURS = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+def _pad_edges(out: np.ndarray, visible: np.ndarray, vy0: int, vx0: int, bleed_px: int) -> None:
+    """Colour the ``bleed_px`` transparent rings around ``visible`` in place (see above).
+
+    Works on flat indices into a (bh + 2, bw + 2) grid: the silhouette's bounding
+    box grown by ``bleed_px`` (clipped to the image) plus a one-pixel frame that
+    is never known, so neighbour look-ups need no bounds checks.
+    """
+    h, w = out.shape[:2]
+    vh, vw = visible.shape
+    y0, y1 = max(0, vy0 - bleed_px), min(h, vy0 + vh + bleed_px)
+    x0, x1 = max(0, vx0 - bleed_px), min(w, vx0 + vw + bleed_px)
+    gw = x1 - x0 + 2
+    known = np.zeros((y1 - y0 + 2, gw), bool)
+    oy, ox = vy0 - y0 + 1, vx0 - x0 + 1
+    known[oy:oy + vh, ox:ox + vw] = visible
+    flat_known = known.reshape(-1)
+    offsets = [dy * gw + dx for dy, dx in _NEIGHBOURS]
+
+    def lookup(idx: np.ndarray) -> np.ndarray:
+        """float32 RGB of known grid pixels ``idx`` (visible ones from the image)."""
+        res = np.empty((len(idx), 3), np.float32)
+        pos = np.searchsorted(ring_idx, idx) if ring_idx is not None else None
+        if pos is not None:
+            hit = pos < len(ring_idx)
+            hit[hit] = ring_idx[pos[hit]] == idx[hit]
+        else:
+            hit = np.zeros(len(idx), bool)
+        if hit.any():
+            res[hit] = ring_val[pos[hit]]
+        miss = ~hit
+        if miss.any():
+            gy, gx = np.divmod(idx[miss], gw)
+            res[miss] = out[gy - 1 + y0, gx - 1 + x0, :3]
+        return res
+
+    ring_idx: np.ndarray | None = None
+    ring_val: np.ndarray | None = None
+    band_idx, band_val = [], []
+    grown = np.empty_like(known)
+    for _ in range(bleed_px):
+        grown[...] = known
+        grown[1:] |= known[:-1]
+        grown[:-1] |= known[1:]
+        grown[:, 1:] |= known[:, :-1]
+        grown[:, :-1] |= known[:, 1:]
+        grown[0] = grown[-1] = False  # the frame outside the grid is never coloured
+        grown[:, 0] = grown[:, -1] = False
+        new = np.flatnonzero(grown & ~known)
+        if len(new) == 0:
+            break
+        acc = np.zeros((len(new), 3), np.float32)
+        cnt = np.zeros(len(new), np.float32)
+        for off in offsets:
+            nb = new + off
+            k = flat_known[nb]
+            if k.any():
+                acc[k] += lookup(nb[k])
+                cnt += k
+        val = acc / cnt[:, None]
+        flat_known[new] = True
+        ring_idx, ring_val = new, val  # the next ring's known neighbours are visible or in this one
+        band_idx.append(new)
+        band_val.append(val)
+    if not band_idx:
+        return
+    idx = np.concatenate(band_idx)
+    gy, gx = np.divmod(idx, gw)
+    out[gy - 1 + y0, gx - 1 + x0, :3] = np.rint(np.concatenate(band_val)).astype(np.uint8)
 
 
 class AlphaClipRecorder(ClipRecorder):
@@ -102,7 +176,9 @@ class AlphaClipRecorder(ClipRecorder):
     ``write_video`` takes (height, width, 4) uint8 RGBA; the container follows
     the path's suffix (".mov" -> ProRes 4444 + AAC, fragmented MOV; ".webm" ->
     VP9 ``yuva420p`` + Opus, Matroska clusters of at most ``fragment_s``); and
-    each frame goes through :func:`straight_alpha_frame`.
+    each frame goes through :func:`straight_alpha_frame`. Writing the same
+    read-only array object again (the repeats of :class:`~avatar_app.record.SyncedRecorder`)
+    reuses the frame prepared for it.
 
     Args:
         path: output ``.mov`` or ``.webm`` file (overwritten).
@@ -165,6 +241,8 @@ class AlphaClipRecorder(ClipRecorder):
         self.bleed_px = int(bleed_px)
         self._vp9_crf = int(vp9_crf)
         self._buf: np.ndarray | None = None
+        self._cached_src: np.ndarray | None = None  # see _make_frame
+        self._cached_frame: av.VideoFrame | None = None
         super().__init__(
             path, width, height, fps, audio_sample_rate, audio_channels,
             video_codec=fmt.video_codec, threads=threads, keyframe_interval_s=keyframe_interval_s,
@@ -223,7 +301,27 @@ class AlphaClipRecorder(ClipRecorder):
         return stream
 
     def _make_frame(self, image: np.ndarray) -> av.VideoFrame:
+        """Straight-alpha encoder frame, already in the encoder's pixel format.
+
+        A read-only array that owns its data (``SyncedRecorder`` holds its frames
+        so) cannot change behind our back, so writing the same array object again
+        (a repeat for the constant frame rate) reuses the prepared frame: no alpha
+        preparation and no pixel-format conversion. Writable arrays are always
+        prepared afresh (callers may reuse one buffer for new content).
+        """
+        if image is self._cached_src and self._cached_frame is not None:
+            return self._cached_frame
         if self._buf is None or self._buf.shape != image.shape:
             self._buf = np.empty_like(image)
         straight_alpha_frame(image, self.premultiplied, self.bleed_px, out=self._buf)
-        return av.VideoFrame.from_ndarray(self._buf, format="rgba")
+        cc = self._video.codec_context
+        # The conversion PyAV's encode() would otherwise do itself (same reformatter
+        # call: size, format and threads of the codec context), done here so that a
+        # cached frame skips it too.
+        frame = av.VideoFrame.from_ndarray(self._buf, format="rgba").reformat(
+            self.width, self.height, self.format.pix_fmt, threads=cc.thread_count)
+        if not image.flags.writeable and image.flags.owndata:
+            self._cached_src, self._cached_frame = image, frame
+        else:
+            self._cached_src = self._cached_frame = None
+        return frame

@@ -330,7 +330,9 @@ class SyncedRecorder(ClosingContext):
             return False
         if self._prev is not None:
             self._emit_until(0.5 * (self._prev[1] + f))
-        self._prev = (np.array(img, copy=True), f)
+        held = np.array(img, copy=True)
+        held.flags.writeable = False  # lets an AlphaClipRecorder reuse its prepared frame on repeats
+        self._prev = (held, f)
         return True
 
     def _emit_until(self, limit_s: float) -> None:
