@@ -126,9 +126,13 @@ def test_recording_without_drops_says_nothing_and_follows_the_fps_cap(qtbot, sti
     win.record_button.click()
     assert win.recorder is not None and win.recorder.recorder.recorder.fps == 15.0
     wait_frames(qtbot, win, 10)
+    dropped = win.recording_dropped()  # normally 0; a loaded machine may really drop some
     win.record_button.click()
     qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=20000)
-    assert "dropped" not in win.last_record_message and win.record_drop_warning == ""
+    if dropped == 0:  # no drops: no warning at all
+        assert "dropped" not in win.last_record_message and win.record_drop_warning == ""
+    else:  # drops are reported, never hidden
+        assert "dropped" in win.last_record_message
     o.fps_cap.setValue(0)
     assert win.record_fps() == 30.0
 

@@ -39,12 +39,15 @@ def file_window(qtbot, testdata, settings):
     win.close()
 
 
-def _record(qtbot, win, seconds_ms: int = 1500) -> Path:
-    """Record for a while with the button; returns the clip once "Saved" was said."""
+def _record(qtbot, win, seconds_ms: int = 1500, min_frames: int = 20) -> Path:
+    """Record for at least ``seconds_ms`` and ``min_frames`` presented frames (a loaded machine
+    renders fewer per second) with the button; returns the clip once "Saved" was said."""
     win.record_button.click()
     assert win.recorder is not None
     path = win.record_path
+    start = win.viewport.frames_presented
     qtbot.wait(seconds_ms)
+    qtbot.waitUntil(lambda: win.viewport.frames_presented >= start + min_frames, timeout=30000)
     win.record_button.click()
     qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=20000)
     return path

@@ -6,6 +6,8 @@ Output tabbed on the right; latency plots at the bottom; a toolbar with the
 record button. Every dock can be moved, floated or closed (View menu);
 Ctrl+H hides them all for a clean capture view. Window layout and every
 panel's settings persist in QSettings and are restored on the next start.
+Recording (the Record button, Ctrl+R, the clip, its audio and blendshape
+track) is ui.recording.RecordingController, owned as ``MainWindow.recording``.
 
 Threads: the GUI thread only shows results. Opening a source (camera open,
 face-tracker start), engine builds, backend probing, device listing, avatar
@@ -26,36 +28,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QImage, QKeySequence, QPixmap
-from PySide6.QtWidgets import (QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QPushButton,
-                               QToolBar)
+from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QToolBar
 
 # imported here, on the GUI thread, before any worker starts: the device-listing and opener threads
 # importing the package at the same time could see it half initialised (circular-import error)
 import avatar_app.capture  # noqa: F401,E402
-from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError
 from avatar_app.ui import settings as store
 from avatar_app.ui.engines import EngineController
 from avatar_app.ui.panels import plain_error
 from avatar_app.ui.priority import ThreadPriorities
+from avatar_app.ui.recording import RECORD_FPS, RECORD_SIZE, RecordingController
 from avatar_app.ui.tuning import AvatarTuner, ExpressionLayer, TuningSettings, parse_mix
 from avatar_app.ui.viewport import AvatarViewportWidget
 
 log = logging.getLogger(__name__)
 
-RECORD_SIZE = (1280, 720)
-#: Frame rate of window recordings, Hz; a lower frame-rate cap lowers it (see MainWindow.record_fps).
-RECORD_FPS = 30.0
-#: Alpha formats for live recording from the window, fastest first. Measured at 1280x720 on the
-#: 2-core development machine (encoder only, 2 threads, moving avatar frames): VP9 realtime
-#: (libvpx-vp9, cpu-used 8, row-mt) 9 ms CPU a frame; ProRes 4444 prores_aw 12 ms; prores_ks 66-82 ms;
-#: each plus ~12 ms of alpha preparation (record/alpha.py straight_alpha_frame). The CLI renders
-#: offline and keeps record.formats' order (ProRes 4444 first).
-LIVE_ALPHA_ORDER = ("vp9-webm", "prores4444-mov", "prores4444ks-mov")
-#: Shortest time between two "encoder cannot keep up" warnings in the status bar, s.
-DROP_WARNING_INTERVAL_S = 5.0
+#: Sample rate of the source's audio ring (and of recordings), Hz.
 AUDIO_RATE = 16000
 #: Seconds of per-frame latency history the plots show.
 PLOT_WINDOW_S = 30.0
@@ -63,8 +54,6 @@ PLOT_WINDOW_S = 30.0
 NO_FACE_DELAY_S = 0.6
 #: How long the "Press Ctrl+H to show panels" hint stays on the clean capture view, ms.
 CLEAN_VIEW_HINT_MS = 3000
-NO_SOURCE_TO_RECORD = ("Nothing to record: no camera or video is running. Open a video (File › Open video…) "
-                       "or choose a camera in Sources, then record.")
 
 
 def _sentence(text: str) -> str:
@@ -148,7 +137,6 @@ class MainWindow(QMainWindow):
     """
 
     _source_ready = Signal(object)
-    _recording_closed = Signal(object, object, object)
     _avatar_loaded = Signal(object, object)
 
     def __init__(self, source: Path | None = None, camera: int | None = None, settings: QSettings | None = None,
@@ -162,28 +150,13 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("avatar_app studio")
         self.pipeline = None
         self.mic = None
-        self.recorder = None
-        self.record_path: Path | None = None
-        self.sidecar = None  # record.SidecarWriter of the running recording
-        self.sidecar_path: Path | None = None
-        self._sidecar_t0_ns: int | None = None
-        self._sidecar_last_t_ns = 0
-        self._record_stop_reason = ""
-        #: The last message of a recording that finished ("Saved …" or what went wrong).
-        self.last_record_message = ""
+        #: Record button, Ctrl+R, the clip, its audio and blendshape track (ui/recording.py).
+        self.recording = RecordingController(self, AUDIO_RATE)
         #: The last information message shown with :meth:`_show_info`.
         self.last_info: str | None = None
         self._no_face_since: float | None = None
         #: Whether "No face found" is shown (the source runs, the tracker has found no face for a while).
         self.no_face_shown = False
-        self._rec_t0_ns = 0
-        self._rec_audio_end_ns = 0
-        self._rec_fps = RECORD_FPS
-        self._rec_format = None
-        self._rec_skip0 = 0  # viewport.captures_skipped when the recording started
-        self._rec_drops_warned = (0, 0.0, False)  # (drops, monotonic time, encoder behind) of the last warning
-        #: The last "encoder cannot keep up" warning of the running or last recording ("" if none).
-        self.record_drop_warning = ""
         self._last_state = None
         self._freeze_pending = True  # gc.freeze() at the next new frame (see freeze_gc)
         self._last_preview_index = -1
@@ -236,7 +209,6 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.viewport)
         self.setAcceptDrops(True)  # drop a video to play it, an avatar (.glb/.gltf/.vrm) to load it
         self._source_ready.connect(self._install_opened)
-        self._recording_closed.connect(self._on_recording_closed)
         self._avatar_loaded.connect(self._on_avatar_loaded)
 
         self._build_panels()
@@ -255,9 +227,6 @@ class MainWindow(QMainWindow):
         self.slow_timer.setInterval(200)
         self.slow_timer.timeout.connect(self._on_slow_tick)
         self.slow_timer.start()
-        self.audio_timer = QTimer(self)
-        self.audio_timer.setInterval(100)
-        self.audio_timer.timeout.connect(self._on_audio_tick)
 
         choices = {k: dict(v) for k, v in self.engine_choice.choices.items()}
         self.engines.start(choices)
@@ -337,18 +306,13 @@ class MainWindow(QMainWindow):
             self.addAction(a)  # shortcuts keep working with the menu bar hidden
             return a
 
-        self.record_button = QPushButton("● Record")
-        self.record_button.setCheckable(True)
-        self.record_button.setToolTip("Record the avatar with your voice (Ctrl+R)")
-        self.record_button.toggled.connect(self._on_record_toggled)
-        self.record_time_label = QLabel("")
         m = self.menuBar().addMenu("&File")
         m.addAction(action("&Open video…", self._on_open_dialog, QKeySequence.StandardKey.Open))
         m.addAction(action("Use &camera", lambda: self.open_camera(self.camera_index or self.settings.value(
             "camera", 0, type=int), wait=False)))
         m.addAction(action("Load &avatar…", self.avatar_panel.choose_file))
         m.addSeparator()
-        self.record_action = action("&Record", self._on_record_shortcut, "Ctrl+R")
+        self.record_action = action("&Record", self.recording.toggle_recording, "Ctrl+R")
         m.addAction(self.record_action)
         m.addAction(action("Choose recording &folder…", self.output_panel.choose_folder))
         m.addSeparator()
@@ -908,7 +872,7 @@ class MainWindow(QMainWindow):
         if pipe.error and pipe.error != self.last_error:
             if not pipe.running:  # the source died: a recording of it ends here, kept and playable
                 what = "the camera was lost" if self.source_kind == "camera" else "the source failed"
-                self._stop_recording_because(f"{what} ({plain_error(pipe.error)})")
+                self.recording.stop_because(f"{what} ({plain_error(pipe.error)})")
                 self.source_label.setText(f"Stopped: {plain_error(pipe.error)}")
                 self._update_record_enabled()
             if self.source_kind == "camera" and not pipe.running:
@@ -935,16 +899,7 @@ class MainWindow(QMainWindow):
         pipe = self.pipeline
         if self._reconnecting and time.monotonic() >= self._reconnect_at:
             self._try_reconnect()
-        # the recording timer runs whatever the source does
-        rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s" if self.recorder is not None else ""
-        dropped = self.recording_dropped()
-        if rec and dropped:
-            rec += f" · recording dropped {dropped}"
-            self._warn_recording_drops(dropped)
-        for lab in (self.status_labels["rec"], self.record_time_label):
-            lab.setStyleSheet("color: #c0392b;" if rec and dropped else "")
-        self.status_labels["rec"].setText(rec)
-        self.record_time_label.setText(f"  {rec}" if rec else "")
+        self.recording.update_status()  # the recording timer runs whatever the source does
         self._update_record_enabled()
         self._update_no_face(pipe)
         if pipe is None:
@@ -1123,373 +1078,64 @@ class MainWindow(QMainWindow):
         parts = [f"{short.get(n, n)}: {self.engines.describe(n)}" for n in self.engines.entries]
         self.status_labels["engines"].setText("   ".join(parts))
 
-    # ================================================================== recording
+    # ================================================================== recording (ui/recording.py)
+    # The window's recording names, kept for the panels and tests: each forwards to self.recording.
+    record_button = property(lambda self: self.recording.record_button, doc="The toolbar's Record/Stop button.")
+    record_time_label = property(lambda self: self.recording.record_time_label, doc="The toolbar's REC timer.")
+    audio_timer = property(lambda self: self.recording.audio_timer, doc="10 Hz timer feeding audio to the clip.")
+    recorder = property(lambda self: self.recording.recorder, doc="The running recorder, or None.")
+    record_path = property(lambda self: self.recording.record_path, doc="The running (or last) clip, or None.")
+    sidecar = property(lambda self: self.recording.sidecar, doc="The running blendshape track writer, or None.")
+    sidecar_path = property(lambda self: self.recording.sidecar_path, doc="The blendshape track beside the clip.")
+    last_record_message = property(lambda self: self.recording.last_record_message,
+                                   doc='The last finished recording\'s message ("Saved …" or what went wrong).')
+    record_drop_warning = property(lambda self: self.recording.record_drop_warning,
+                                   doc='The last "encoder cannot keep up" warning ("" if none).')
+
     def record_folder(self) -> Path:
-        """Folder recordings go to (persisted; default: the user's Videos folder / avatar_app)."""
-        default = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.MoviesLocation) or str(Path.home())
-        return Path(self.settings.value("record_folder", str(Path(default) / "avatar_app"), type=str))
+        """Folder recordings go to (see :meth:`RecordingController.record_folder`)."""
+        return self.recording.record_folder()
 
     def set_record_folder(self, folder: Path) -> None:
-        """Persist the recording folder."""
-        self.settings.setValue("record_folder", str(folder))
-
-    def _on_record_toggled(self, on: bool) -> None:
-        if on:
-            self.start_recording()
-        else:
-            self.stop_recording(wait=False)  # the file is finished on a worker; "Saved" follows
-
-    def _on_record_shortcut(self) -> None:
-        """Ctrl+R / File › Record: stop a running recording, else start one (or say why not)."""
-        if self.recorder is not None:
-            self.stop_recording(wait=False)
-        else:
-            self.start_recording()
+        """Persist the recording folder (see :meth:`RecordingController.set_record_folder`)."""
+        self.recording.set_record_folder(folder)
 
     def record_blocker(self) -> str:
-        """Why a recording cannot start now, as the user should read it; "" when it can."""
-        pipe = self.pipeline
-        if pipe is None:
-            return NO_SOURCE_TO_RECORD
-        if not pipe.running:
-            why = f" ({plain_error(pipe.error)})" if pipe.error else ""
-            return f"Nothing to record: the source stopped{why}. Open a video or choose a camera in Sources."
-        return ""
-
-    def _update_record_enabled(self) -> None:
-        """Enable the record button only while a source runs (or a recording is on); the tooltip says why not."""
-        why = self.record_blocker() if self.recorder is None else ""
-        self.record_button.setEnabled(not why)
-        self.record_button.setToolTip(why or ("Stop recording and save the clip (Ctrl+R)" if self.recorder is not None
-                                              else "Record the avatar with your voice (Ctrl+R)"))
+        """Why a recording cannot start now; "" when it can (see :meth:`RecordingController.record_blocker`)."""
+        return self.recording.record_blocker()
 
     def recording_format(self):
-        """The format the next recording uses, and a note when it is not the Output panel's choice.
-
-        With a transparent background and a format without alpha (H.264, MPEG-4) the
-        recording switches to the preferred available alpha format (ProRes 4444 .mov,
-        else VP9 .webm; record.formats.choose_alpha_format) so the transparency is kept,
-        as the CLI requires an alpha format for ``--background transparent``.
-
-        Returns:
-            (RecordingFormat, note): note is "" when the chosen format is used as is.
-        """
-        from avatar_app.core.errors import RecordingError
-        from avatar_app.record.formats import choose_alpha_format, format_by_key
-
-        try:
-            fmt = format_by_key(self.output_settings.format)
-        except AvatarError:
-            fmt = format_by_key("h264-mp4")
-        if self.avatar_settings.background != "transparent" or fmt.alpha:
-            return fmt, ""
-        try:
-            alpha = self._live_alpha_format() or choose_alpha_format()
-        except RecordingError:
-            return fmt, (f"Transparent background, but this FFmpeg build has no encoder that keeps alpha: "
-                         f"{fmt.label} recordings get a black background. Pick a colour background for recording.")
-        return alpha, (f"Transparent background: recordings are saved as {alpha.label} to keep it; "
-                       f"{fmt.label} cannot store transparency.")
-
-    @staticmethod
-    def _live_alpha_format():
-        """The first available format of LIVE_ALPHA_ORDER (the fastest alpha encoder), or None."""
-        from avatar_app.record.formats import available_formats
-
-        have = {f.key: f for f in available_formats(alpha=True)}
-        return next((have[k] for k in LIVE_ALPHA_ORDER if k in have), None)
+        """(RecordingFormat, note) of the next recording (see :meth:`RecordingController.recording_format`)."""
+        return self.recording.recording_format()
 
     def record_fps(self) -> float:
-        """Frame rate of the next recording, Hz: RECORD_FPS, or the frame-rate cap when lower.
-
-        The recording has a constant frame rate (record/synced.py repeats frames to
-        fill it), so the encoder's work follows this rate, not the source's: a lower
-        cap (Output › Performance) is what lets a slow encoder keep up.
-        """
-        cap = self.effective_fps_cap()
-        return float(min(RECORD_FPS, cap)) if cap > 0 else RECORD_FPS
+        """Frame rate of the next recording, Hz (see :meth:`RecordingController.record_fps`)."""
+        return self.recording.record_fps()
 
     def recording_dropped(self) -> int:
-        """Frames of the running recording lost so far (0 without a recording).
-
-        Counts frames the encoder queue refused (``AsyncRecorder.dropped_queue_full``:
-        the encoder was behind) plus states the viewport replaced before rendering them
-        for the recording (``AvatarViewportWidget.captures_skipped``). Frames repeated
-        on purpose (same capture time) are not counted.
-        """
-        return sum(self._recording_drop_counts())
-
-    def _recording_drop_counts(self) -> tuple[int, int]:
-        """(frames the encoder queue refused, states the viewport skipped) of the running recording."""
-        rec = self.recorder
-        if rec is None:
-            return 0, 0
-        full = getattr(rec, "dropped_queue_full", None)
-        if full is None:  # an older AsyncRecorder: its total
-            full = getattr(rec, "dropped_frames", 0)
-        return int(full), max(0, self.viewport.captures_skipped - self._rec_skip0)
+        """Frames the running recording lost (see :meth:`RecordingController.recording_dropped`)."""
+        return self.recording.recording_dropped()
 
     def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True) -> str:
-        """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
-
-        Args:
-            dropped: frames lost.
-            fmt: the RecordingFormat recorded (default: the running recording's).
-            encoder: the encoder was behind (else only the rendering for the recording was).
-        """
-        fmt = fmt or self._rec_format
-        advice = []
-        if fmt is not None and fmt.video_codec.startswith("prores"):
-            vp9 = next((f for f in self._available_alpha() if f.key == "vp9-webm"), None)
-            if vp9 is not None:
-                advice.append("use VP9 (.webm) in Output › Format")
-        advice.append("set a lower frame-rate cap in Output › Performance")
-        advice.append("close other programs")
-        s = "" if dropped == 1 else "s"
-        who = "The encoder" if encoder else "Rendering for the recording"
-        return (f"{who} cannot keep up: {dropped} frame{s} dropped — "
-                f"{', '.join(advice[:-1])} or {advice[-1]}.")
-
-    @staticmethod
-    def _available_alpha():
-        from avatar_app.record.formats import available_formats
-
-        return available_formats(alpha=True)
-
-    def _warn_recording_drops(self, dropped: int) -> None:
-        """Status-bar warning when the running recording drops frames (at most every DROP_WARNING_INTERVAL_S)."""
-        last, t_last, was_encoder = self._rec_drops_warned
-        now = time.monotonic()
-        encoder = self._recording_drop_counts()[0] > 0
-        if dropped > last and (last == 0 or now - t_last >= DROP_WARNING_INTERVAL_S or encoder != was_encoder):
-            self._rec_drops_warned = (dropped, now, encoder)
-            self.record_drop_warning = self.recording_drop_message(dropped, encoder=encoder)
-            log.warning("%s", self.record_drop_warning)
-            self.status.showMessage(self.record_drop_warning, 10000)
-
-    def _update_format_note(self) -> None:
-        """Show in the Output panel which format the recording will really use."""
-        _, note = self.recording_format()
-        self.output_panel.set_format_note(note)
-
-    def _reset_record_button(self) -> None:
-        self.record_button.blockSignals(True)
-        self.record_button.setChecked(False)
-        self.record_button.blockSignals(False)
-        self.record_button.setText("● Record")
+        """The dropped-frames warning (see :meth:`RecordingController.recording_drop_message`)."""
+        return self.recording.recording_drop_message(dropped, fmt, encoder)
 
     def start_recording(self, path: Path | None = None) -> Path | None:
-        """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path.
-
-        The format is the Output panel's; formats that keep transparency record RGBA.
-        Sync is the CLI's (record/synced.py): the file is built by a
-        :class:`~avatar_app.record.SyncedRecorder` with the audio sample clock as the
-        master; each rendered frame is placed at the capture time of the camera frame
-        it shows (``AvatarState.t_capture_ns``), the audio at the capture time of its
-        samples, both on the process clock (``now_ns``). So the avatar's lips meet the
-        voice whatever the camera-to-screen latency, and the clip does not drift.
-        """
-        from avatar_app.record import AsyncRecorder, SyncedRecorder
-        from avatar_app.record.formats import open_recorder
-
-        if self.recorder is not None:
-            return None
-        why = self.record_blocker()
-        if why:  # never a recording without a running source: it would save nothing
-            self._reset_record_button()
-            self._update_record_enabled()
-            self._show_error(why)
-            return None
-        fmt, note = self.recording_format()
-        if path is None:
-            folder = self.record_folder()
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                self._show_error(f"Cannot create the recording folder {folder}: {exc}")
-                self._reset_record_button()
-                return None
-            path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
-        ring = self.pipeline.ring if self.pipeline is not None else None
-        fps = self.record_fps()
-        try:
-            rec = open_recorder(path, *RECORD_SIZE, fps,
-                                audio_sample_rate=AUDIO_RATE if ring is not None else None, fmt=fmt)
-            self.recorder = AsyncRecorder(SyncedRecorder(rec))
-        except AvatarError as exc:
-            self._show_error(str(exc))
-            self._reset_record_button()
-            return None
-        self.record_path = path
-        self._record_stop_reason = ""
-        self._rec_t0_ns = now_ns()
-        self._rec_fps, self._rec_format = fps, fmt
-        self._rec_skip0 = self.viewport.captures_skipped
-        self._rec_drops_warned = (0, 0.0, False)
-        self.record_drop_warning = ""
-        # audio from the newest video frame's capture on (the clip starts with its first frame)
-        st = self._last_state
-        self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
-            else self._rec_t0_ns
-        self._open_sidecar(path, self._rec_audio_end_ns if ring is not None else None)
-        self.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
-        self._update_capture()
-        if ring is not None:
-            self.audio_timer.start()
-        if not self.record_button.isChecked():
-            self.record_button.blockSignals(True)
-            self.record_button.setChecked(True)
-            self.record_button.blockSignals(False)
-        self.record_button.setText("■ Stop")
-        self._update_record_enabled()
-        self.status.showMessage(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
-        return path
-
-    def _open_sidecar(self, clip_path: Path, audio_start_ns: int | None) -> None:
-        """Start the JSON Lines blendshape track beside the clip (as the CLI's render writes).
-
-        One line per avatar state placed in the recording (record/sidecar.py);
-        its ``t`` is the capture time relative to the clip's start (the earlier of
-        the first frame and the first audio sample, as SyncedRecorder places them),
-        which is the file time to within the audio clock's drift (about 100 ppm).
-        A track that cannot be written is logged and skipped; the clip goes on.
-        """
-        from avatar_app.pipeline import sidecar_path_for
-        from avatar_app.record.sidecar import SidecarWriter
-
-        self.sidecar, self.sidecar_path = None, sidecar_path_for(clip_path)
-        self._sidecar_t0_ns = audio_start_ns
-        self._sidecar_last_t_ns = 0
-        try:
-            self.sidecar = SidecarWriter(self.sidecar_path, fps=self._rec_fps)
-        except AvatarError as exc:
-            log.warning("no blendshape track for this recording: %s", exc)
-            self.sidecar_path = None
-
-    def _write_sidecar(self, state, t_capture_ns: int) -> None:
-        sidecar = self.sidecar
-        if sidecar is None or state is None or t_capture_ns <= self._sidecar_last_t_ns:
-            return
-        if self._sidecar_last_t_ns == 0:  # the first frame: file time 0 is the earlier of it and the audio
-            t0 = self._sidecar_t0_ns
-            self._sidecar_t0_ns = t_capture_ns if t0 is None else min(t0, t_capture_ns)
-        self._sidecar_last_t_ns = t_capture_ns
-        try:
-            sidecar.write(state, media_time_s=max(0.0, (t_capture_ns - self._sidecar_t0_ns) / 1e9))
-        except AvatarError as exc:
-            log.warning("blendshape track stopped: %s", exc)
-            self.sidecar = None
+        """Start recording; returns the clip or None (see :meth:`RecordingController.start_recording`)."""
+        return self.recording.start_recording(path)
 
     def stop_recording(self, wait: bool = True) -> None:
-        """Stop and finalise the recording; says where it went.
-
-        Args:
-            wait: finish writing on this thread (True) or on a worker (False: the
-                "Saved" message comes when the file is complete).
-        """
-        behind = self._recording_drop_counts()  # final: nothing is written after this
-        dropped = sum(behind)
-        rec, self.recorder = self.recorder, None
-        sidecar, self.sidecar = self.sidecar, None
-        sidecar_path = self.sidecar_path
-        reason, self._record_stop_reason = self._record_stop_reason, ""
-        self._update_capture()
-        self.audio_timer.stop()
-        self._reset_record_button()
-        self._update_record_enabled()
-        for lab in (self.status_labels["rec"], self.record_time_label):
-            lab.setText("")
-            lab.setStyleSheet("")
-        if rec is None:
-            return
-        # audio up to the end of the last frame's slot, so that both tracks end together
-        st = self.viewport.captured_state
-        ring = self.pipeline.ring if self.pipeline is not None else None
-        until = None
-        if st is not None and ring is not None and ring.latest_t_ns is not None:
-            until = min(st.t_capture_ns + int(1e9 / self._rec_fps), ring.latest_t_ns)
-        self._on_audio_tick(rec, until)
-        path = self.record_path
-        fps, fmt = self._rec_fps, self._rec_format
-
-        def finish():
-            error = None
-            try:
-                rec.close()
-            except AvatarError as exc:
-                error = exc
-            if sidecar is not None:
-                try:
-                    sidecar.close()
-                except AvatarError as exc:
-                    log.warning("%s", exc)
-            inner = getattr(rec, "recorder", None)
-            frames = int(getattr(inner, "frames_written", 0) or 0)
-            return error, {"frames": frames, "reason": reason, "fps": fps, "dropped": dropped, "format": fmt,
-                           "encoder_behind": behind[0] > 0,
-                           "sidecar": sidecar_path if sidecar is not None else None}
-
-        if wait:
-            self._on_recording_closed(path, *finish())
-        else:
-            self._worker.submit(lambda: self._recording_closed.emit(path, *finish()))
+        """Stop and finalise the recording (see :meth:`RecordingController.stop_recording`)."""
+        self.recording.stop_recording(wait)
 
     def _on_recording_closed(self, path, error, info=None) -> None:
-        """Say what the finished recording holds; "Saved" only for a file with video frames in it.
+        self.recording._on_recording_closed(path, error, info)
 
-        Args:
-            path: the clip.
-            error: the AvatarError that ended writing, or None.
-            info: {"frames": video frames written, "reason": why it stopped when the
-                user did not stop it ("" otherwise), "sidecar": the blendshape track or None,
-                "fps": the clip's frame rate, "dropped": frames lost because the encoder could
-                not keep up (see :meth:`recording_dropped`), "format": its RecordingFormat}.
-        """
-        info = info or {}
-        frames = int(info.get("frames", 0))
-        dropped = int(info.get("dropped", 0) or 0)
-        fps = float(info.get("fps") or RECORD_FPS)
-        reason = info.get("reason", "")
-        stopped = f"Recording stopped: {reason}. " if reason else ""
-        path = Path(path)
-        try:
-            written = path.is_file() and path.stat().st_size > 0
-        except OSError:
-            written = False
-        if frames <= 0 or not written:
-            for p in (path, info.get("sidecar")):  # an empty file is no clip: do not leave it behind
-                if p is not None and Path(p).is_file():
-                    try:
-                        Path(p).unlink()
-                    except OSError as exc:
-                        log.warning("could not remove the empty recording %s: %s", p, exc)
-            why = f" ({plain_error(str(error))})" if error is not None else ""
-            self.last_record_message = (f"{stopped}Nothing was recorded: no avatar frame reached the recording"
-                                        f"{why}, so no file was saved.")
-            self._show_error(self.last_record_message)
-            return
-        saved = f"Saved {path} ({frames / fps:.1f} s)"
-        if dropped:
-            self.record_drop_warning = self.recording_drop_message(dropped, info.get("format"),
-                                                                   bool(info.get("encoder_behind", True)))
-            saved += f". {self.record_drop_warning}"
-        if error is not None:
-            self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "
-                                        f"What was written is kept: {path}.")
-            self._show_error(self.last_record_message)
-        elif reason:
-            self.last_record_message = f"{stopped}{saved}."
-            self._show_error(self.last_record_message)
-        else:
-            self.last_record_message = saved
-            self.status.showMessage(saved, 10000)
+    def _update_record_enabled(self) -> None:
+        self.recording.update_enabled()
 
-    def _stop_recording_because(self, reason: str) -> None:
-        """Finish the running recording (the clip is kept) and tell the user why it stopped."""
-        if self.recorder is None:
-            return
-        self._record_stop_reason = reason
-        self.stop_recording(wait=False)
+    def _update_format_note(self) -> None:
+        self.recording.update_format_note()
 
     def _on_frame_captured(self, rgb, t_ns: int) -> None:
         """A 1280x720 render for the virtual camera and the recording (GUI thread, queued).
@@ -1506,49 +1152,7 @@ class MainWindow(QMainWindow):
                 self.vcam = None
                 vcam.close()
                 self._update_capture()
-        rec = self.recorder
-        if rec is None:
-            return
-        if self.output_settings.overlay_in_recording and self.pipeline is not None:
-            from avatar_app.pipeline import draw_overlay
-
-            rgb = draw_overlay(rgb, self.pipeline.stats.summary().lines())
-        st = self.viewport.captured_state
-        t_capture_ns = st.t_capture_ns if st is not None and st.t_capture_ns > 0 else t_ns
-        try:
-            queued = rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
-        except AvatarError as exc:
-            log.warning("recording stopped: %s", exc)
-            self.stop_recording(wait=False)  # reports the error when the file is closed
-            return
-        if queued:
-            self._write_sidecar(st, t_capture_ns)
-
-    def _on_audio_tick(self, rec=None, until_ns: int | None = None) -> None:
-        """Hand the recorder the source's audio since the last tick (GUI timer, 10 Hz).
-
-        Args:
-            rec: the recorder (default: the running one).
-            until_ns: end of the audio to write (default: 60 ms before now, so that
-                late blocks have arrived).
-        """
-        rec = rec or self.recorder
-        ring = self.pipeline.ring if self.pipeline is not None else None
-        if rec is None or ring is None:
-            return
-        end = now_ns() - 60_000_000 if until_ns is None else int(until_ns)
-        # whole samples only, so that consecutive windows continue the stream sample by sample
-        n = (end - self._rec_audio_end_ns) * AUDIO_RATE // 1_000_000_000
-        if n <= 0:
-            return
-        end = self._rec_audio_end_ns + n * 1_000_000_000 // AUDIO_RATE
-        samples = ring.read_window(end, n / AUDIO_RATE)
-        try:
-            # SyncedRecorder: the capture time of the first sample on the shared clock
-            rec.write_audio(samples, self._rec_audio_end_ns / 1e9)
-        except AvatarError as exc:
-            self._show_error(str(exc))
-        self._rec_audio_end_ns = end
+        self.recording.on_frame_captured(rgb, t_ns)
 
     # ================================================================== drag and drop
     def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)

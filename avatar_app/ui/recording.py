@@ -1,0 +1,576 @@
+"""Recording from the studio window: the Record button and Ctrl+R, the clip, its audio and blendshape track.
+
+:class:`RecordingController` is owned by :class:`~avatar_app.ui.main_window.MainWindow`
+and does everything a window recording needs: decides whether a recording can
+start (``record_blocker``) and in which format (``recording_format``), opens an
+``AsyncRecorder(SyncedRecorder(...))`` and the JSON Lines blendshape track beside
+the clip, feeds it the viewport's 1280x720 renders and the source's audio,
+counts and warns about dropped frames, shows the REC timer, and finishes the
+file on the window's worker thread ("Saved …" or what went wrong).
+
+Threads: GUI thread only, except closing a finished clip, which runs on the
+window's worker and reports back through a queued signal.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QStandardPaths, QTimer, Signal
+from PySide6.QtWidgets import QLabel, QPushButton
+
+from avatar_app.core.clock import now_ns
+from avatar_app.core.errors import AvatarError
+from avatar_app.ui.panels import plain_error
+
+log = logging.getLogger(__name__)
+
+#: Size of window recordings (and of the virtual camera's frames), pixels (width, height).
+RECORD_SIZE = (1280, 720)
+#: Frame rate of window recordings, Hz; a lower frame-rate cap lowers it (see RecordingController.record_fps).
+RECORD_FPS = 30.0
+#: Alpha formats for live recording from the window, fastest first. Measured at 1280x720 on the
+#: 2-core development machine (encoder only, 2 threads, moving avatar frames): VP9 realtime
+#: (libvpx-vp9, cpu-used 8, row-mt) 9 ms CPU a frame; ProRes 4444 prores_aw 12 ms; prores_ks 66-82 ms;
+#: each plus ~1.4 ms of alpha preparation (record/alpha.py straight_alpha_frame, benchmarks/alpha.py). The CLI renders
+#: offline and keeps record.formats' order (ProRes 4444 first).
+LIVE_ALPHA_ORDER = ("vp9-webm", "prores4444-mov", "prores4444ks-mov")
+#: Shortest time between two "encoder cannot keep up" warnings in the status bar, s.
+DROP_WARNING_INTERVAL_S = 5.0
+NO_SOURCE_TO_RECORD = ("Nothing to record: no camera or video is running. Open a video (File › Open video…) "
+                       "or choose a camera in Sources, then record.")
+
+
+class RecordingController(QObject):
+    """Records the avatar shown in the studio window, with the source's audio.
+
+    The window owns one and forwards to it: the record button's toggles, Ctrl+R,
+    the viewport's captured frames (:meth:`on_frame_captured`), the slow status
+    tick (:meth:`update_status`) and a failing source (:meth:`stop_because`).
+    It reads from the window: ``pipeline`` (its ``ring`` is the audio),
+    ``viewport``, ``output_settings``, ``avatar_settings``, ``settings``,
+    ``status``, ``status_labels["rec"]``, ``effective_fps_cap()``, ``_last_state``,
+    ``_update_capture()``, ``_show_error()`` and the ``_worker`` executor.
+
+    Args:
+        win: the MainWindow (also the QObject parent).
+        audio_rate: sample rate of the source's audio ring, Hz (the clip's audio rate).
+
+    Attributes:
+        record_button: the checkable "● Record" / "■ Stop" toolbar button.
+        record_time_label: toolbar label with the REC timer ("" when not recording).
+        audio_timer: 10 Hz GUI timer that hands the recorder the source's audio while recording.
+        recorder: the running ``AsyncRecorder(SyncedRecorder(...))``, or None.
+        record_path: the clip of the running (or last) recording, or None.
+        sidecar: the ``record.SidecarWriter`` of the running recording, or None.
+        sidecar_path: its blendshape track (JSON Lines) beside the clip, or None.
+        last_record_message: the last message of a recording that finished
+            ("Saved …" or what went wrong).
+        record_drop_warning: the last "encoder cannot keep up" warning of the
+            running or last recording ("" if none).
+
+    Thread: GUI thread only.
+    """
+
+    _recording_closed = Signal(object, object, object)
+
+    def __init__(self, win, audio_rate: int):
+        super().__init__(win)
+        self.win = win
+        self.audio_rate = int(audio_rate)
+        self.recorder = None
+        self.record_path: Path | None = None
+        self.sidecar = None  # record.SidecarWriter of the running recording
+        self.sidecar_path: Path | None = None
+        self._sidecar_t0_ns: int | None = None
+        self._sidecar_last_t_ns = 0
+        self._record_stop_reason = ""
+        self.last_record_message = ""
+        self._rec_t0_ns = 0
+        self._rec_audio_end_ns = 0
+        self._rec_fps = RECORD_FPS
+        self._rec_format = None
+        self._rec_skip0 = 0  # viewport.captures_skipped when the recording started
+        self._rec_drops_warned = (0, 0.0, False)  # (drops, monotonic time, encoder behind) of the last warning
+        self.record_drop_warning = ""
+        self._recording_closed.connect(self._on_recording_closed)
+
+        self.record_button = QPushButton("● Record")
+        self.record_button.setCheckable(True)
+        self.record_button.setToolTip("Record the avatar with your voice (Ctrl+R)")
+        self.record_button.toggled.connect(self._on_record_toggled)
+        self.record_time_label = QLabel("")
+        self.audio_timer = QTimer(self)
+        self.audio_timer.setInterval(100)
+        self.audio_timer.timeout.connect(self._on_audio_tick)
+
+    # ================================================================== folder
+    def record_folder(self) -> Path:
+        """Folder recordings go to (persisted; default: the user's Videos folder / avatar_app)."""
+        default = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.MoviesLocation) or str(Path.home())
+        return Path(self.win.settings.value("record_folder", str(Path(default) / "avatar_app"), type=str))
+
+    def set_record_folder(self, folder: Path) -> None:
+        """Persist the recording folder.
+
+        Args:
+            folder: where the next recordings go (created when a recording starts).
+        """
+        self.win.settings.setValue("record_folder", str(folder))
+
+    # ================================================================== button, shortcut
+    def _on_record_toggled(self, on: bool) -> None:
+        if on:
+            self.start_recording()
+        else:
+            self.stop_recording(wait=False)  # the file is finished on a worker; "Saved" follows
+
+    def toggle_recording(self) -> None:
+        """Ctrl+R / File › Record: stop a running recording, else start one (or say why not)."""
+        if self.recorder is not None:
+            self.stop_recording(wait=False)
+        else:
+            self.start_recording()
+
+    def record_blocker(self) -> str:
+        """Why a recording cannot start now, as the user should read it; "" when it can."""
+        pipe = self.win.pipeline
+        if pipe is None:
+            return NO_SOURCE_TO_RECORD
+        if not pipe.running:
+            why = f" ({plain_error(pipe.error)})" if pipe.error else ""
+            return f"Nothing to record: the source stopped{why}. Open a video or choose a camera in Sources."
+        return ""
+
+    def update_enabled(self) -> None:
+        """Enable the record button only while a source runs (or a recording is on); the tooltip says why not."""
+        why = self.record_blocker() if self.recorder is None else ""
+        self.record_button.setEnabled(not why)
+        self.record_button.setToolTip(why or ("Stop recording and save the clip (Ctrl+R)" if self.recorder is not None
+                                              else "Record the avatar with your voice (Ctrl+R)"))
+
+    def _reset_record_button(self) -> None:
+        self.record_button.blockSignals(True)
+        self.record_button.setChecked(False)
+        self.record_button.blockSignals(False)
+        self.record_button.setText("● Record")
+
+    # ================================================================== format, rate
+    def recording_format(self):
+        """The format the next recording uses, and a note when it is not the Output panel's choice.
+
+        With a transparent background and a format without alpha (H.264, MPEG-4) the
+        recording switches to the preferred available alpha format (ProRes 4444 .mov,
+        else VP9 .webm; record.formats.choose_alpha_format) so the transparency is kept,
+        as the CLI requires an alpha format for ``--background transparent``.
+
+        Returns:
+            (RecordingFormat, note): note is "" when the chosen format is used as is.
+        """
+        from avatar_app.core.errors import RecordingError
+        from avatar_app.record.formats import choose_alpha_format, format_by_key
+
+        try:
+            fmt = format_by_key(self.win.output_settings.format)
+        except AvatarError:
+            fmt = format_by_key("h264-mp4")
+        if self.win.avatar_settings.background != "transparent" or fmt.alpha:
+            return fmt, ""
+        try:
+            alpha = self._live_alpha_format() or choose_alpha_format()
+        except RecordingError:
+            return fmt, (f"Transparent background, but this FFmpeg build has no encoder that keeps alpha: "
+                         f"{fmt.label} recordings get a black background. Pick a colour background for recording.")
+        return alpha, (f"Transparent background: recordings are saved as {alpha.label} to keep it; "
+                       f"{fmt.label} cannot store transparency.")
+
+    @staticmethod
+    def _live_alpha_format():
+        """The first available format of LIVE_ALPHA_ORDER (the fastest alpha encoder), or None."""
+        from avatar_app.record.formats import available_formats
+
+        have = {f.key: f for f in available_formats(alpha=True)}
+        return next((have[k] for k in LIVE_ALPHA_ORDER if k in have), None)
+
+    def update_format_note(self) -> None:
+        """Show in the Output panel which format the recording will really use."""
+        _, note = self.recording_format()
+        self.win.output_panel.set_format_note(note)
+
+    def record_fps(self) -> float:
+        """Frame rate of the next recording, Hz: RECORD_FPS, or the frame-rate cap when lower.
+
+        The recording has a constant frame rate (record/synced.py repeats frames to
+        fill it), so the encoder's work follows this rate, not the source's: a lower
+        cap (Output › Performance) is what lets a slow encoder keep up.
+        """
+        cap = self.win.effective_fps_cap()
+        return float(min(RECORD_FPS, cap)) if cap > 0 else RECORD_FPS
+
+    # ================================================================== drops, REC timer
+    def recording_dropped(self) -> int:
+        """Frames of the running recording lost so far (0 without a recording).
+
+        Counts frames the encoder queue refused (``AsyncRecorder.dropped_queue_full``:
+        the encoder was behind) plus states the viewport replaced before rendering them
+        for the recording (``AvatarViewportWidget.captures_skipped``). Frames repeated
+        on purpose (same capture time) are not counted.
+        """
+        return sum(self._recording_drop_counts())
+
+    def _recording_drop_counts(self) -> tuple[int, int]:
+        """(frames the encoder queue refused, states the viewport skipped) of the running recording."""
+        rec = self.recorder
+        if rec is None:
+            return 0, 0
+        full = getattr(rec, "dropped_queue_full", None)
+        if full is None:  # an older AsyncRecorder: its total
+            full = getattr(rec, "dropped_frames", 0)
+        return int(full), max(0, self.win.viewport.captures_skipped - self._rec_skip0)
+
+    def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True) -> str:
+        """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
+
+        Args:
+            dropped: frames lost.
+            fmt: the RecordingFormat recorded (default: the running recording's).
+            encoder: the encoder was behind (else only the rendering for the recording was).
+
+        Returns:
+            One sentence for the status bar and the "Saved …" message.
+        """
+        fmt = fmt or self._rec_format
+        advice = []
+        if fmt is not None and fmt.video_codec.startswith("prores"):
+            vp9 = next((f for f in self._available_alpha() if f.key == "vp9-webm"), None)
+            if vp9 is not None:
+                advice.append("use VP9 (.webm) in Output › Format")
+        advice.append("set a lower frame-rate cap in Output › Performance")
+        advice.append("close other programs")
+        s = "" if dropped == 1 else "s"
+        who = "The encoder" if encoder else "Rendering for the recording"
+        return (f"{who} cannot keep up: {dropped} frame{s} dropped — "
+                f"{', '.join(advice[:-1])} or {advice[-1]}.")
+
+    @staticmethod
+    def _available_alpha():
+        from avatar_app.record.formats import available_formats
+
+        return available_formats(alpha=True)
+
+    def _warn_recording_drops(self, dropped: int) -> None:
+        """Status-bar warning when the running recording drops frames (at most every DROP_WARNING_INTERVAL_S)."""
+        last, t_last, was_encoder = self._rec_drops_warned
+        now = time.monotonic()
+        encoder = self._recording_drop_counts()[0] > 0
+        if dropped > last and (last == 0 or now - t_last >= DROP_WARNING_INTERVAL_S or encoder != was_encoder):
+            self._rec_drops_warned = (dropped, now, encoder)
+            self.record_drop_warning = self.recording_drop_message(dropped, encoder=encoder)
+            log.warning("%s", self.record_drop_warning)
+            self.win.status.showMessage(self.record_drop_warning, 10000)
+
+    def update_status(self) -> None:
+        """Show the REC timer (seconds since the start) and the frames dropped so far; warn about drops.
+
+        Called by the window's slow tick (5 Hz); the timer runs whatever the source does.
+        """
+        rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s" if self.recorder is not None else ""
+        dropped = self.recording_dropped()
+        if rec and dropped:
+            rec += f" · recording dropped {dropped}"
+            self._warn_recording_drops(dropped)
+        for lab in (self.win.status_labels["rec"], self.record_time_label):
+            lab.setStyleSheet("color: #c0392b;" if rec and dropped else "")
+        self.win.status_labels["rec"].setText(rec)
+        self.record_time_label.setText(f"  {rec}" if rec else "")
+
+    # ================================================================== start, stop
+    def start_recording(self, path: Path | None = None) -> Path | None:
+        """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path.
+
+        The format is the Output panel's; formats that keep transparency record RGBA.
+        Sync is the CLI's (record/synced.py): the file is built by a
+        :class:`~avatar_app.record.SyncedRecorder` with the audio sample clock as the
+        master; each rendered frame is placed at the capture time of the camera frame
+        it shows (``AvatarState.t_capture_ns``), the audio at the capture time of its
+        samples, both on the process clock (``now_ns``). So the avatar's lips meet the
+        voice whatever the camera-to-screen latency, and the clip does not drift.
+
+        Args:
+            path: the clip to write (default: a time-stamped file in :meth:`record_folder`).
+
+        Returns:
+            The clip's path, or None when a recording runs already or none could
+            start (the reason is shown to the user; nothing raises).
+        """
+        from avatar_app.record import AsyncRecorder, SyncedRecorder
+        from avatar_app.record.formats import open_recorder
+
+        win = self.win
+        if self.recorder is not None:
+            return None
+        why = self.record_blocker()
+        if why:  # never a recording without a running source: it would save nothing
+            self._reset_record_button()
+            self.update_enabled()
+            win._show_error(why)
+            return None
+        fmt, note = self.recording_format()
+        if path is None:
+            folder = self.record_folder()
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                win._show_error(f"Cannot create the recording folder {folder}: {exc}")
+                self._reset_record_button()
+                return None
+            path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
+        ring = win.pipeline.ring if win.pipeline is not None else None
+        fps = self.record_fps()
+        try:
+            rec = open_recorder(path, *RECORD_SIZE, fps,
+                                audio_sample_rate=self.audio_rate if ring is not None else None, fmt=fmt)
+            self.recorder = AsyncRecorder(SyncedRecorder(rec))
+        except AvatarError as exc:
+            win._show_error(str(exc))
+            self._reset_record_button()
+            return None
+        self.record_path = path
+        self._record_stop_reason = ""
+        self._rec_t0_ns = now_ns()
+        self._rec_fps, self._rec_format = fps, fmt
+        self._rec_skip0 = win.viewport.captures_skipped
+        self._rec_drops_warned = (0, 0.0, False)
+        self.record_drop_warning = ""
+        # audio from the newest video frame's capture on (the clip starts with its first frame)
+        st = win._last_state
+        self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
+            else self._rec_t0_ns
+        self._open_sidecar(path, self._rec_audio_end_ns if ring is not None else None)
+        win.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
+        win._update_capture()
+        if ring is not None:
+            self.audio_timer.start()
+        if not self.record_button.isChecked():
+            self.record_button.blockSignals(True)
+            self.record_button.setChecked(True)
+            self.record_button.blockSignals(False)
+        self.record_button.setText("■ Stop")
+        self.update_enabled()
+        win.status.showMessage(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
+        return path
+
+    def _open_sidecar(self, clip_path: Path, audio_start_ns: int | None) -> None:
+        """Start the JSON Lines blendshape track beside the clip (as the CLI's render writes).
+
+        One line per avatar state placed in the recording (record/sidecar.py);
+        its ``t`` is the capture time relative to the clip's start (the earlier of
+        the first frame and the first audio sample, as SyncedRecorder places them),
+        which is the file time to within the audio clock's drift (about 100 ppm).
+        A track that cannot be written is logged and skipped; the clip goes on.
+        """
+        from avatar_app.pipeline import sidecar_path_for
+        from avatar_app.record.sidecar import SidecarWriter
+
+        self.sidecar, self.sidecar_path = None, sidecar_path_for(clip_path)
+        self._sidecar_t0_ns = audio_start_ns
+        self._sidecar_last_t_ns = 0
+        try:
+            self.sidecar = SidecarWriter(self.sidecar_path, fps=self._rec_fps)
+        except AvatarError as exc:
+            log.warning("no blendshape track for this recording: %s", exc)
+            self.sidecar_path = None
+
+    def _write_sidecar(self, state, t_capture_ns: int) -> None:
+        sidecar = self.sidecar
+        if sidecar is None or state is None or t_capture_ns <= self._sidecar_last_t_ns:
+            return
+        if self._sidecar_last_t_ns == 0:  # the first frame: file time 0 is the earlier of it and the audio
+            t0 = self._sidecar_t0_ns
+            self._sidecar_t0_ns = t_capture_ns if t0 is None else min(t0, t_capture_ns)
+        self._sidecar_last_t_ns = t_capture_ns
+        try:
+            sidecar.write(state, media_time_s=max(0.0, (t_capture_ns - self._sidecar_t0_ns) / 1e9))
+        except AvatarError as exc:
+            log.warning("blendshape track stopped: %s", exc)
+            self.sidecar = None
+
+    def stop_recording(self, wait: bool = True) -> None:
+        """Stop and finalise the recording; says where it went.
+
+        Args:
+            wait: finish writing on this thread (True) or on a worker (False: the
+                "Saved" message comes when the file is complete).
+        """
+        win = self.win
+        behind = self._recording_drop_counts()  # final: nothing is written after this
+        dropped = sum(behind)
+        rec, self.recorder = self.recorder, None
+        sidecar, self.sidecar = self.sidecar, None
+        sidecar_path = self.sidecar_path
+        reason, self._record_stop_reason = self._record_stop_reason, ""
+        win._update_capture()
+        self.audio_timer.stop()
+        self._reset_record_button()
+        self.update_enabled()
+        for lab in (win.status_labels["rec"], self.record_time_label):
+            lab.setText("")
+            lab.setStyleSheet("")
+        if rec is None:
+            return
+        # audio up to the end of the last frame's slot, so that both tracks end together
+        st = win.viewport.captured_state
+        ring = win.pipeline.ring if win.pipeline is not None else None
+        until = None
+        if st is not None and ring is not None and ring.latest_t_ns is not None:
+            until = min(st.t_capture_ns + int(1e9 / self._rec_fps), ring.latest_t_ns)
+        self._on_audio_tick(rec, until)
+        path = self.record_path
+        fps, fmt = self._rec_fps, self._rec_format
+
+        def finish():
+            error = None
+            try:
+                rec.close()
+            except AvatarError as exc:
+                error = exc
+            if sidecar is not None:
+                try:
+                    sidecar.close()
+                except AvatarError as exc:
+                    log.warning("%s", exc)
+            inner = getattr(rec, "recorder", None)
+            frames = int(getattr(inner, "frames_written", 0) or 0)
+            return error, {"frames": frames, "reason": reason, "fps": fps, "dropped": dropped, "format": fmt,
+                           "encoder_behind": behind[0] > 0,
+                           "sidecar": sidecar_path if sidecar is not None else None}
+
+        if wait:
+            self._on_recording_closed(path, *finish())
+        else:
+            win._worker.submit(lambda: self._recording_closed.emit(path, *finish()))
+
+    def _on_recording_closed(self, path, error, info=None) -> None:
+        """Say what the finished recording holds; "Saved" only for a file with video frames in it.
+
+        Args:
+            path: the clip.
+            error: the AvatarError that ended writing, or None.
+            info: {"frames": video frames written, "reason": why it stopped when the
+                user did not stop it ("" otherwise), "sidecar": the blendshape track or None,
+                "fps": the clip's frame rate, "dropped": frames lost because the encoder could
+                not keep up (see :meth:`recording_dropped`), "format": its RecordingFormat}.
+        """
+        win = self.win
+        info = info or {}
+        frames = int(info.get("frames", 0))
+        dropped = int(info.get("dropped", 0) or 0)
+        fps = float(info.get("fps") or RECORD_FPS)
+        reason = info.get("reason", "")
+        stopped = f"Recording stopped: {reason}. " if reason else ""
+        path = Path(path)
+        try:
+            written = path.is_file() and path.stat().st_size > 0
+        except OSError:
+            written = False
+        if frames <= 0 or not written:
+            for p in (path, info.get("sidecar")):  # an empty file is no clip: do not leave it behind
+                if p is not None and Path(p).is_file():
+                    try:
+                        Path(p).unlink()
+                    except OSError as exc:
+                        log.warning("could not remove the empty recording %s: %s", p, exc)
+            why = f" ({plain_error(str(error))})" if error is not None else ""
+            self.last_record_message = (f"{stopped}Nothing was recorded: no avatar frame reached the recording"
+                                        f"{why}, so no file was saved.")
+            win._show_error(self.last_record_message)
+            return
+        saved = f"Saved {path} ({frames / fps:.1f} s)"
+        if dropped:
+            self.record_drop_warning = self.recording_drop_message(dropped, info.get("format"),
+                                                                   bool(info.get("encoder_behind", True)))
+            saved += f". {self.record_drop_warning}"
+        if error is not None:
+            self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "
+                                        f"What was written is kept: {path}.")
+            win._show_error(self.last_record_message)
+        elif reason:
+            self.last_record_message = f"{stopped}{saved}."
+            win._show_error(self.last_record_message)
+        else:
+            self.last_record_message = saved
+            win.status.showMessage(saved, 10000)
+
+    def stop_because(self, reason: str) -> None:
+        """Finish the running recording (the clip is kept) and tell the user why it stopped.
+
+        Args:
+            reason: why, as the user should read it (e.g. "the camera was lost (…)").
+        """
+        if self.recorder is None:
+            return
+        self._record_stop_reason = reason
+        self.stop_recording(wait=False)
+
+    # ================================================================== frames, audio
+    def on_frame_captured(self, rgb, t_ns: int) -> None:
+        """Write a 1280x720 render into the running recording (nothing without one).
+
+        Args:
+            rgb: (720, 1280, 3 or 4) uint8 render, RGB or RGBA (as ``viewport.capture_components``).
+            t_ns: when the frame was shown, ns on the process clock (``now_ns``); used
+                only when the state it shows (``viewport.captured_state``) has no
+                capture time. The recording places the frame at that state's
+                ``t_capture_ns``.
+        """
+        rec = self.recorder
+        if rec is None:
+            return
+        win = self.win
+        if win.output_settings.overlay_in_recording and win.pipeline is not None:
+            from avatar_app.pipeline import draw_overlay
+
+            rgb = draw_overlay(rgb, win.pipeline.stats.summary().lines())
+        st = win.viewport.captured_state
+        t_capture_ns = st.t_capture_ns if st is not None and st.t_capture_ns > 0 else t_ns
+        try:
+            queued = rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
+        except AvatarError as exc:
+            log.warning("recording stopped: %s", exc)
+            self.stop_recording(wait=False)  # reports the error when the file is closed
+            return
+        if queued:
+            self._write_sidecar(st, t_capture_ns)
+
+    def _on_audio_tick(self, rec=None, until_ns: int | None = None) -> None:
+        """Hand the recorder the source's audio since the last tick (GUI timer, 10 Hz).
+
+        Args:
+            rec: the recorder (default: the running one).
+            until_ns: end of the audio to write (default: 60 ms before now, so that
+                late blocks have arrived).
+        """
+        rec = rec or self.recorder
+        pipe = self.win.pipeline
+        ring = pipe.ring if pipe is not None else None
+        if rec is None or ring is None:
+            return
+        rate = self.audio_rate
+        end = now_ns() - 60_000_000 if until_ns is None else int(until_ns)
+        # whole samples only, so that consecutive windows continue the stream sample by sample
+        n = (end - self._rec_audio_end_ns) * rate // 1_000_000_000
+        if n <= 0:
+            return
+        end = self._rec_audio_end_ns + n * 1_000_000_000 // rate
+        samples = ring.read_window(end, n / rate)
+        try:
+            # SyncedRecorder: the capture time of the first sample on the shared clock
+            rec.write_audio(samples, self._rec_audio_end_ns / 1e9)
+        except AvatarError as exc:
+            self.win._show_error(str(exc))
+        self._rec_audio_end_ns = end
+
+
+__all__ = ["RecordingController", "RECORD_SIZE", "RECORD_FPS", "LIVE_ALPHA_ORDER", "DROP_WARNING_INTERVAL_S",
+           "NO_SOURCE_TO_RECORD"]
