@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -95,12 +96,17 @@ def test_window_shows_and_warns_about_recording_drops(qtbot, still_window, monke
     monkeypatch.setattr(rec.recorder, "write_video", lambda *a: (gate.wait(20), inner_write(*a))[1])
     try:
         qtbot.waitUntil(lambda: rec.dropped_queue_full >= 3, timeout=20000)
-        qtbot.waitUntil(lambda: "recording dropped" in win.status_labels["rec"].text(), timeout=5000)
+
+        def shown() -> int:  # the count the REC label shows (refreshed at 10 Hz), 0 if none
+            text = win.status_labels["rec"].text()
+            return int(text.rsplit(" ", 1)[1]) if "recording dropped" in text else 0
+
+        qtbot.waitUntil(lambda: shown() >= 3, timeout=5000)
         assert win.recording_dropped() >= rec.dropped_queue_full >= 3
-        label = win.status_labels["rec"].text()
-        assert int(label.rsplit(" ", 1)[1]) >= 3 and "c0392b" in win.status_labels["rec"].styleSheet()
+        assert "c0392b" in win.status_labels["rec"].styleSheet()
         msg = win.statusBar().currentMessage()
-        assert msg.startswith("The encoder cannot keep up:") and "frames dropped" in msg
+        # the warning is issued at the first drop and repeated at most every 5 s: it may still say 1
+        assert msg.startswith("The encoder cannot keep up:") and re.search(r"\d+ frames? dropped", msg)
         assert msg == win.record_drop_warning and "frame-rate cap" in msg
         if key.startswith("prores") and "vp9-webm" in have:
             assert "use VP9 (.webm)" in msg
