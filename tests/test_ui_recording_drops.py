@@ -105,8 +105,10 @@ def test_window_shows_and_warns_about_recording_drops(qtbot, still_window, monke
         assert win.recording_dropped() >= rec.dropped_queue_full >= 3
         assert "c0392b" in win.status_labels["rec"].styleSheet()
         msg = win.statusBar().currentMessage()
-        # the warning is issued at the first drop and repeated at most every 5 s: it may still say 1
-        assert msg.startswith("The encoder cannot keep up:") and re.search(r"\d+ frames? dropped", msg)
+        # the warning is issued at the first drop and repeated at most every 5 s: it may still say 1,
+        # and on a loaded machine the render thread may have skipped a frame for the clip first
+        assert msg.startswith(("The encoder cannot keep up:", "Rendering for the recording cannot keep up:"))
+        assert re.search(r"\d+ frames? dropped", msg)
         assert msg == win.record_drop_warning and "frame-rate cap" in msg
         if key.startswith("prores") and "vp9-webm" in have:
             assert "use VP9 (.webm)" in msg
