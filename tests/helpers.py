@@ -63,3 +63,29 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def name_index(name: str) -> int:
     return BLENDSHAPE_NAMES.index(name)
+
+
+def alpha_decoder(stream):
+    """A decoder for ``stream`` that keeps the alpha plane: libvpx for VP9 (FFmpeg's own vp9
+    decoder drops alpha), else the stream's own codec context."""
+    import av
+
+    return av.CodecContext.create("libvpx-vp9", "r") if stream.codec_context.name == "vp9" \
+        else stream.codec_context
+
+
+def decode_rgba(path) -> list[np.ndarray]:
+    """All video frames of ``path`` as (H, W, 4) uint8 RGBA, alpha kept (:func:`alpha_decoder`);
+    stops at a cut-off last packet (a crashed recording)."""
+    import av
+
+    with av.open(str(path)) as c:
+        st = c.streams.video[0]
+        cc = alpha_decoder(st)
+        out = []
+        for pk in c.demux(st):
+            try:
+                out += [f.to_ndarray(format="rgba") for f in cc.decode(pk)]
+            except av.InvalidDataError:
+                break
+        return out

@@ -168,8 +168,7 @@ def test_real_speech2face_int8_passes_and_switches(manager):
 def test_real_face_recon_int8_passes_and_switches(manager):
     """General method: the same rule on the other shipped model (an MLP with a 6D-rotation output)."""
     model = resource_path("models/face_recon.onnx")
-    if Precision.INT8 not in ModelInfo.from_onnx(model).precisions:
-        pytest.skip("models/face_recon.card.json does not offer INT8")
+    assert Precision.INT8 in ModelInfo.from_onnx(model).precisions  # offered by the card
     v = _switch_fp32_int8_fp32(manager, model)
     assert v.passed and v.data_source == "file"
     assert all(o["max_abs"] <= TOL for o in v.per_output.values()), v.per_output

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import subprocess
 
-import av
 import numpy as np
 import pytest
 
@@ -13,6 +12,7 @@ from avatar_app.record import AlphaClipRecorder, AsyncRecorder, ClipRecorder, op
 from avatar_app.record import formats as formats_mod
 from avatar_app.record.alpha import straight_alpha_frame
 from avatar_app.record.formats import available_formats, choose_alpha_format
+from tests.helpers import decode_rgba
 
 W, H, FPS, SR = 160, 120, 25, 16000
 ALPHA_FORMATS = available_formats(alpha=True)
@@ -32,21 +32,6 @@ def rgba_frame(a: np.ndarray, premultiplied: bool) -> np.ndarray:
     straight = np.where(a[..., None] > 0, COLOUR, 0.0)  # colour 0 where fully transparent
     img[..., :3] = np.rint(straight * a[..., None]) if premultiplied else np.rint(straight)
     return img
-
-
-def decode_rgba(path) -> list[np.ndarray]:
-    """All frames as (H, W, 4) uint8; VP9 through libvpx (FFmpeg's own vp9 decoder drops alpha)."""
-    with av.open(str(path)) as c:
-        st = c.streams.video[0]
-        cc = av.CodecContext.create("libvpx-vp9", "r") if st.codec_context.name == "vp9" \
-            else st.codec_context
-        out = []
-        for pk in c.demux(st):
-            try:
-                out += [f.to_ndarray(format="rgba") for f in cc.decode(pk)]
-            except av.InvalidDataError:  # the cut-off last packet of a crashed recording
-                break
-        return out
 
 
 def edge_error(decoded: np.ndarray, a: np.ndarray) -> float:

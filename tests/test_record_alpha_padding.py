@@ -17,6 +17,7 @@ import pytest
 from avatar_app.core.errors import BackendUnavailableError
 from avatar_app.core.types import AvatarState
 from avatar_app.record.alpha import straight_alpha_frame
+from tests.helpers import decode_rgba
 
 
 def reference_straight_alpha_frame(rgba: np.ndarray, premultiplied: bool = False,
@@ -160,16 +161,6 @@ def _disc_frame(h: int, w: int, colour, radius: float) -> np.ndarray:
     return img
 
 
-def _decode_rgba(path) -> list[np.ndarray]:
-    import av
-
-    with av.open(str(path)) as c:
-        st = c.streams.video[0]
-        cc = av.CodecContext.create("libvpx-vp9", "r") if st.codec_context.name == "vp9" \
-            else st.codec_context
-        return [f.to_ndarray(format="rgba") for pk in c.demux(st) for f in cc.decode(pk)]
-
-
 @pytest.mark.parametrize("suffix", [".mov", ".webm"])
 def test_synced_repeats_reuse_the_prepared_frame(tmp_path, monkeypatch, suffix):
     from avatar_app.record import alpha as alpha_mod
@@ -191,7 +182,7 @@ def test_synced_repeats_reuse_the_prepared_frame(tmp_path, monkeypatch, suffix):
     # slots at k / 25 s go to the nearest frame: frame 0 -> slot 0, frame i -> slots 2i - 1, 2i
     assert rec.frames_written == 7 and rec.frames_duplicated == 3
     assert len(calls) == 4  # one preparation per source frame, none for the repeats
-    frames = _decode_rgba(path)
+    frames = decode_rgba(path)
     assert len(frames) == 7
     for i, img in enumerate(src):
         shown = [frames[0]] if i == 0 else frames[2 * i - 1: 2 * i + 1]
@@ -216,7 +207,7 @@ def test_a_reused_writable_buffer_is_prepared_again(tmp_path):
         ro.flags.writeable = False
         rec.write_video(ro, 0.08)
         rec.write_video(ro, 0.12)
-    frames = _decode_rgba(path)
+    frames = decode_rgba(path)
     centre = [f[h // 2, w // 2, :3].astype(int) for f in frames]
     assert np.abs(centre[0] - (255, 200, 0)).max() <= 8
     assert np.abs(centre[1] - (0, 90, 255)).max() <= 8

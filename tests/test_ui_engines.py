@@ -21,7 +21,7 @@ import pytest
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.inference import BackendStatus, EngineCache, Precision
-from ui_fixtures import (ServedCounter, SlotStandIn, qimage_to_array, settings, tiny_model,  # noqa: F401
+from ui_fixtures import (ServedCounter, SlotStandIn, qimage_to_array, settings, show_running, tiny_model,  # noqa: F401
                          tiny_sample_fn)
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
@@ -55,12 +55,7 @@ def engine_window(qtbot, testdata, settings, tmp_path, monkeypatch):
 
     win = MainWindow(source=testdata / VIDEO, settings=settings, engines=ctl, reconstructor_factory=factory)
     win.stand_ins = stand_ins
-    qtbot.addWidget(win)
-    win.viewport.setFixedSize(640, 360)
-    win.show()
-    qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: ctl.active("face_recon") is not None and win.pipeline is not None
-                    and win.pipeline.frames_processed >= 5, timeout=60000)
+    show_running(qtbot, win, ready=lambda: ctl.active("face_recon") is not None, timeout_ms=60000)
     yield win
     win.close()
 
@@ -89,13 +84,8 @@ def speech_window(qtbot, testdata, settings, tmp_path, monkeypatch):
 
     win = MainWindow(source=testdata / VIDEO, settings=settings, engines=ctl, speech_factory=speech_factory)
     win.speech_counter = counter
-    qtbot.addWidget(win)
-    win.viewport.setFixedSize(640, 360)
-    win.show()
-    qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: ctl.active("speech2face") is not None and win.pipeline is not None
-                    and win.pipeline.frames_processed >= 5 and counter.served.get("fp32", 0) >= 5,
-                    timeout=60000)
+    show_running(qtbot, win, ready=lambda: ctl.active("speech2face") is not None
+                 and counter.served.get("fp32", 0) >= 5, timeout_ms=60000)
     yield win
     win.close()
 
@@ -218,13 +208,15 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
         request.node.user_properties.append((f"max_gap_ms_{precision}", round(gap, 1)))
         figures[precision] = {"max_gap_ms": gap, "served_after_s": t_served - t_request, "around": around}
         log.info("longest rendered-frame pause during the switch to %s: %.0f ms", precision, gap)
-        if bench:
-            Path(bench).write_text(json.dumps({"switches": figures, "loadavg_1min": os.getloadavg()[0]},
-                                              indent=1, default=str) + "\n")
-            assert gap < 200, f"rendering paused {gap:.0f} ms during the switch to {precision}: {around}"
         assert gap < 1000, (f"rendering paused {gap:.0f} ms during the switch to {precision} (requested at 0 s, "
                             f"served at {t_served - t_request:.2f} s), at {where - t_request:.2f} s; "
                             f"stage ms of the frames around it: {around}")
+    if bench:  # the bar as stated, asserted only by the benchmark (quiet machine)
+        Path(bench).write_text(json.dumps({"switches": figures, "loadavg_1min": os.getloadavg()[0]},
+                                          indent=1, default=str) + "\n")
+        worst = max(figures, key=lambda p: figures[p]["max_gap_ms"])
+        assert figures[worst]["max_gap_ms"] < 200, (f"rendering paused {figures[worst]['max_gap_ms']:.0f} ms "
+                                                    f"during the switch to {worst}: {figures[worst]['around']}")
 
 
 def test_unavailable_options_are_disabled_with_reasons(qtbot, engine_window):

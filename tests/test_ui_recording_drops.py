@@ -148,7 +148,7 @@ def test_recording_without_drops_says_nothing_and_follows_the_fps_cap(qtbot, sti
 @pytest.mark.gui
 @pytest.mark.gl
 def test_transparent_recording_defaults_to_vp9_and_keeps_alpha(qtbot, still_window):
-    import av
+    from tests.helpers import decode_rgba
 
     from avatar_app.record.formats import available_formats
 
@@ -166,10 +166,7 @@ def test_transparent_recording_defaults_to_vp9_and_keeps_alpha(qtbot, still_wind
     win.record_button.click()
     qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=20000)
     assert clip.suffix == ".webm"
-    with av.open(str(clip)) as c:  # FFmpeg's own vp9 decoder drops alpha: decode with libvpx
-        st = c.streams.video[0]
-        cc = av.CodecContext.create("libvpx-vp9", "r")
-        frames = [f.to_ndarray(format="rgba") for pk in c.demux(st) for f in cc.decode(pk)]
+    frames = decode_rgba(clip)
     assert len(frames) >= 10
     a = frames[-1][..., 3]
     h, w = a.shape

@@ -183,7 +183,7 @@ def test_source_failure_while_recording_finishes_the_clip(qtbot, still_window):
 
 # ------------------------------------------------------------------ 4: transparent background
 def test_transparent_background_records_with_alpha(qtbot, still_window, settings):
-    from tests.helpers import decoded_duration
+    from tests.helpers import alpha_decoder, decoded_duration
 
     win = still_window
     o = win.output_panel
@@ -203,8 +203,7 @@ def test_transparent_background_records_with_alpha(qtbot, still_window, settings
     with av.open(str(clip)) as c:
         vs = c.streams.video[0]
         assert vs.codec_context.name.startswith(fmt.video_codec.split("_")[0].replace("libvpx-", ""))
-        # FFmpeg's own vp9 decoder drops the alpha plane: VP9 is decoded with libvpx
-        cc = av.CodecContext.create("libvpx-vp9", "r") if vs.codec_context.name == "vp9" else vs.codec_context
+        cc = alpha_decoder(vs)
         first = next(f for pk in c.demux(vs) for f in cc.decode(pk))
         assert "a" in first.format.name.replace("yuv", ""), first.format.name  # yuva…
     assert decoded_duration(clip, "video") > 0.5  # (WebM streams carry no duration of their own)

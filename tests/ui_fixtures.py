@@ -135,7 +135,7 @@ def still_window(qtbot, settings, monkeypatch, head_images):
     engines = EngineController(models={"face_recon": None, "speech2face": None})
     win = MainWindow(camera=0, settings=settings, engines=engines)
     win.still_source = source
-    _show_running(qtbot, win, VIEW_SIZE)
+    show_running(qtbot, win, VIEW_SIZE)
     yield win
     win.close()
 
@@ -318,14 +318,16 @@ def open_file_window(qtbot, source, settings, size=(640, 360)):
 
     win = MainWindow(source=source, settings=settings,
                      engines=EngineController(models={"face_recon": None, "speech2face": None}))
-    return _show_running(qtbot, win, size)
+    return show_running(qtbot, win, size)
 
 
-def _show_running(qtbot, win, size):
-    """Show ``win`` with a fixed viewport size and wait until its pipeline has processed 5 frames."""
+def show_running(qtbot, win, size=(640, 360), ready=None, timeout_ms: int = 20000):
+    """Show ``win`` with a fixed viewport size (pixels) and wait until its pipeline has processed
+    5 frames and ``ready()`` (if given) is true; returns ``win``."""
     qtbot.addWidget(win)
     win.viewport.setFixedSize(*size)
     win.show()
     qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5, timeout=20000)
+    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5
+                    and (ready is None or ready()), timeout=timeout_ms)
     return win

@@ -124,7 +124,7 @@ def _precision_onnx(info: ModelInfo, precision: Precision, job: BuildJob, cache:
     with tempfile.NamedTemporaryFile(dir=onnx_dir, suffix=".onnx.tmp", delete=False) as tmp:
         tmp_path = Path(tmp.name)
     try:
-        convert(info.path, tmp_path, precision, reader, job.calibration_method, card=job.card)
+        convert(info.path, tmp_path, precision, reader, job.calibration_method, card=info.card)
         tmp_path.replace(dst)
     finally:
         tmp_path.unlink(missing_ok=True)
@@ -254,14 +254,13 @@ class EngineManager:
         st = b.status()
         variant = ""
         if precision is Precision.INT8:
-            from avatar_app.inference.precision import Int8Recipe, card_beside
+            from avatar_app.inference.precision import Int8Recipe
 
             h = hashlib.sha256(self.calibration_method.encode())
             for f in self.calibration_files(info):
                 h.update(sha256_file(f).encode())
             # the INT8 recipe (card exclusions, search, recipe version) changes the file
-            h.update(Int8Recipe.from_card(card_beside(info.path), self.calibration_method)
-                     .fingerprint().encode())
+            h.update(Int8Recipe.from_card(info.card, self.calibration_method).fingerprint().encode())
             variant = h.hexdigest()[:20]
         return CacheKey(onnx_sha256=info.sha256, precision=precision.value, backend=backend,
                         backend_version=st.version or "", device=b.device_key(),

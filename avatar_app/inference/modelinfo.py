@@ -73,6 +73,8 @@ class ModelInfo:
         tolerances: max absolute error allowed per precision (defaults, or stricter).
         precisions: precisions the model supports.
         metadata: all ``metadata_props`` as strings.
+        card: the model card the specs were read with (the dict given, or
+            ``<stem>.card.json`` beside the model; {} when there is none).
     """
 
     path: Path
@@ -83,6 +85,7 @@ class ModelInfo:
     tolerances: dict[Precision, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     precisions: tuple[Precision, ...] = tuple(Precision)
     metadata: dict[str, str] = field(default_factory=dict)
+    card: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -150,7 +153,8 @@ class ModelInfo:
             if not 1 <= r.min <= r.opt <= r.max:
                 raise ModelLoadError(f"{path}: dynamic dim {key!r} needs 1 <= min <= opt <= max, got {r}")
         return cls(path=path, sha256=sha256_file(path), inputs=inputs, outputs=outputs,
-                   dynamic_dims=dynamic, tolerances=tolerances, precisions=precisions, metadata=meta)
+                   dynamic_dims=dynamic, tolerances=tolerances, precisions=precisions, metadata=meta,
+                   card=card)
 
     def profile(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
         """Optimisation profile: input name to (min, opt, max) shapes.

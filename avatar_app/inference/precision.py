@@ -598,21 +598,6 @@ def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: 
     return result
 
 
-def card_beside(model_path: Path) -> dict:
-    """The model card ``<stem>.card.json`` beside an ONNX file ({} when there is none).
-
-    Raises:
-        ModelLoadError: the card is not valid JSON.
-    """
-    path = Path(model_path).with_name(Path(model_path).stem + ".card.json")
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"model card {path} is not valid JSON: {exc}") from exc
-
-
 def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | None = None,
             method: str = "percentile", *, card: Mapping | None = None,
             tolerance: float | None = None) -> Path:
@@ -642,10 +627,10 @@ def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | 
         return convert_fp16(src, dst)
     if reader is None:
         raise EngineBuildError("INT8 conversion needs a calibration data reader")
-    card = dict(card) if card is not None else card_beside(src)
-    if tolerance is None:
-        from avatar_app.inference.modelinfo import ModelInfo
+    from avatar_app.inference.modelinfo import ModelInfo
 
-        tolerance = ModelInfo.from_onnx(src, card).tolerances[Precision.INT8]
-    quantize_int8_mixed(src, dst, reader, tolerance, Int8Recipe.from_card(card, method))
+    info = ModelInfo.from_onnx(src, card)  # reads <stem>.card.json when no card is given
+    if tolerance is None:
+        tolerance = info.tolerances[Precision.INT8]
+    quantize_int8_mixed(src, dst, reader, tolerance, Int8Recipe.from_card(info.card, method))
     return dst

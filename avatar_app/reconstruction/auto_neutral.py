@@ -25,7 +25,7 @@ import numpy as np
 
 from avatar_app.avatar import face_model_measure as fm
 from avatar_app.reconstruction import normalise as N
-from avatar_app.reconstruction.calibration import SampleSchedule
+from avatar_app.reconstruction.calibration import ScheduledEstimate
 
 
 def _regions() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,7 +44,7 @@ def _regions() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return left, right, mouth
 
 
-class NeutralEstimator:
+class NeutralEstimator(ScheduledEstimate):
     """Running, region-wise estimate of the user's neutral face in the head frame.
 
     Args:
@@ -54,35 +54,23 @@ class NeutralEstimator:
         lips_closed_m: inner-lip gap below which the lips touch, metres
             (the geometric solver's figure).
 
+    Attributes:
+        value: (478, 3) float32 current neutral estimate (head frame, metres), or None
+            before any sample.
+
     Raises:
         InputError: parameters out of range.
     """
 
     def __init__(self, warmup_s: float = 5.0, slow_interval_s: float = 0.25, capacity: int = 240,
                  lips_closed_m: float = 0.0015) -> None:
-        self._schedule = SampleSchedule(warmup_s, slow_interval_s, capacity)
+        super().__init__(warmup_s, slow_interval_s, capacity)
         self.warmup_s = self._schedule.warmup_s
         self.slow_interval_s = self._schedule.slow_interval_s
         self.lips_closed_m = float(lips_closed_m)
         self._buf = np.zeros((int(capacity), 478, 3), np.float32)
         self._feat = np.zeros((int(capacity), 3), np.float64)  # aperture L, aperture R, lip gap
         self._left, self._right, self._mouth = _regions()
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget every sample."""
-        self._schedule.reset()
-        self._value: np.ndarray | None = None
-
-    @property
-    def count(self) -> int:
-        """Samples in the buffer."""
-        return self._schedule.count
-
-    @property
-    def value(self) -> np.ndarray | None:
-        """(478, 3) float32 current neutral estimate (head frame, metres), or None before any sample."""
-        return self._value
 
     def in_warmup(self, t_s: float) -> bool:
         """Whether ``t_s`` falls in the warm-up (every frame kept)."""

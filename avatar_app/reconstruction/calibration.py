@@ -65,7 +65,40 @@ class SampleSchedule:
         return slot
 
 
-class RunningPercentiles:
+class ScheduledEstimate:
+    """Base of running estimates fed by a :class:`SampleSchedule`: the schedule, the
+    current value and the accessors both estimators share. Subclasses write kept samples
+    into their own arrays at the slot ``self._schedule.admit(t_s)`` returns and set
+    ``self._value``.
+
+    Args:
+        warmup_s, slow_interval_s, capacity: see :class:`SampleSchedule`.
+
+    Raises:
+        InputError: parameters out of range.
+    """
+
+    def __init__(self, warmup_s: float, slow_interval_s: float, capacity: int) -> None:
+        self._schedule = SampleSchedule(warmup_s, slow_interval_s, capacity)
+        self._value: np.ndarray | None = None
+
+    def reset(self) -> None:
+        """Forget every sample."""
+        self._schedule.reset()
+        self._value = None
+
+    @property
+    def count(self) -> int:
+        """Samples in the buffer."""
+        return self._schedule.count
+
+    @property
+    def value(self) -> np.ndarray | None:
+        """The current estimate, or None before the first sample (shape: see the subclass)."""
+        return self._value
+
+
+class RunningPercentiles(ScheduledEstimate):
     """Per-feature running percentiles over a time-scheduled ring buffer.
 
     Args:
@@ -73,6 +106,9 @@ class RunningPercentiles:
         warmup_s: seconds from the first sample during which every sample is kept.
         slow_interval_s: after the warm-up, at most one sample per this many seconds.
         capacity: ring-buffer length (samples); the oldest are overwritten.
+
+    Attributes:
+        value: (K,) float64 current percentiles, or None before the first sample.
 
     Raises:
         InputError: parameters out of range.
@@ -88,25 +124,9 @@ class RunningPercentiles:
         q = np.asarray(percentiles, dtype=np.float64)
         if q.ndim != 1 or q.size == 0 or np.any((q < 0) | (q > 100)):
             raise InputError("percentiles must be a non-empty 1-D list of values in [0, 100]")
+        super().__init__(warmup_s, slow_interval_s, capacity)
         self._q = q / 100.0
-        self._schedule = SampleSchedule(warmup_s, slow_interval_s, capacity)
         self._buf = np.zeros((int(capacity), q.size), dtype=np.float64)
-        self.reset()
-
-    def reset(self) -> None:
-        """Empty the buffer."""
-        self._schedule.reset()
-        self._value: np.ndarray | None = None
-
-    @property
-    def count(self) -> int:
-        """Samples in the buffer."""
-        return self._schedule.count
-
-    @property
-    def value(self) -> np.ndarray | None:
-        """(K,) float64 current percentiles, or None before the first sample."""
-        return self._value
 
     def update(self, x: np.ndarray, t_s: float) -> bool:
         """Offer one sample; it is kept if the schedule says so.
