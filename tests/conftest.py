@@ -2,12 +2,49 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTDATA = Path(os.environ.get("AVATAR_TESTDATA", ROOT.parent / "shared" / "testdata"))
+
+
+_WORKER_XVFB: subprocess.Popen | None = None
+
+
+def pytest_configure(config):
+    """Under pytest-xdist, give each worker its own Xvfb display.
+
+    Workers that share one X server (``xvfb-run ... pytest -n 2``) take window activation
+    from each other; shortcut tests then press keys into a window that is no longer the
+    active one, as if another app had been clicked. A private display per worker (Xvfb
+    picks a free number, ``-displayfd``) keeps each worker's windows to itself. Without
+    Xvfb on the PATH, or outside xdist, the display given to pytest is used as before.
+    """
+    global _WORKER_XVFB
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("DISPLAY") or not shutil.which("Xvfb"):
+        return
+    r, w = os.pipe()
+    proc = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "1920x1080x24", "-nolisten", "tcp"],
+                            pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(w)
+    with os.fdopen(r) as f:
+        number = f.readline().strip()
+    if not number.isdigit():  # Xvfb did not start: keep the shared display
+        proc.kill()
+        return
+    _WORKER_XVFB = proc
+    os.environ["DISPLAY"] = f":{number}"
+
+
+def pytest_unconfigure(config):
+    """Stop the worker's own Xvfb (see :func:`pytest_configure`)."""
+    if _WORKER_XVFB is not None:
+        _WORKER_XVFB.terminate()
+        _WORKER_XVFB.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
