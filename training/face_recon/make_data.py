@@ -159,13 +159,14 @@ def render_track_set(seed: int, subjects: int, frames: int, out: Path,
             focal = 0.5 * w / np.tan(np.radians(hfov) / 2)
             face_px = rng.uniform(100, 320)
             dist = FACE_WIDTH_M * focal / face_px
+            rest = model.evaluate(np.zeros(len(model.blendshape_names)), ident)
             neutral = None
             for attempt in range(3):
                 nw = S.sample_neutral_noise(rng, 1)[0]
                 npose = np.clip(rng.normal(0, 1, 3) * np.array([4.0, 4.0, 3.0]), -10, 10)
                 ntrans = np.array([rng.uniform(-0.1, 0.1) * dist, rng.uniform(-0.1, 0.1) * dist, -dist])
                 img = degrade(renderer.render(model.evaluate(nw, ident), _rotations(npose[None])[0],
-                                              ntrans, focal, look), rng)
+                                              ntrans, focal, look, rest), rng)
                 lm = tracker.process_image(np.ascontiguousarray(img[:, :, ::-1]))
                 if lm is not None:
                     neutral = lm
@@ -185,7 +186,8 @@ def render_track_set(seed: int, subjects: int, frames: int, out: Path,
                 tr = np.array([rng.uniform(-margin, margin) * w / 2 * dist / focal,
                                rng.uniform(-margin, margin) * h / 2 * dist / focal,
                                -dist * rng.uniform(0.85, 1.2)])
-                img = degrade(renderer.render(model.evaluate(weights[i], ident), rots[i], tr, focal, look), rng)
+                img = degrade(renderer.render(model.evaluate(weights[i], ident), rots[i], tr, focal, look,
+                                              rest), rng)
                 lm = tracker.process_image(np.ascontiguousarray(img[:, :, ::-1]))
                 if lm is None:
                     dropped += 1

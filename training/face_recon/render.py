@@ -1,8 +1,12 @@
 """Varied offscreen renders of the face model for render-and-track data (moderngl over EGL).
 
 Extends ``training/render_track.py`` (flat-shaded rig with the eye and mouth
-holes closed by sclera, iris/pupil discs and a dark mouth interior, which
-MediaPipe tracks in every case tried) with per-subject variation: skin tone
+holes closed, which MediaPipe tracks in every case tried) with eyeballs and
+per-subject variation. The eye openings are windows onto a shaded eyeball
+whose iris and pupil turn with the rig's gaze, so the lids occlude the iris
+(the flat iris discs of render_track.py vanished under the lids when looking
+up or down, and MediaPipe's iris points then kept only r = 0.07 of the
+vertical gaze). Per subject: skin tone
 (light to dark), lip, brow, iris and background colours, a key light from a
 random direction in front of the face plus ambient, smooth (Gouraud) or flat
 shading, a pinhole camera of any focal length, and image degradations
@@ -14,25 +18,63 @@ import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.face_model import FaceModel
-from training.render_track import _disc, _region_colours
+from training.render_track import _region_colours
 
 _VERT = """
 #version 330
-uniform mat4 mvp;
-in vec3 in_pos; in vec3 in_nrm; in vec3 in_col;
-out vec3 v_col; out vec3 v_nrm;
-void main() { gl_Position = mvp * vec4(in_pos, 1.0); v_col = in_col; v_nrm = in_nrm; }
+uniform mat4 mvp; uniform mat4 view;
+in vec3 in_pos; in vec3 in_nrm; in vec3 in_col; in float in_eye;
+out vec3 v_col; out vec3 v_nrm; out vec3 v_cam; flat out int v_eye;
+void main() {
+    gl_Position = mvp * vec4(in_pos, 1.0);
+    v_col = in_col; v_nrm = in_nrm; v_cam = (view * vec4(in_pos, 1.0)).xyz; v_eye = int(in_eye + 0.5);
+}
 """
+# Eye openings are windows onto an eyeball: the fragment shader casts the camera ray through
+# the window onto a sphere (centre ``eye_c``, radius ``eye_r``, camera space) and colours the
+# hit by its angle from the gaze direction ``eye_g``: pupil, iris with a darker limbal ring,
+# sclera; a ray that misses the sphere sees the shadowed socket corner. The lids, being the
+# window's edge, occlude the iris exactly as the rig's lid shapes move.
 _FRAG = """
 #version 330
 uniform vec3 light; uniform float ambient; uniform float diffuse;
-in vec3 v_col; in vec3 v_nrm;
+uniform vec3 eye_c[2]; uniform vec3 eye_g[2]; uniform float eye_r;
+uniform float cos_iris; uniform float cos_pupil; uniform vec3 iris; uniform vec3 sclera;
+in vec3 v_col; in vec3 v_nrm; in vec3 v_cam; flat in int v_eye;
 out vec4 f_color;
 void main() {
-    float d = max(dot(normalize(v_nrm), normalize(light)), 0.0);
-    f_color = vec4(v_col * (ambient + diffuse * d), 1.0);
+    vec3 l = normalize(light);
+    if (v_eye == 0) {
+        float d = max(dot(normalize(v_nrm), l), 0.0);
+        f_color = vec4(v_col * (ambient + diffuse * d), 1.0);
+        return;
+    }
+    vec3 c = eye_c[v_eye - 1];
+    vec3 g = eye_g[v_eye - 1];
+    vec3 dir = normalize(v_cam);
+    float b = dot(dir, c);
+    float disc = b * b - (dot(c, c) - eye_r * eye_r);
+    if (disc < 0.0) { f_color = vec4(sclera * ambient * 0.8, 1.0); return; }
+    vec3 h = (b - sqrt(disc)) * dir;
+    vec3 n = normalize(h - c);
+    float ca = dot(n, g);
+    vec3 col = sclera;
+    if (ca > cos_pupil) {
+        col = vec3(0.02);
+    } else if (ca > cos_iris) {
+        float t = (ca - cos_iris) / (cos_pupil - cos_iris);
+        col = iris * mix(0.45, 1.0, smoothstep(0.0, 0.35, t));
+    }
+    float d = max(dot(n, l), 0.0);
+    float spec = pow(max(dot(reflect(-l, n), -dir), 0.0), 80.0);
+    f_color = vec4(col * (ambient + diffuse * d) + vec3(0.6 * spec), 1.0);
 }
 """
+
+EYE_RADIUS_M = 0.0103  # the rig's iris points turn on a sphere of this radius (eyeLookUp: 4.2 mm
+# up, 0.9 mm back); the human eyeball is ~12 mm (Bekerman et al. 2014), its front ~10 mm
+IRIS_RADIUS_M = 0.0060  # the rig's iris ring (points 469-472), cf. ~5.9 mm in MediaPipe Iris
+PUPIL_RADIUS_M = 0.0020
 
 SKIN_TONES = np.array([  # sRGB 0..1, light to dark (roughly Fitzpatrick I-VI)
     (0.96, 0.80, 0.69), (0.90, 0.72, 0.60), (0.85, 0.66, 0.55), (0.76, 0.57, 0.44),
@@ -49,6 +91,7 @@ class SubjectLook:
         smooth: Gouraud shading (else flat).
         lash, lash_mm: colour and height of the upper lash line (the rig has no lashes;
             without them a closed eye reads as an empty socket to MediaPipe).
+        sclera: RGB of the white of the eye.
     """
 
     def __init__(self, rng: np.random.Generator):
@@ -70,6 +113,7 @@ class SubjectLook:
         self.smooth = bool(rng.random() < 0.5)
         self.lash = np.clip(self.brow * rng.uniform(0.3, 0.8), 0, 1)
         self.lash_mm = rng.uniform(0.8, 1.6)
+        self.sclera = np.clip(np.array([0.92, 0.90, 0.86]) * rng.uniform(0.85, 1.05), 0, 1)
 
 
 class VariedFaceRenderer:
@@ -97,8 +141,10 @@ class VariedFaceRenderer:
         loops = topo.boundary_loops(model.triangles)
         self._holes = [np.asarray(loop) for loop in loops[1:]]
 
-    def _geometry(self, p: np.ndarray, look: SubjectLook) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(T, 3, 3) triangles, (T, 3, 3) per-corner normals, (T, 3) colours."""
+    def _geometry(self, p: np.ndarray, look: SubjectLook
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(T, 3, 3) triangles, (T, 3, 3) per-corner normals, (T, 3) colours, (T,) eye window
+        index (0: not an eye window, 1: iris 468's eye, 2: iris 473's eye)."""
         tris = p[self.model.triangles]
         n_face = np.cross(tris[:, 1] - tris[:, 0], tris[:, 2] - tris[:, 0])
         if look.smooth:
@@ -112,6 +158,7 @@ class VariedFaceRenderer:
             nrm = np.repeat(nf[:, None], 3, 1)
         palette = np.stack([look.skin, look.lips, look.brow])
         cols = [palette[self._kind]]
+        eye = [np.zeros(len(tris))]
         all_t, all_n = [tris], [nrm]
         for loop in self._holes:
             ring = p[loop]
@@ -122,8 +169,11 @@ class VariedFaceRenderer:
             fn /= np.maximum(np.linalg.norm(fn, axis=1, keepdims=True), 1e-12)
             all_t.append(fan)
             all_n.append(np.repeat(fn[:, None], 3, 1))
-            col = np.array([0.18, 0.06, 0.06]) if is_mouth else np.array([0.92, 0.90, 0.86])
+            col = np.array([0.18, 0.06, 0.06]) if is_mouth else look.sclera
             cols.append(np.tile(col, (len(fan), 1)))
+            # eye windows: 1 looks onto the eyeball of iris 468, 2 onto that of iris 473
+            which = 0 if is_mouth else 1 + int(np.argmin([np.linalg.norm(ring.mean(0) - p[i]) for i in (468, 473)]))
+            eye.append(np.full(len(fan), float(which)))
         for lid, h_max, col in ((topo.LEFT_EYE_UPPER_LID, look.lash_mm, look.lash),
                                 (topo.RIGHT_EYE_UPPER_LID, look.lash_mm, look.lash),
                                 (topo.LEFT_EYE_LOWER_LID, -0.4, look.lash * 0.5 + look.skin * 0.5),
@@ -132,14 +182,8 @@ class VariedFaceRenderer:
             all_t.append(strip)
             all_n.append(np.tile(np.array([0, 0, 1.0]), (len(strip), 3, 1)))
             cols.append(np.tile(col, (len(strip), 1)))
-        for ci in (468, 473):
-            push = np.array([0, 0, 0.0004])
-            for disc, col in ((_disc(p[ci] + push, p[ci + 1:ci + 5] + push, 1.0), look.iris),
-                              (_disc(p[ci] + 2 * push, p[ci + 1:ci + 5] + 2 * push, 0.4), np.zeros(3) + 0.03)):
-                all_t.append(disc)
-                all_n.append(np.tile(np.array([0, 0, 1.0]), (len(disc), 3, 1)))
-                cols.append(np.tile(col, (len(disc), 1)))
-        return np.concatenate(all_t), np.concatenate(all_n), np.concatenate(cols)
+            eye.append(np.zeros(len(strip)))
+        return np.concatenate(all_t), np.concatenate(all_n), np.concatenate(cols), np.concatenate(eye)
 
     @staticmethod
     def _lash_strip(margin: np.ndarray, height_m: float) -> np.ndarray:
@@ -160,7 +204,7 @@ class VariedFaceRenderer:
         return out
 
     def render(self, points: np.ndarray, rotation: np.ndarray, translation: np.ndarray,
-               focal_px: float, look: SubjectLook) -> np.ndarray:
+               focal_px: float, look: SubjectLook, rest_points: np.ndarray | None = None) -> np.ndarray:
         """Render one face.
 
         Args:
@@ -169,15 +213,23 @@ class VariedFaceRenderer:
             translation: (3,) metres (z < 0).
             focal_px: pinhole focal length, pixels (principal point at the centre).
             look: colours and light.
+            rest_points: (478, 3) the same face with no expression (zero weights, same
+                identity): the eyeball centres sit ``EYE_RADIUS_M`` behind its iris centres,
+                and the gaze is the direction from there to ``points``' iris centres. None:
+                ``points`` (gaze straight ahead).
 
         Returns:
             (H, W, 3) uint8 RGB.
         """
-        tri, nrm, col = self._geometry(np.asarray(points, np.float64), look)
-        nrm = nrm @ np.asarray(rotation, np.float64).T
-        data = np.concatenate([tri.reshape(-1, 3), nrm.reshape(-1, 3), np.repeat(col, 3, 0)], 1)
+        points = np.asarray(points, np.float64)
+        rest = points if rest_points is None else np.asarray(rest_points, np.float64)
+        rotation = np.asarray(rotation, np.float64)
+        tri, nrm, col, eye = self._geometry(points, look)
+        nrm = nrm @ rotation.T
+        data = np.concatenate([tri.reshape(-1, 3), nrm.reshape(-1, 3), np.repeat(col, 3, 0),
+                               np.repeat(eye, 3)[:, None]], 1)
         vbo = self.ctx.buffer(data.astype("f4").tobytes())
-        vao = self.ctx.vertex_array(self.prog, [(vbo, "3f 3f 3f", "in_pos", "in_nrm", "in_col")])
+        vao = self.ctx.vertex_array(self.prog, [(vbo, "3f 3f 3f 1f", "in_pos", "in_nrm", "in_col", "in_eye")])
         w, h = self.size
         near, far = 0.05, 10.0
         proj = np.array([[2 * focal_px / w, 0, 0, 0], [0, 2 * focal_px / h, 0, 0],
@@ -187,6 +239,20 @@ class VariedFaceRenderer:
         view[:3, :3] = rotation
         view[:3, 3] = translation
         self.prog["mvp"].write((proj @ view).T.astype("f4").tobytes())
+        self.prog["view"].write(view.T.astype("f4").tobytes())
+        centres, gazes = [], []
+        for i in (468, 473):
+            c = rest[i] - np.array([0, 0, EYE_RADIUS_M])
+            g = points[i] - c
+            centres.append(rotation @ c + translation)
+            gazes.append(rotation @ (g / np.linalg.norm(g)))
+        self.prog["eye_c"].write(np.array(centres, "f4").tobytes())
+        self.prog["eye_g"].write(np.array(gazes, "f4").tobytes())
+        self.prog["eye_r"].value = EYE_RADIUS_M
+        self.prog["cos_iris"].value = float(np.sqrt(1 - (IRIS_RADIUS_M / EYE_RADIUS_M) ** 2))
+        self.prog["cos_pupil"].value = float(np.sqrt(1 - (PUPIL_RADIUS_M / EYE_RADIUS_M) ** 2))
+        self.prog["iris"].value = tuple(float(x) for x in look.iris)
+        self.prog["sclera"].value = tuple(float(x) for x in look.sclera)
         self.prog["light"].value = tuple(float(x) for x in look.light)
         self.prog["ambient"].value = float(look.ambient)
         self.prog["diffuse"].value = float(look.diffuse)
