@@ -1,5 +1,8 @@
-"""The render-and-track renderer's eyes: the iris turns with the rig's gaze and the lids cover it."""
+"""The render-and-track renderer: the iris turns with the rig's gaze and the lids cover it; the photo
+texture follows the mesh."""
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ def scene():
     look = SubjectLook(np.random.default_rng(0))
     look.iris = np.array([0.05, 0.05, 0.05])  # dark iris: easy to segment from sclera and skin
     look.light = np.array([0.0, 0.0, 1.0])
+    look.photo = False  # flat skin: only the iris and pupil are dark
     rest = model.evaluate(np.zeros(52))
     yield model, renderer, look, rest
     renderer.close()
@@ -77,3 +81,28 @@ def test_closed_lid_hides_the_iris(scene):
     open_win = open_img[y0 - 6:y0 + 7, x0 - 6:x0 + 7].astype(float)
     assert (open_win.sum(2) < 120).mean() > 0.5  # open: the pupil and iris fill the centre
     assert (win.sum(2) < 120).mean() < 0.2  # closed: skin and lash line only
+
+
+def test_photo_texture_follows_the_mesh(scene):
+    """A textured face carries the photo's detail (flat shading has none inside a region), stays
+    tinted to the subject's skin tone, and moves with the mesh: a blink closes the textured lid."""
+    model, renderer, look, rest = scene
+    flat, pts = _render(scene)
+    uv = project(pts[[50, 280]], np.eye(3), T, FOCAL, SIZE)  # cheek points
+    look.photo = True
+    try:
+        photo, _ = _render(scene)
+        dark_look = copy.copy(look)
+        dark_look.skin = np.array([0.32, 0.21, 0.15])
+        dark = renderer.render(pts, np.eye(3), T, FOCAL, dark_look, rest_points=rest)
+        blink, _ = _render(scene, eyeBlinkLeft=1.0)
+    finally:
+        look.photo = False
+    for u, v in uv.astype(int):
+        flat_patch = flat[v - 8:v + 9, u - 8:u + 9].astype(float)
+        photo_patch = photo[v - 8:v + 9, u - 8:u + 9].astype(float)
+        assert photo_patch.std(axis=(0, 1)).mean() > flat_patch.std(axis=(0, 1)).mean() + 0.5
+        assert dark[v - 8:v + 9, u - 8:u + 9].mean() < 0.7 * photo_patch.mean()
+    c = project(pts[473:474], np.eye(3), T, FOCAL, SIZE)[0].astype(int)
+    assert (photo[c[1] - 3:c[1] + 4, c[0] - 3:c[0] + 4].sum(2) < 120).mean() > 0.5  # open: pupil
+    assert (blink[c[1] - 3:c[1] + 4, c[0] - 3:c[0] + 4].sum(2) < 120).mean() < 0.2  # closed: lid

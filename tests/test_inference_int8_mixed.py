@@ -117,7 +117,10 @@ def test_no_quantisable_layer_within_target_is_a_build_error(tmp_path, manager):
 
 @pytest.mark.parametrize("card,match", [({"int8_exclude": "head"}, "int8_exclude"),
                                         ({"int8_op_types": [1]}, "int8_op_types"),
-                                        ({"int8_search": "yes"}, "int8_search")])
+                                        ({"int8_search": "yes"}, "int8_search"),
+                                        ({"int8_margin": 0}, "int8_margin"),
+                                        ({"int8_margin": 1.5}, "int8_margin"),
+                                        ({"int8_margin": "0.25"}, "int8_margin")])
 def test_malformed_card_keys(card, match):
     with pytest.raises(ModelLoadError, match=match):
         Int8Recipe.from_card(card)
@@ -127,6 +130,8 @@ def test_recipe_defaults_and_fingerprint():
     r = Int8Recipe.from_card({})
     assert r.op_types == WEIGHTED_OP_TYPES and r.search and r.exclude == () and r.margin == 0.5
     assert r.fingerprint() != Int8Recipe.from_card({"int8_exclude": ["a"]}).fingerprint()
+    tight = Int8Recipe.from_card({"int8_margin": 0.25})
+    assert tight.margin == 0.25 and tight.fingerprint() != r.fingerprint()
     with pytest.raises(EngineBuildError, match="calibration method"):
         Int8Recipe(method="kl")
 

@@ -240,7 +240,9 @@ class Int8Recipe:
 
         Card keys (all optional): ``int8_exclude`` (list of node names or patterns kept
         float), ``int8_search`` (bool, default true), ``int8_op_types`` (list of op types
-        to quantise, default :data:`WEIGHTED_OP_TYPES`).
+        to quantise, default :data:`WEIGHTED_OP_TYPES`), ``int8_margin`` (the search's
+        target as a fraction of the tolerance, in (0, 1], default :data:`INT8_SEARCH_MARGIN`;
+        smaller keeps more layers in float, for outputs that are thresholded downstream).
 
         Raises:
             ModelLoadError: a key has the wrong type.
@@ -256,8 +258,12 @@ class Int8Recipe:
         if not isinstance(search, bool):
             raise ModelLoadError(f"model card of {card.get('name', 'the model')}: 'int8_search' must "
                                  f"be true or false, got {search!r}")
+        margin = card.get("int8_margin", INT8_SEARCH_MARGIN)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin <= 1:
+            raise ModelLoadError(f"model card of {card.get('name', 'the model')}: 'int8_margin' must "
+                                 f"be a number in (0, 1], got {margin!r}")
         return cls(method=method, exclude=tuple(exclude), search=search,
-                   op_types=tuple(op_types) if op_types else None)
+                   op_types=tuple(op_types) if op_types else None, margin=float(margin))
 
     def fingerprint(self) -> str:
         """Hex digest of the recipe and :data:`INT8_RECIPE_VERSION` (for cache keys)."""

@@ -45,16 +45,20 @@ def build_card(metrics: dict, evaluation: dict | None, extra: dict | None = None
         },
         "dynamic_dims": {"B": [1, 1, 16]},
         "precisions": ["fp32", "fp16", "int8"],
+        # INT8 search target: a quarter of the tolerance (default half): eyeBlink is thresholded
+        # at 0.5 downstream, and at half the tolerance one frame of the test clips changed side
+        "int8_margin": 0.25,
         "normalisation_version": N.NORMALISATION_VERSION,
         "landmark_subset": list(N.SUBSET),
         "blendshape_names": list(BLENDSHAPE_NAMES),
         "not_estimated": list(NOT_ESTIMATED),
         "identity": {"k": rig.num_identity, "names": list(rig.identity_names)},
         "constant_predictor": metrics["constant_predictor"],
-        "training": {k: metrics[k] for k in ("train_seconds", "threads", "epochs", "hidden", "use_z",
+        "training": {k: metrics[k] for k in ("train_seconds", "threads", "seed", "epochs", "hidden", "use_z",
                                              "dropout", "weight_decay", "noise", "trunk_reads_neutral", "small_share",
                                              "training_samples", "synthetic_samples",
-                                             "render_track_samples", "rt_repeat") if k in metrics},
+                                             "render_track_samples", "render_track_sets", "rt_repeat")
+                     if k in metrics},
         "heldout": {k: metrics[k] for k in ("heldout_synthetic", "heldout_render_track")},
     }
     if evaluation:
@@ -139,19 +143,21 @@ def limits_text(card: dict) -> str:
     eye_share = sum(per[n]["mae"] for n in eye) / sum(v["mae"] for v in per.values())
     items = [
         f"- **Render and track stays at MAE {rt['mae']:.3f}** (bar 0.03) and rotation "
-        f"{rt['rotation_err_deg_median']:.1f}° (bar 1.5°). The network fits its own render-and-track "
-        "training frames little better than the held-out ones (ablations above), "
-        "so the error is in what MediaPipe reports on the renders, not in the network's capacity. "
-        f"The eight gaze shapes alone hold {100 * eye_share:.0f} % of it: ",
+        f"{rt['rotation_err_deg_median']:.1f}° (bar 1.5°). A network trained long on the render-and-track "
+        "frames alone fits them to 0.032 but stays at 0.051 on held-out frames (ablations above), "
+        "so the limit is in what MediaPipe reports on the renders, not in the network's capacity. "
+        f"The eight gaze shapes alone hold {100 * eye_share:.0f} % of the error: ",
     ]
     if obs:
         s, r = obs["synthetic"], obs["render_track"]
         items[-1] += (f"the iris landmark's displacement correlates with the rendered gaze at r = "
                       f"{s['vertical']:.2f} (vertical) / {s['horizontal']:.2f} (horizontal) on projected points "
-                      f"but r = {r['vertical']:.2f} / {r['horizontal']:.2f} after MediaPipe on the renders, so "
-                      "gaze is nearly unobservable in this data; lids, brows and squint show the same loss "
-                      "more mildly. More render fidelity around the eyes (an eyeball with a shaded iris "
-                      "that the lids occlude, lids that follow gaze) is the next step.")
+                      f"but r = {r['vertical']:.2f} / {r['horizontal']:.2f} after MediaPipe on the renders. "
+                      "Rendering eyeballs whose iris the lids occlude (this version) raised that from the "
+                      "first renderer's figures (table above) and lowered the error, but MediaPipe still "
+                      "follows vertical gaze weakly: the rig's upper lid follows the gaze by under 1 mm "
+                      "where a real lid follows it closely, and MediaPipe's iris model expects that. "
+                      "Lids, brows and squint show the same loss more mildly.")
     if real:
         e, s_ = real["blinks"]["engine"]["overall"], real["blinks"]["solver"]["overall"]
         j = real["jaw"]
@@ -243,13 +249,19 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
         "expressions), head pose yaw ±60°, pitch ±40°, roll ±30°, "
         "webcam field of view 45–80°, 0.3–1.5 m, landmark noise; each with its own neutral "
         "observation.",
-        f"- **Render and track** ({tr.get('render_track_samples')} frames of 1300 subjects, seed 1, "
+        f"- **Render and track** ({tr.get('render_track_samples')} frames of 2 x 1300 subjects, seed 1, "
         f"repeated ×{tr.get('rt_repeat')} per epoch): the face model rendered (moderngl/EGL, 640×480) "
         "with skin tones from light to dark, lip/brow/iris/lash colours, key light from random "
         "directions, flat or smooth shading, blur, sensor noise and JPEG, face 100–320 px wide, "
         "pose up to yaw 55°, pitch 35°, roll 30°, tracked by the app's MediaPipe face mesh; a "
-        "near-frontal neutral frame per subject. Inputs thus carry MediaPipe's own errors.",
-        "- Held out: synthetic seed 12 (5000), render-and-track seed 2 (150 other subjects).",
+        "near-frontal neutral frame per subject. Inputs thus carry MediaPipe's own errors. Two "
+        "renderers (`render.py`): *eyeball* (`rt_train.npz`): the eye openings show a shaded "
+        "eyeball whose iris turns with the rig's gaze and is occluded by the lids, and 60 % of the "
+        "subjects wear the face model's source photo (public-domain NASA portrait, scikit-image) "
+        "as skin, lip and brow texture, tinted to the skin tone; *discs* (`rt_train_discs.npz`, "
+        "the first renderer): flat colours with iris and pupil discs drawn over the eyes.",
+        "- Held out: synthetic seed 12 (5000), render-and-track seed 2 (150 other subjects, eyeball "
+        "renderer; the discs renderer's seed-2 set is reported beside it).",
         "- The ICT FaceKit head (../shared/testdata/avatars, MIT) is used only for evaluation "
         "(round trip below), not for training.",
         "",
@@ -267,6 +279,17 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
         lines.append(f"| {name} | {d['mae']:.4f} | {d['const_mae']:.4f} | {d['ratio']:.2f} | "
                      f"{d['rotation_err_deg_median']:.2f}° ({d['rotation_err_deg_p90']:.2f}°) | "
                      f"{d['alignment_only_rotation_err_deg_median']:.2f}° | {d['identity_mae']:.3f} |")
+    sets = ev.get("render_track_sets") or {}
+    if sets:
+        lines += ["", "Render-and-track sets (evaluate.py --rt-set; the iris-gaze correlation is "
+                  "`evaluate.gaze_observability`, MediaPipe's iris landmark vs the rendered gaze):", "",
+                  "| set | frames | blendshape MAE | ratio to constant | rotation error median | "
+                  "iris vs gaze r (vertical / horizontal) |", "|---|---|---|---|---|---|"]
+        for label, d in sets.items():
+            o = d.get("gaze_observability", {}).get("render_track", {})
+            lines.append(f"| {label} | {d['frames']} | {d['mae']:.4f} | {d['ratio']:.2f} | "
+                         f"{d['rotation_err_deg_median']:.2f}° | {o.get('vertical', float('nan')):.2f} / "
+                         f"{o.get('horizontal', float('nan')):.2f} |")
     if ablation:
         lines += ["", "### Ablations (same data, same epochs unless stated)", "",
                   "RT train: MAE on render-and-track training frames (a network that fits them no better "

@@ -78,6 +78,33 @@ def load_raw(path) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
+def merge_raw(raws: list[dict]) -> dict[str, np.ndarray]:
+    """Concatenate render-and-track sets into one (subjects renumbered; ``dropped`` summed).
+
+    Args:
+        raws: sets from :func:`load_raw` (same keys).
+
+    Returns:
+        One set: per-frame arrays concatenated, ``subject`` offset by the subjects before it,
+        per-subject arrays (``neutral_landmarks``, ``neutral_image_size``, ``identity``)
+        concatenated; ``dropped`` the sum.
+    """
+    if len(raws) == 1:
+        return raws[0]
+    out: dict[str, list] = {}
+    offset = 0
+    for raw in raws:
+        for k, v in raw.items():
+            if k == "subject":
+                v = v + offset
+            if np.ndim(v):
+                out.setdefault(k, []).append(v)
+        offset += len(raw["identity"])
+    merged = {k: np.concatenate(v) for k, v in out.items()}
+    merged["dropped"] = np.array(sum(int(r.get("dropped", 0)) for r in raws))
+    return merged
+
+
 def metrics(pred_bs: np.ndarray, weights: np.ndarray, const: np.ndarray, active: float = 0.1) -> dict:
     """Blendshape error figures over the estimated shapes.
 

@@ -369,6 +369,37 @@ def gaze_sources(engine, rt_heldout: Path, n: int = 600) -> dict:
             "zero_median_deg": err(np.zeros_like(truth))}
 
 
+def render_track_figures(engine, rt_set: Path, const: np.ndarray) -> dict:
+    """Blendshape and head-rotation error of the engine on a render-and-track set.
+
+    Args:
+        engine: an EngineReconstructor (its engine slot is run on batches of 16).
+        rt_set: a render-and-track .npz (:mod:`training.face_recon.make_data`).
+        const: (52,) constant predictor (the training mean of the model card).
+
+    Returns:
+        {"mae", "const_mae", "ratio", "rotation_err_deg_median", "frames"}; MAE over the
+        estimated blendshapes (:func:`training.face_recon.data.metrics`), rotation error in
+        degrees (geodesic angle between predicted and true head rotation).
+    """
+    from avatar_app.reconstruction import normalise as N
+    from training.face_recon import data as D
+
+    raw = D.load_raw(rt_set)
+    n = len(raw["subject"])
+    feeds = D.full_inputs(raw, np.arange(n))
+    outs = [engine.slot.infer({k: v[i:i + 16] for k, v in feeds.items()}) for i in range(0, n, 16)]
+    bs = np.concatenate([o["blendshapes"] for o in outs])
+    rot6 = np.concatenate([o["rotation_6d"] for o in outs])
+    dt = np.concatenate([o["translation"] for o in outs])
+    m = D.metrics(bs, raw["weights"], const)
+    _, r0, t0 = N.align(raw["landmarks"], raw["image_size"])
+    rot, _ = N.compose_pose(r0, t0, rot6, dt)
+    return {"mae": m["mae"], "const_mae": m["const_mae"], "ratio": m["ratio"],
+            "rotation_err_deg_median": float(np.median(N.rotation_angle_deg(rot, raw["rotation"]))),
+            "frames": int(n)}
+
+
 def gaze_observability(rt_heldout: Path, n_synthetic: int = 3000, seed: int = 3) -> dict:
     """How much of the rendered gaze reaches the network's input, synthetic vs render-and-track.
 
@@ -407,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--data", default="~/.cache/avatar_app/face_recon")
     ap.add_argument("--skip-round-trip", action="store_true")
+    ap.add_argument("--rt-set", action="append", default=[], metavar="LABEL=PATH",
+                    help="also report render-and-track figures on this set (repeatable)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from avatar_app.inference import EngineCache, EngineManager
@@ -425,6 +458,13 @@ def main(argv: list[str] | None = None) -> int:
         if rt.is_file():
             report["gaze"] = gaze_sources(engine, rt)
             report["gaze_observability"] = gaze_observability(rt)
+        card = json.loads(args.model.with_name(args.model.stem + ".card.json").read_text())
+        const = np.array([card["constant_predictor"][k] for k in BLENDSHAPE_NAMES])
+        for item in args.rt_set:
+            label, _, path = item.partition("=")
+            p = Path(path).expanduser()
+            report.setdefault("render_track_sets", {})[label] = dict(
+                render_track_figures(engine, p, const), gaze_observability=gaze_observability(p))
         if not args.skip_round_trip:
             report["round_trip"] = round_trip(engine)
             report["ict_round_trip"] = ict_round_trip(engine)

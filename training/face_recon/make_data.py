@@ -137,8 +137,12 @@ def synthetic_set(seed: int, n: int, model: FaceModel | None = None,
 
 def render_track_set(seed: int, subjects: int, frames: int, out: Path,
                      size: tuple[int, int] = (640, 480), limits=(55.0, 35.0, 30.0),
-                     first_subject: int = 0) -> dict:
-    """Render-and-track samples (see the module docstring); writes ``out`` and returns a summary."""
+                     first_subject: int = 0, eyes: str = "eyeball") -> dict:
+    """Render-and-track samples (see the module docstring); writes ``out`` and returns a summary.
+
+    ``eyes``: the renderer's eye style (:data:`training.face_recon.render.EYE_STYLES`);
+    ``"discs"`` remakes the first renderer's subjects and images.
+    """
     from avatar_app.tracking import FaceTracker, RunningMode
     from training.face_recon.render import SubjectLook, VariedFaceRenderer, degrade
 
@@ -153,7 +157,7 @@ def render_track_set(seed: int, subjects: int, frames: int, out: Path,
     with FaceTracker(RunningMode.IMAGE) as tracker:
         for s in range(first_subject, first_subject + subjects):
             rng = np.random.default_rng([seed, s])
-            look = SubjectLook(rng)
+            look = SubjectLook(rng, eyes)
             ident = S.sample_identity(rng, 1, model.num_identity)[0]
             hfov = rng.uniform(50, 75)
             focal = 0.5 * w / np.tan(np.radians(hfov) / 2)
@@ -231,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--frames", type=int, default=12, help="expression frames per subject")
     rt.add_argument("--first-subject", type=int, default=0)
     rt.add_argument("--out", type=Path, required=True)
+    rt.add_argument("--eyes", choices=("eyeball", "discs"), default="eyeball",
+                    help="eyeball: shaded eyeballs and photo texture (default); discs: the first renderer")
     sy = sub.add_parser("synthetic", help="write a projected synthetic set (train.py makes its own)")
     sy.add_argument("--seed", type=int, default=1)
     sy.add_argument("-n", type=int, default=20000)
@@ -239,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.cmd == "render-track":
         summary = render_track_set(args.seed, args.subjects, args.frames, args.out.expanduser(),
-                                   first_subject=args.first_subject)
+                                   first_subject=args.first_subject, eyes=args.eyes)
     else:
         data = synthetic_set(args.seed, args.n)
         args.out.expanduser().parent.mkdir(parents=True, exist_ok=True)

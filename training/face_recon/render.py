@@ -18,16 +18,17 @@ import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.face_model import FaceModel
-from training.render_track import _region_colours
+from training.render_track import _disc, _region_colours
 
 _VERT = """
 #version 330
 uniform mat4 mvp; uniform mat4 view;
-in vec3 in_pos; in vec3 in_nrm; in vec3 in_col; in float in_eye;
-out vec3 v_col; out vec3 v_nrm; out vec3 v_cam; flat out int v_eye;
+in vec3 in_pos; in vec3 in_nrm; in vec3 in_col; in float in_eye; in vec3 in_uvt;
+out vec3 v_col; out vec3 v_nrm; out vec3 v_cam; flat out int v_eye; out vec2 v_uv; flat out float v_tex;
 void main() {
     gl_Position = mvp * vec4(in_pos, 1.0);
     v_col = in_col; v_nrm = in_nrm; v_cam = (view * vec4(in_pos, 1.0)).xyz; v_eye = int(in_eye + 0.5);
+    v_uv = in_uvt.xy; v_tex = in_uvt.z;
 }
 """
 # Eye openings are windows onto an eyeball: the fragment shader casts the camera ray through
@@ -40,13 +41,20 @@ _FRAG = """
 uniform vec3 light; uniform float ambient; uniform float diffuse;
 uniform vec3 eye_c[2]; uniform vec3 eye_g[2]; uniform float eye_r;
 uniform float cos_iris; uniform float cos_pupil; uniform vec3 iris; uniform vec3 sclera;
-in vec3 v_col; in vec3 v_nrm; in vec3 v_cam; flat in int v_eye;
+uniform sampler2D photo; uniform vec3 tint; uniform float photo_gain;
+in vec3 v_col; in vec3 v_nrm; in vec3 v_cam; flat in int v_eye; in vec2 v_uv; flat in float v_tex;
 out vec4 f_color;
 void main() {
     vec3 l = normalize(light);
     if (v_eye == 0) {
         float d = max(dot(normalize(v_nrm), l), 0.0);
-        f_color = vec4(v_col * (ambient + diffuse * d), 1.0);
+        if (v_tex > 0.5) {
+            // the photo carries its own light: relight it only partly
+            vec3 base = texture(photo, v_uv).rgb * tint;
+            f_color = vec4(clamp(base * photo_gain * (ambient + diffuse * d), 0.0, 1.0), 1.0);
+        } else {
+            f_color = vec4(v_col * (ambient + diffuse * d), 1.0);
+        }
         return;
     }
     vec3 c = eye_c[v_eye - 1];
@@ -75,6 +83,11 @@ EYE_RADIUS_M = 0.0103  # the rig's iris points turn on a sphere of this radius (
 # up, 0.9 mm back); the human eyeball is ~12 mm (Bekerman et al. 2014), its front ~10 mm
 IRIS_RADIUS_M = 0.0060  # the rig's iris ring (points 469-472), cf. ~5.9 mm in MediaPipe Iris
 PUPIL_RADIUS_M = 0.0020
+#: Share of subjects textured with the face model's source photo (scikit-image's astronaut,
+#: public domain; mapped through the face mesh MediaPipe finds on it): real skin, brow, lip and
+#: lid texture, which MediaPipe was trained on; the rest keep flat region colours.
+PHOTO_SHARE = 0.6
+EYE_STYLES = ("eyeball", "discs")
 
 SKIN_TONES = np.array([  # sRGB 0..1, light to dark (roughly Fitzpatrick I-VI)
     (0.96, 0.80, 0.69), (0.90, 0.72, 0.60), (0.85, 0.66, 0.55), (0.76, 0.57, 0.44),
@@ -84,7 +97,17 @@ SKIN_TONES = np.array([  # sRGB 0..1, light to dark (roughly Fitzpatrick I-VI)
 class SubjectLook:
     """Colours and light of one rendered subject.
 
+    Args:
+        rng: the subject's random generator.
+        eyes: ``"eyeball"`` (shaded eyeballs behind the eye openings, photo texture for a share
+            of the subjects) or ``"discs"`` (the first renderer: flat sclera, iris and pupil
+            discs on top, flat colours; the subjects of a seed are those it made).
+
+    Raises:
+        ValueError: an unknown ``eyes`` style.
+
     Attributes:
+        eyes: the eye style.
         skin, lips, brow, iris, background: RGB in [0, 1].
         light: (3,) direction toward the light in camera space.
         ambient, diffuse: shading terms.
@@ -92,9 +115,15 @@ class SubjectLook:
         lash, lash_mm: colour and height of the upper lash line (the rig has no lashes;
             without them a closed eye reads as an empty socket to MediaPipe).
         sclera: RGB of the white of the eye.
+        photo: skin, lips and brows from the photo texture (tinted to ``skin``) instead of
+            flat colours; photo_mirror: the texture mirrored left-right; photo_gain: its
+            brightness.
     """
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, eyes: str = "eyeball"):
+        if eyes not in EYE_STYLES:
+            raise ValueError(f"eyes must be one of {EYE_STYLES}, got {eyes!r}")
+        self.eyes = eyes
         t = rng.uniform(0, len(SKIN_TONES) - 1)
         i = int(t)
         f = t - i
@@ -113,7 +142,13 @@ class SubjectLook:
         self.smooth = bool(rng.random() < 0.5)
         self.lash = np.clip(self.brow * rng.uniform(0.3, 0.8), 0, 1)
         self.lash_mm = rng.uniform(0.8, 1.6)
+        if eyes == "discs":  # the first renderer: no further draws, so its seeds give the same subjects
+            self.sclera, self.photo, self.photo_mirror, self.photo_gain = np.array([0.92, 0.90, 0.86]), False, False, 1.0
+            return
         self.sclera = np.clip(np.array([0.92, 0.90, 0.86]) * rng.uniform(0.85, 1.05), 0, 1)
+        self.photo = bool(rng.random() < PHOTO_SHARE)
+        self.photo_mirror = bool(rng.random() < 0.5)
+        self.photo_gain = rng.uniform(0.8, 1.15)
 
 
 class VariedFaceRenderer:
@@ -140,11 +175,31 @@ class VariedFaceRenderer:
         self._kind[np.all(np.isclose(self._region, BROW), 1)] = 2
         loops = topo.boundary_loops(model.triangles)
         self._holes = [np.asarray(loop) for loop in loops[1:]]
+        self._init_photo()
+
+    def _init_photo(self) -> None:
+        """Texture coordinates of the mesh on the source photo (MediaPipe run once on it)."""
+        from avatar_app.avatar.face_model_neutral import measure_landmarks, photo_rgb
+
+        img = photo_rgb()
+        h, w = img.shape[:2]
+        px = measure_landmarks(img)  # model axes, pixels: y up
+        uv = np.stack([px[:, 0] / w, -px[:, 1] / h], 1)
+        mirror = np.asarray(self.model.mirror)
+        self._uv = {False: uv, True: uv[mirror]}  # mirrored: each point samples its partner
+        self._photo = self.ctx.texture((w, h), 3, np.ascontiguousarray(img).tobytes())
+        self._photo.build_mipmaps()
+        # skin reference: the mean colour of the cheeks (the tint maps it to the subject's tone)
+        cheeks = [50, 280, 101, 330]
+        samples = [img[int(v * h) - 4:int(v * h) + 5, int(u * w) - 4:int(u * w) + 5].reshape(-1, 3)
+                   for u, v in uv[cheeks]]
+        self._photo_skin = np.concatenate(samples).mean(0) / 255.0
 
     def _geometry(self, p: np.ndarray, look: SubjectLook
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(T, 3, 3) triangles, (T, 3, 3) per-corner normals, (T, 3) colours, (T,) eye window
-        index (0: not an eye window, 1: iris 468's eye, 2: iris 473's eye)."""
+        index (0: not an eye window, 1: iris 468's eye, 2: iris 473's eye), (T, 3, 3) per-corner
+        photo texture coordinates and flag (1: textured)."""
         tris = p[self.model.triangles]
         n_face = np.cross(tris[:, 1] - tris[:, 0], tris[:, 2] - tris[:, 0])
         if look.smooth:
@@ -159,6 +214,8 @@ class VariedFaceRenderer:
         palette = np.stack([look.skin, look.lips, look.brow])
         cols = [palette[self._kind]]
         eye = [np.zeros(len(tris))]
+        uv = self._uv[look.photo_mirror][self.model.triangles]
+        uvt = [np.concatenate([uv, np.full(uv.shape[:2] + (1,), float(look.photo))], 2)]
         all_t, all_n = [tris], [nrm]
         for loop in self._holes:
             ring = p[loop]
@@ -172,7 +229,8 @@ class VariedFaceRenderer:
             col = np.array([0.18, 0.06, 0.06]) if is_mouth else look.sclera
             cols.append(np.tile(col, (len(fan), 1)))
             # eye windows: 1 looks onto the eyeball of iris 468, 2 onto that of iris 473
-            which = 0 if is_mouth else 1 + int(np.argmin([np.linalg.norm(ring.mean(0) - p[i]) for i in (468, 473)]))
+            which = 0 if is_mouth or look.eyes == "discs" else \
+                1 + int(np.argmin([np.linalg.norm(ring.mean(0) - p[i]) for i in (468, 473)]))
             eye.append(np.full(len(fan), float(which)))
         for lid, h_max, col in ((topo.LEFT_EYE_UPPER_LID, look.lash_mm, look.lash),
                                 (topo.RIGHT_EYE_UPPER_LID, look.lash_mm, look.lash),
@@ -183,7 +241,18 @@ class VariedFaceRenderer:
             all_n.append(np.tile(np.array([0, 0, 1.0]), (len(strip), 3, 1)))
             cols.append(np.tile(col, (len(strip), 1)))
             eye.append(np.zeros(len(strip)))
-        return np.concatenate(all_t), np.concatenate(all_n), np.concatenate(cols), np.concatenate(eye)
+        if look.eyes == "discs":  # iris and pupil discs at the iris landmarks, drawn over everything
+            for ci in (468, 473):
+                push = np.array([0, 0, 0.0004])
+                for disc, col in ((_disc(p[ci] + push, p[ci + 1:ci + 5] + push, 1.0), look.iris),
+                                  (_disc(p[ci] + 2 * push, p[ci + 1:ci + 5] + 2 * push, 0.4), np.zeros(3) + 0.03)):
+                    all_t.append(disc)
+                    all_n.append(np.tile(np.array([0, 0, 1.0]), (len(disc), 3, 1)))
+                    cols.append(np.tile(col, (len(disc), 1)))
+                    eye.append(np.zeros(len(disc)))
+        uvt += [np.zeros((len(t), 3, 3)) for t in all_t[1:]]
+        return (np.concatenate(all_t), np.concatenate(all_n), np.concatenate(cols), np.concatenate(eye),
+                np.concatenate(uvt))
 
     @staticmethod
     def _lash_strip(margin: np.ndarray, height_m: float) -> np.ndarray:
@@ -224,12 +293,13 @@ class VariedFaceRenderer:
         points = np.asarray(points, np.float64)
         rest = points if rest_points is None else np.asarray(rest_points, np.float64)
         rotation = np.asarray(rotation, np.float64)
-        tri, nrm, col, eye = self._geometry(points, look)
+        tri, nrm, col, eye, uvt = self._geometry(points, look)
         nrm = nrm @ rotation.T
         data = np.concatenate([tri.reshape(-1, 3), nrm.reshape(-1, 3), np.repeat(col, 3, 0),
-                               np.repeat(eye, 3)[:, None]], 1)
+                               np.repeat(eye, 3)[:, None], uvt.reshape(-1, 3)], 1)
         vbo = self.ctx.buffer(data.astype("f4").tobytes())
-        vao = self.ctx.vertex_array(self.prog, [(vbo, "3f 3f 3f 1f", "in_pos", "in_nrm", "in_col", "in_eye")])
+        vao = self.ctx.vertex_array(self.prog, [(vbo, "3f 3f 3f 1f 3f", "in_pos", "in_nrm", "in_col", "in_eye",
+                                                 "in_uvt")])
         w, h = self.size
         near, far = 0.05, 10.0
         proj = np.array([[2 * focal_px / w, 0, 0, 0], [0, 2 * focal_px / h, 0, 0],
@@ -254,6 +324,10 @@ class VariedFaceRenderer:
         self.prog["iris"].value = tuple(float(x) for x in look.iris)
         self.prog["sclera"].value = tuple(float(x) for x in look.sclera)
         self.prog["light"].value = tuple(float(x) for x in look.light)
+        self._photo.use(0)
+        self.prog["photo"].value = 0
+        self.prog["tint"].value = tuple(float(x) for x in np.clip(look.skin / self._photo_skin, 0.3, 1.6))
+        self.prog["photo_gain"].value = float(look.photo_gain / (look.ambient + 0.6 * look.diffuse))
         self.prog["ambient"].value = float(look.ambient)
         self.prog["diffuse"].value = float(look.diffuse)
         self.fbo.use()
@@ -266,6 +340,7 @@ class VariedFaceRenderer:
 
     def close(self) -> None:
         """Release the GL context."""
+        self._photo.release()
         self.ctx.release()
 
 

@@ -6,7 +6,7 @@ Usage (repository root)::
         --out models/face_recon.onnx [--epochs 24] [--synthetic 120000] [--rt-repeat 3]
 
 Data: a synthetic projected set made on the fly (``--synthetic`` samples,
-seed 11, ``--small-share`` of them scaled down to small expressions) plus the render-and-track set ``rt_train.npz`` from make_data.py,
+seed 11, ``--small-share`` of them scaled down to small expressions) plus the render-and-track sets (``--rt-train``: ``rt_train_discs.npz`` and ``rt_train.npz`` from make_data.py),
 repeated ``--rt-repeat`` times per epoch. Held out: synthetic seed 12
 (5000 samples) and ``rt_heldout.npz`` (other seed, other subjects).
 
@@ -169,7 +169,8 @@ def train(args) -> dict:
     syn_ho_raw = synthetic_set(SYN_HELDOUT_SEED, 5000, rig)
     syn_ho = D.prepare(syn_ho_raw)
     data_dir = Path(args.data).expanduser()
-    rt = D.prepare(D.load_raw(data_dir / "rt_train.npz")) if args.rt_repeat > 0 else None
+    rt = (D.prepare(D.merge_raw([D.load_raw(data_dir / name) for name in args.rt_train]))
+          if args.rt_repeat > 0 else None)
     rt_ho_raw = D.load_raw(data_dir / "rt_heldout.npz")
     rt_ho = D.prepare(rt_ho_raw)
     train_set = build_training_set(syn, rt, args.rt_repeat)
@@ -177,16 +178,17 @@ def train(args) -> dict:
     log.info("data ready in %.0f s: %d training samples (%d render-and-track x %d)", time.time() - t_start,
              len(train_set["x"]), 0 if rt is None else len(rt["x"]), args.rt_repeat)
     model, curve = fit(train_set, {"syn": syn_ho, "rt": rt_ho}, const, args.epochs, args.batch, args.lr,
-                       tuple(args.hidden), not args.no_z, log_every=args.log_every,
+                       tuple(args.hidden), not args.no_z, seed=args.seed, log_every=args.log_every,
                        weight_decay=args.weight_decay, dropout=args.dropout, noise=args.noise,
                        trunk_reads_neutral=args.trunk_reads_neutral)
     result = {
-        "train_seconds": time.time() - t_start, "threads": args.threads, "epochs": args.epochs,
+        "train_seconds": time.time() - t_start, "threads": args.threads, "seed": args.seed, "epochs": args.epochs,
         "hidden": list(args.hidden), "use_z": not args.no_z, "dropout": args.dropout,
         "weight_decay": args.weight_decay, "noise": args.noise,
         "trunk_reads_neutral": args.trunk_reads_neutral, "small_share": args.small_share,
         "training_samples": len(train_set["x"]), "synthetic_samples": args.synthetic,
         "render_track_samples": 0 if rt is None else int(len(rt["x"])), "rt_repeat": args.rt_repeat,
+        "render_track_sets": list(args.rt_train),
         "constant_predictor": {BLENDSHAPE_NAMES[i]: float(const[i]) for i in range(len(const))},
         "heldout_synthetic": evaluate(model, syn_ho, const),
         "heldout_render_track": evaluate(model, rt_ho, const), "curve": curve,
@@ -254,9 +256,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="training noise on the standardised inputs, in sd (robustness to tracker jitter)")
     ap.add_argument("--synthetic", type=int, default=120000)
     ap.add_argument("--rt-repeat", type=int, default=3)
+    ap.add_argument("--rt-train", nargs="+", default=["rt_train_discs.npz", "rt_train.npz"],
+                    help="render-and-track training sets in --data (merged; README: how each is made)")
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0, help="torch and shuffling seed (the data are fixed)")
     ap.add_argument("--hidden", type=int, nargs="+", default=[768, 384])
     ap.add_argument("--small-share", type=float, default=S.SMALL_SHARE,
                     help="share of training faces scaled down to small expressions (sampling.py)")
