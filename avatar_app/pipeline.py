@@ -79,13 +79,16 @@ class RenderReport:
         warnings: messages for the user (e.g. silent stretches).
         input_problem: set when the input was damaged (truncated or corrupt): the
             clip holds only the frames that decoded.
+        face_solver: what turned landmarks into blendshapes: ``"geometric solver"`` or the
+            learned engine's description (``face_recon.onnx on ort_cpu (fp32)``).
         interrupted: the render was stopped early (``stop`` was set): the clip and
             the sidecar hold the frames rendered so far and the audio is cut to the
             video's length; when no frame was rendered nothing is written.
 
     Outputs are written to hidden part files beside the targets and renamed over
     them only when the render is kept (complete, interrupted after the first
-    frame, or a truncated input's partial render): a render that fails leaves
+    frame, or a truncated input's partial render, which goes to
+    ``<stem>.partial<suffix>`` when the output exists): a render that fails leaves
     existing files at ``output_path`` and ``sidecar_path`` as they were.
     """
 
@@ -101,6 +104,7 @@ class RenderReport:
     warnings: list[str] = field(default_factory=list)
     input_problem: str | None = None
     interrupted: bool = False
+    face_solver: str = ""
 
     @property
     def fps(self) -> float:
@@ -320,11 +324,12 @@ def _silent(samples: np.ndarray, threshold: float = 10 ** (-70 / 20)) -> bool:
     return samples.size == 0 or float(np.max(np.abs(samples))) < threshold
 
 
-def _default_reconstructor():
-    """The face_recon engine (models/face_recon.onnx) if it loads, else the geometric solver."""
+def _default_reconstructor(on_fallback=None):
+    """The face_recon engine (models/face_recon.onnx) if enabled and it loads, else the geometric
+    solver; ``on_fallback(message)`` hears why when the engine was asked for but not usable."""
     from avatar_app.reconstruction.engine import create_face_reconstructor
 
-    return create_face_reconstructor()
+    return create_face_reconstructor(on_fallback=on_fallback)
 
 
 def _default_speech():
@@ -412,6 +417,7 @@ class _Writer:
         elif isinstance(exc.__cause__, OSError):
             reason = io_reason(exc.__cause__)
         if reason is not None:
+            reason = self.parts.rename_in(str(reason))
             kept = f"; the existing {target.name} was left as it was" if target.exists() else ""
             return RecordingError(f"writing {target} failed: {reason}. Nothing was written{kept}")
         return RecordingError(self.parts.rename_in(str(exc)))
@@ -548,6 +554,9 @@ def render_file(
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.resolve() == input_path.resolve():
         raise InputError(f"Output {output_path} would overwrite the input", output_path)
+    if options.audio_path is not None and Path(options.audio_path).resolve() in (
+            output_path.resolve(), sidecar_path_for(output_path).resolve()):
+        raise InputError(f"Output {output_path} would overwrite the --audio file", output_path)
     t0 = now_ns()
     report = RenderReport(output_path=output_path, sidecar_path=sidecar_path_for(output_path))
     with VideoFileSource(input_path) as src:
@@ -576,7 +585,9 @@ def render_file(
         fps_out = float(options.fps or info.fps or 30.0)
         avatar = _load_avatar_option(options, report)
         speech = speech if speech is not None else (_default_speech() if speech_audio is not None else None)
-        reconstructor = reconstructor if reconstructor is not None else _default_reconstructor()
+        reconstructor = reconstructor if reconstructor is not None else _default_reconstructor(report.warnings.append)
+        report.face_solver = (reconstructor.describe() if hasattr(reconstructor, "describe")
+                              else "geometric solver")
         stats = LatencyStats(window_s=5.0)
         writer = _Writer(output_path, options, fps_out, rec_audio.sample_rate if rec_audio is not None else None)
         try:
@@ -674,8 +685,9 @@ def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> 
     """Rename the finished part files over the outputs, or delete them and raise.
 
     Kept: a complete render, an interrupted one with at least one frame, a
-    truncated input's partial render. Deleted (existing outputs untouched): no
-    frame rendered, no frame decoded, no face found.
+    truncated input's partial render (written as ``<stem>.partial<suffix>`` when the
+    output already exists, so a finished clip is never replaced by a partial one).
+    Deleted (existing outputs untouched): no frame rendered, no frame decoded, no face found.
 
     Raises:
         InputError: no video frame could be decoded.
@@ -698,6 +710,14 @@ def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> 
             f"No face was found in any of the {report.frames_in} frames of {input_path}: "
             "nothing to animate (the face must be visible and well lit)."
         )
+    if report.input_problem and (report.output_path.exists() or report.sidecar_path.exists()):
+        # a damaged input's partial render does not replace a finished clip: it goes beside it
+        clip = report.output_path
+        partial = clip.with_name(f"{clip.stem}.partial{clip.suffix}")
+        writer.parts.retarget(partial)
+        report.output_path = partial
+        report.sidecar_path = sidecar_path_for(partial)
+        report.warnings.append(f"{clip} already existed and was kept; the partial render is {partial.name}")
     writer.commit()
 
 

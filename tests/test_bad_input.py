@@ -159,3 +159,37 @@ def test_a_still_image_is_refused_as_video_input(testdata):
     for name in ("images/london_005_03_neutral.jpg", "images/grid_lbax4n_frame10.png"):
         with pytest.raises(InputError, match="still image"):
             VideoFileSource(testdata / name)
+
+
+def test_truncated_input_does_not_replace_a_finished_clip(testdata, tmp_path):
+    """A damaged input's partial render goes beside an existing output, which is kept as it was."""
+    out = tmp_path / "keep.mp4"
+    out.write_bytes(b"a finished clip")
+    (tmp_path / "keep.blendshapes.jsonl").write_text("{}\n")
+    data = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
+    bad = tmp_path / "cut.mp4"
+    bad.write_bytes(data[: int(len(data) * 0.4)])
+    proc = run_cli("render", str(bad), "-o", str(out), "--size", "160x120")
+    _check(proc, (r"truncated|corrupt", r"keep\.mp4 already existed and was kept", r"keep\.partial\.mp4"), 2)
+    assert out.read_bytes() == b"a finished clip"
+    assert (tmp_path / "keep.blendshapes.jsonl").read_text() == "{}\n"
+    from tests.helpers import decoded_duration
+
+    assert 0 < decoded_duration(tmp_path / "keep.partial.mp4", "video") < 3.0
+    assert (tmp_path / "keep.partial.blendshapes.jsonl").stat().st_size > 0
+
+
+def test_output_over_the_audio_file_is_refused(testdata, tmp_path):
+    voice = tmp_path / "voice.mp4"
+    voice.write_bytes((testdata / "video" / "grid_s2_swwp2s.mp4").read_bytes())
+    before = voice.read_bytes()
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(voice), "-o", str(voice))
+    _check(proc, r"would overwrite the --audio file", 2)
+    assert voice.read_bytes() == before
+
+
+def test_wrong_output_extension_names_the_suffix_not_a_temporary_file(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out.txt"))
+    _check(proc, r"need a \.mp4 file name, not \.txt", 2)
+    assert ".part-" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -134,3 +134,47 @@ def test_reduced_precision_passes_the_engine_layers_verification(manager, precis
     v = runner.verification
     assert v is not None and v.passed and v.max_abs_error <= 0.05, v
     assert v.per_output["blendshapes"]["max_abs"] <= 0.05
+
+
+@pytest.mark.parametrize("value,opted_in", [("1", True), ("true", True), ("YES", True), (" on ", True),
+                                            ("0", False), ("", False), ("no", False)])
+def test_opt_in_values(monkeypatch, value, opted_in):
+    from avatar_app.reconstruction.engine import face_engine_disabled_reason
+
+    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", value)
+    assert (face_engine_disabled_reason() is None) == opted_in
+
+
+def test_fallback_is_told_to_the_user(tmp_path, manager):
+    """When the engine was asked for but cannot be used, the caller hears why (the CLI prints it)."""
+    from avatar_app.reconstruction.geometric import GeometricSolver
+
+    heard: list[str] = []
+    assert isinstance(create_face_reconstructor(tmp_path / "none.onnx", on_fallback=heard.append), GeometricSolver)
+    assert len(heard) == 1 and "none.onnx" in heard[0] and "does not exist" in heard[0]
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not an onnx file" * 64)
+    assert isinstance(create_face_reconstructor(bad, manager=manager, on_fallback=heard.append), GeometricSolver)
+    assert len(heard) == 2 and "cannot be used" in heard[1] and "bad.onnx" in heard[1]
+    # a working engine says nothing
+    eng = create_face_reconstructor(default_model_path(), manager=manager, on_fallback=heard.append)
+    assert isinstance(eng, EngineReconstructor) and len(heard) == 2
+    eng.close()
+
+
+@pytest.mark.gl
+def test_render_reports_the_face_solver_and_a_fallback(monkeypatch, tmp_path, testdata):
+    """An opted-in render whose model is missing says so in its warnings and names the solver used."""
+    from avatar_app import pipeline
+    from avatar_app.reconstruction import engine as eng
+
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")
+    monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/no_such_model.onnx")
+    opts = pipeline.RenderOptions(size=(160, 120), use_audio=False)
+    rep = pipeline.render_file(testdata / "video" / "grid_s1_bbaf2n.mp4", tmp_path / "o.mp4", opts)
+    assert rep.face_solver == "geometric solver"
+    assert any("learned face engine" in w and "no_such_model.onnx" in w for w in rep.warnings), rep.warnings
+    monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/face_recon.onnx")
+    rep = pipeline.render_file(testdata / "video" / "grid_s1_bbaf2n.mp4", tmp_path / "o2.mp4", opts)
+    assert "face_recon.onnx" in rep.face_solver and not any("learned face engine" in w for w in rep.warnings)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -301,24 +302,30 @@ class EngineReconstructor:
 
 #: Why the learned face engine is not used unless the user opts in (None = used by default).
 #: Measured (models/face_recon.md): on real recordings it does not yet beat the frozen
-#: geometric solver everywhere (blink precision/recall 0.94/0.94 vs 1.0/1.0, GRID jawOpen r
-#: 0.47/0.54 vs 0.54/0.48), so the solver stays the default.
+#: geometric solver everywhere (blink precision/recall 1.0/0.94 vs 1.0/1.0, GRID jawOpen r
+#: 0.46/0.51 vs 0.54/0.48), so the solver stays the default.
 FACE_ENGINE_OFF_REASON = (
     "the learned face engine does not yet beat the geometric solver on real recordings "
     "(see models/face_recon.md); set AVATAR_APP_FACE_ENGINE=1 to try it"
 )
 
 
+#: Values of AVATAR_APP_FACE_ENGINE that opt in (case-insensitive).
+FACE_ENGINE_OPT_IN = ("1", "true", "yes", "on")
+
+
 def face_engine_disabled_reason() -> str | None:
-    """Why the face_recon engine is off by default, or None when the user opted in (AVATAR_APP_FACE_ENGINE=1)."""
+    """Why the face_recon engine is off by default, or None when the user opted in
+    (AVATAR_APP_FACE_ENGINE set to one of :data:`FACE_ENGINE_OPT_IN`)."""
     import os
 
-    if os.environ.get("AVATAR_APP_FACE_ENGINE", "") == "1":
+    if os.environ.get("AVATAR_APP_FACE_ENGINE", "").strip().lower() in FACE_ENGINE_OPT_IN:
         return None
     return FACE_ENGINE_OFF_REASON
 
 
-def create_face_reconstructor(model_path: str | Path | None = None, manager=None, **kwargs):
+def create_face_reconstructor(model_path: str | Path | None = None, manager=None,
+                              on_fallback: Callable[[str], None] | None = None, **kwargs):
     """The engine reconstructor when it is enabled and its model loads, else the geometric solver (logged).
 
     The default model is used only after opting in (:func:`face_engine_disabled_reason`);
@@ -327,6 +334,8 @@ def create_face_reconstructor(model_path: str | Path | None = None, manager=None
     Args:
         model_path: face_recon ONNX (default :func:`default_model_path`).
         manager: optional EngineManager.
+        on_fallback: called with a sentence for the user when the engine was asked for (opted
+            in, or an explicit ``model_path``) but cannot be used, so the solver stands in.
         **kwargs: passed to :class:`EngineReconstructor`.
 
     Returns:
@@ -342,8 +351,14 @@ def create_face_reconstructor(model_path: str | Path | None = None, manager=None
             return EngineReconstructor(path, manager=manager, **kwargs)
         except AvatarError as exc:
             _log.warning("face reconstruction engine unavailable (%s); using the geometric solver", exc)
+            if on_fallback is not None:
+                on_fallback(f"the learned face engine cannot be used ({exc}); the geometric solver "
+                            "tracks the face instead")
     else:
         _log.info("no face reconstruction model at %s; using the geometric solver", path)
+        if on_fallback is not None:
+            on_fallback(f"the learned face engine was asked for but {path} does not exist; the "
+                        "geometric solver tracks the face instead")
     from avatar_app.reconstruction.geometric import GeometricSolver
 
     return GeometricSolver()

@@ -174,7 +174,8 @@ def open_recorder(path: str | Path, width: int, height: int, fps: float,
         else:
             fmt = KNOWN_FORMATS[0]
     if path.suffix.lower() != fmt.suffix:
-        raise InputError(f"{fmt.label} recordings need a {fmt.suffix} file; got {path.name}")
+        got = f"not {path.suffix}" if path.suffix else "not a name without one"
+        raise InputError(f"{fmt.label} recordings need a {fmt.suffix} file name, {got}")
     if fmt.alpha:
         return AlphaClipRecorder(path, width, height, fps, audio_sample_rate,
                                  video_codec=fmt.video_codec, **kwargs)

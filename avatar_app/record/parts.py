@@ -124,6 +124,15 @@ class OutputParts:
             raise RecordingError(f"cannot write {target}: {e.strerror or e}") from e
         self.done = True
 
+    def retarget(self, clip: str | Path) -> None:
+        """Make :meth:`commit` rename the parts to another clip and its companions instead.
+
+        Args:
+            clip: the new target clip in the same folder (companions follow its stem).
+        """
+        clip = Path(clip)
+        self.targets = [clip] + [clip.with_suffix(t.name[len(self.targets[0].stem):]) for t in self.targets[1:]]
+
     def discard(self) -> None:
         """Delete the parts that exist; the targets are left as they were. Idempotent."""
         for part in self.parts:

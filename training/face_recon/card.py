@@ -218,7 +218,7 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
         "The network reads MediaPipe's own 146-landmark blendshape subset (`kLandmarksSubsetIdxs`, "
         "face_blendshapes_graph.cc): lid and lip contours, irises, brows, nose ridge, face oval; the "
         "other points are interpolated between these by the face mesh. "
-        + (f"MediaPipe's z is used (ablation below)." if tr.get("use_z", True) else
+        + ("MediaPipe's z is used (ablation below)." if tr.get("use_z", True) else
            "MediaPipe's z is not used (ablation below)."),
         "",
         "## Network",

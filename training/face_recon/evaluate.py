@@ -433,11 +433,14 @@ def gaze_observability(rt_heldout: Path, n_synthetic: int = 3000, seed: int = 3)
 def main(argv: list[str] | None = None) -> int:
     """Command line entry (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=Path("models/face_recon.onnx"))
-    ap.add_argument("--json", type=Path)
-    ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--data", default="~/.cache/avatar_app/face_recon")
-    ap.add_argument("--skip-round-trip", action="store_true")
+    ap.add_argument("--model", type=Path, default=Path("models/face_recon.onnx"), help="the ONNX model to evaluate")
+    ap.add_argument("--json", type=Path, help="also write the report to this JSON file")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "int8"),
+                    help="precision of the engine evaluated (ONNX Runtime CPU)")
+    ap.add_argument("--data", default="~/.cache/avatar_app/face_recon",
+                    help="folder with rt_heldout.npz (gaze figures; skipped when missing)")
+    ap.add_argument("--skip-round-trip", action="store_true",
+                    help="skip the face-model and ICT round trips (render, track, reconstruct)")
     ap.add_argument("--rt-set", action="append", default=[], metavar="LABEL=PATH",
                     help="also report render-and-track figures on this set (repeatable)")
     args = ap.parse_args(argv)

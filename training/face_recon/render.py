@@ -175,10 +175,15 @@ class VariedFaceRenderer:
         self._kind[np.all(np.isclose(self._region, BROW), 1)] = 2
         loops = topo.boundary_loops(model.triangles)
         self._holes = [np.asarray(loop) for loop in loops[1:]]
-        self._init_photo()
+        self._photo = None  # the photo texture, made when a textured subject is first rendered
 
     def _init_photo(self) -> None:
-        """Texture coordinates of the mesh on the source photo (MediaPipe run once on it)."""
+        """Texture coordinates of the mesh on the source photo (MediaPipe run once on it).
+
+        Raises:
+            ModelLoadError: scikit-image (which ships the photo) is not installed.
+            NoFaceError: MediaPipe finds no face on the photo.
+        """
         from avatar_app.avatar.face_model_neutral import measure_landmarks, photo_rgb
 
         img = photo_rgb()
@@ -214,7 +219,12 @@ class VariedFaceRenderer:
         palette = np.stack([look.skin, look.lips, look.brow])
         cols = [palette[self._kind]]
         eye = [np.zeros(len(tris))]
-        uv = self._uv[look.photo_mirror][self.model.triangles]
+        if look.photo:
+            if self._photo is None:
+                self._init_photo()
+            uv = self._uv[look.photo_mirror][self.model.triangles]
+        else:
+            uv = np.zeros(self.model.triangles.shape + (2,))
         uvt = [np.concatenate([uv, np.full(uv.shape[:2] + (1,), float(look.photo))], 2)]
         all_t, all_n = [tris], [nrm]
         for loop in self._holes:
@@ -324,10 +334,11 @@ class VariedFaceRenderer:
         self.prog["iris"].value = tuple(float(x) for x in look.iris)
         self.prog["sclera"].value = tuple(float(x) for x in look.sclera)
         self.prog["light"].value = tuple(float(x) for x in look.light)
-        self._photo.use(0)
-        self.prog["photo"].value = 0
-        self.prog["tint"].value = tuple(float(x) for x in np.clip(look.skin / self._photo_skin, 0.3, 1.6))
-        self.prog["photo_gain"].value = float(look.photo_gain / (look.ambient + 0.6 * look.diffuse))
+        if look.photo:
+            self._photo.use(0)
+            self.prog["photo"].value = 0
+            self.prog["tint"].value = tuple(float(x) for x in np.clip(look.skin / self._photo_skin, 0.3, 1.6))
+            self.prog["photo_gain"].value = float(look.photo_gain / (look.ambient + 0.6 * look.diffuse))
         self.prog["ambient"].value = float(look.ambient)
         self.prog["diffuse"].value = float(look.diffuse)
         self.fbo.use()
@@ -340,7 +351,8 @@ class VariedFaceRenderer:
 
     def close(self) -> None:
         """Release the GL context."""
-        self._photo.release()
+        if self._photo is not None:
+            self._photo.release()
         self.ctx.release()
 
 
