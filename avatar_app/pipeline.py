@@ -740,9 +740,9 @@ def _make_output_folder(output_path: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RecordingError(
-            f"Cannot create the output folder {folder}: {exc.strerror or exc}"
-        ) from exc
+        blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else (exc.strerror or exc)
+        raise RecordingError(f"Cannot create the output folder {folder}: {why}") from exc
 
 
 def _load_avatar_option(options: RenderOptions, report: RenderReport):

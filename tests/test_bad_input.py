@@ -87,7 +87,8 @@ def test_output_folder_that_cannot_be_created(testdata, tmp_path):
     (tmp_path / "afile").write_text("in the way")
     folder = tmp_path / "afile" / "sub"
     proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(folder / "o.mp4"))
-    _check(proc, r"^error: cannot create the output folder " + re.escape(str(folder)) + r": not a directory$", 4)
+    _check(proc, r"^error: cannot create the output folder " + re.escape(str(folder)) + ": "
+           + re.escape(str(tmp_path / "afile")) + r" is a file, not a folder$", 4)
 
 
 def test_bad_size_argument(testdata, tmp_path):
@@ -193,3 +194,4 @@ def test_wrong_output_extension_names_the_suffix_not_a_temporary_file(testdata, 
     _check(proc, r"need a \.mp4 file name, not \.txt", 2)
     assert ".part-" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+

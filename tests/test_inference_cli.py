@@ -64,7 +64,7 @@ def test_calibrate_add_and_clear(tiny_models, user_dirs, tmp_path):
 
 def test_errors_are_messages(user_dirs):
     rc, text = _run("engines", "build", "--model", "no_such_model", "--inline")
-    assert rc == 1 and "model 'no_such_model' not found" in text
+    assert rc == 1 and "model 'no_such_model' not found" in text and "shipped models: face_recon, speech2face" in text
     with pytest.raises(InputError):
         resolve_model("no_such_model")
     rc, text = _run("engines", "build", "--model", __file__, "--backend", "nope", "--inline")

@@ -71,7 +71,9 @@ def resolve_model(text: str) -> Path:
     for cand in (resource_path(f"models/{text}"), resource_path(f"models/{text}.onnx")):
         if cand.is_file():
             return cand
-    raise InputError(f"model {text!r} not found (no such file, and no models/{text}.onnx)", text)
+    shipped = sorted(q.stem for q in resource_path("models").glob("*.onnx"))
+    raise InputError(f"model {text!r} not found (no such file, and no models/{text}.onnx); "
+                     f"shipped models: {', '.join(shipped) or 'none'}", text)
 
 
 def run_engines(args: argparse.Namespace, out: TextIO | None = None) -> int:
