@@ -1,16 +1,25 @@
 """Varied offscreen renders of the face model for render-and-track data (moderngl over EGL).
 
 Extends ``training/render_track.py`` (flat-shaded rig with the eye and mouth
-holes closed, which MediaPipe tracks in every case tried) with eyeballs and
-per-subject variation. The eye openings are windows onto a shaded eyeball
-whose iris and pupil turn with the rig's gaze, so the lids occlude the iris
-(the flat iris discs of render_track.py vanished under the lids when looking
-up or down, and MediaPipe's iris points then kept only r = 0.07 of the
-vertical gaze). Per subject: skin tone
-(light to dark), lip, brow, iris and background colours, a key light from a
-random direction in front of the face plus ambient, smooth (Gouraud) or flat
-shading, a pinhole camera of any focal length, and image degradations
-(sensor noise, blur, JPEG) applied by the caller.
+holes closed, which MediaPipe tracks in every case tried) with eyeballs, a
+photo texture and per-subject variation.
+
+Eye style ``"eyeball"`` (default): the eye openings are windows onto a shaded
+eyeball (the fragment shader intersects the camera ray with a sphere of the
+rig's gaze radius) whose iris and pupil turn with the rig's gaze, so the lids
+occlude the iris as on a face; the first renderer's flat iris discs vanished
+under the lids when looking up or down, and MediaPipe's iris points kept only
+r = 0.07 of the vertical gaze. A share (:data:`PHOTO_SHARE`) of the subjects
+wear the face model's source photo (scikit-image's public-domain astronaut,
+mapped through the face mesh MediaPipe finds on it) as skin, lip and brow
+texture, tinted to their skin tone. Eye style ``"discs"``: the first renderer
+(flat colours, iris and pupil discs drawn over the eyes), kept so its seeds
+remake the same images.
+
+Per subject: skin tone (light to dark), lip, brow, iris, sclera and background
+colours, a key light from a random direction in front of the face plus
+ambient, smooth (Gouraud) or flat shading, a pinhole camera of any focal
+length, and image degradations (sensor noise, blur, JPEG) applied by the caller.
 """
 from __future__ import annotations
 
