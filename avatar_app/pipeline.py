@@ -383,7 +383,7 @@ class _Writer:
         self.recorder = self.sidecar = None
         try:
             self.recorder = open_recorder(self.parts.clip, w, h, fps, audio_sample_rate=audio_rate)
-            self.sidecar = SidecarWriter(self.parts.part_for(sidecar_path_for(output_path)))
+            self.sidecar = SidecarWriter(self.parts.part_for(sidecar_path_for(output_path)), fps=float(fps))
         except AvatarError as exc:
             if self.recorder is not None:
                 self.recorder.close()

@@ -54,6 +54,7 @@ def test_output_durations_and_sidecar(renders, testdata, name):
     lines = out.with_suffix(".blendshapes.jsonl").read_text().strip().splitlines()
     track = read_track(out.with_suffix(".blendshapes.jsonl"))
     assert len(track.t) == n_frames
+    assert track.fps is not None and abs(track.fps - num / den) < 1e-6  # the header names the clip's rate
     assert len(lines) >= n_frames
 
 
