@@ -69,3 +69,14 @@ def test_errors_are_messages(user_dirs):
         resolve_model("no_such_model")
     rc, text = _run("engines", "build", "--model", __file__, "--backend", "nope", "--inline")
     assert rc == 1 and "error:" in text
+
+
+def test_list_tells_cache_entries_of_the_shipped_model_apart(user_dirs):
+    """Each entry names the model file it was built from and whether that is the shipped one."""
+    from avatar_app.inference.cli import _shipped_model_hashes
+
+    rc, text = _run("engines", "build", "--model", "face_recon", "--precision", "fp32", "--inline")
+    assert rc == 0, text
+    rc, text = _run("engines", "list")
+    sha = _shipped_model_hashes()["face_recon"]
+    assert rc == 0 and "face_recon fp32 ort_cpu" in text and f"model {sha[:8]}, current model" in text

@@ -100,6 +100,16 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 1
 
 
+def _shipped_model_hashes() -> dict[str, str]:
+    """Name -> SHA-256 (hex) of each shipped ``models/*.onnx`` (to tell cache entries apart)."""
+    import hashlib
+
+    from avatar_app.resources import resource_path
+
+    return {q.stem: hashlib.sha256(q.read_bytes()).hexdigest()
+            for q in sorted(resource_path("models").glob("*.onnx"))}
+
+
 def _list(args, out) -> int:
     from avatar_app.inference.backends import backend_statuses
     from avatar_app.inference.cache import EngineCache
@@ -123,15 +133,19 @@ def _list(args, out) -> int:
     cache = EngineCache()
     entries = cache.entries()
     print(f"\nEngine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)
+    shipped = _shipped_model_hashes()
     for folder, entry, problem in entries:
         if entry is None:
             print(f"  {folder.name}: UNUSABLE - {problem} (will be rebuilt)", file=out)
             continue
         m = entry.manifest
         when = datetime.datetime.fromtimestamp(m.built_at).strftime("%Y-%m-%d %H:%M")
+        sha = str(m.key.get("onnx_sha256", ""))
+        which = ("" if m.model_name not in shipped else
+                 ", current model" if sha == shipped[m.model_name] else ", an older model (unused)")
         print(f"  {m.model_name} {m.key['precision']} {m.key['backend']} {m.key['backend_version']} "
               f"[{m.key['device']}] {m.status} ({m.artifact_size / 1e6:.2f} MB, built {when} "
-              f"in {m.build_time_s:.1f} s)", file=out)
+              f"in {m.build_time_s:.1f} s; model {sha[:8]}{which})", file=out)
         v = m.verification_result
         if v is not None:
             print(f"      verification: {v.summary()}", file=out)
