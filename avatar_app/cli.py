@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--size", type=_size, default=(1280, 720),
                         help="output size WxH in pixels, even numbers, width 16..7680 and height 16..4320 "
                              "(default 1280x720)")
-        sp.add_argument("--fps", type=_fps, default=None, help="output frame rate (default: the input's)")
+        sp.add_argument("--fps", type=_fps, default=None,
+                        help="output frame rate (default: the input video's; demo: its own clip's)")
         sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0, help="multisampling (default 0)")
         sp.add_argument("--background", type=_background, default=(0, 177, 64),
                         help="'transparent' or a hex colour (default 00b140, chroma green)")

@@ -379,6 +379,9 @@ class _Writer:
         if output_path.is_dir():
             raise RecordingError(f"Cannot write {output_path}: it is a folder")
         self.output_path = output_path
+        from avatar_app.record.formats import recording_format_for
+
+        recording_format_for(output_path)  # the user's name is checked, not the part file's
         self.parts = OutputParts(output_path, (SIDECAR_SUFFIX,))
         self.recorder = self.sidecar = None
         try:

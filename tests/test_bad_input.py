@@ -193,5 +193,8 @@ def test_wrong_output_extension_names_the_suffix_not_a_temporary_file(testdata, 
     proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out.txt"))
     _check(proc, r"need a \.mp4 file name, not \.txt", 2)
     assert ".part-" not in proc.stderr
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out"))
+    _check(proc, r"need a \.mp4 file name; out has no extension", 2)
+    assert ".part-" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
 

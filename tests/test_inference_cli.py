@@ -80,3 +80,12 @@ def test_list_tells_cache_entries_of_the_shipped_model_apart(user_dirs):
     rc, text = _run("engines", "list")
     sha = _shipped_model_hashes()["face_recon"]
     assert rc == 0 and "face_recon fp32 ort_cpu" in text and f"model {sha[:8]}, current model" in text
+
+
+def test_list_shows_how_an_int8_entry_was_calibrated(tiny_models, user_dirs):
+    for method in ("percentile", "minmax"):
+        rc, text = _run("engines", "build", "--model", str(tiny_models["matmul"]), "--precision", "int8",
+                        "--calibration-method", method, "--inline")
+        assert rc in (0, 2), text
+    rc, text = _run("engines", "list")
+    assert "calibration: percentile method" in text and "calibration: minmax method" in text, text

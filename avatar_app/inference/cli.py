@@ -146,6 +146,8 @@ def _list(args, out) -> int:
         print(f"  {m.model_name} {m.key['precision']} {m.key['backend']} {m.key['backend_version']} "
               f"[{m.key['device']}] {m.status} ({m.artifact_size / 1e6:.2f} MB, built {when} "
               f"in {m.build_time_s:.1f} s; model {sha[:8]}{which})", file=out)
+        if m.details.get("calibration"):
+            print(f"      calibration: {m.details['calibration']}", file=out)
         v = m.verification_result
         if v is not None:
             print(f"      verification: {v.summary()}", file=out)

@@ -176,6 +176,10 @@ def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
                                    f"runtime's validity check: {why}")
         if why:
             details["validity"] = why
+        if precision is Precision.INT8:  # what the variant hash stands for, readable in `engines list`
+            n = len(job.calibration_files)
+            details["calibration"] = (f"{job.calibration_method} method, "
+                                      + (f"{n} sample file(s) of your own" if n else "the model's calibration set"))
         status, reason, verification, load_checked = "ok", "", None, False
         if range_result is not None:  # rejected whether or not the engine can run here
             status, reason, verification = "rejected", range_result.reason, range_result.to_json()

@@ -140,6 +140,28 @@ def choose_alpha_format(suffix: str | None = None) -> RecordingFormat:
         + (f" for {suffix} files" if suffix else ""))
 
 
+def recording_format_for(path: str | Path, fmt: RecordingFormat | str | None = None) -> RecordingFormat:
+    """The format a recording at ``path`` is made in, checked against the file name.
+
+    Args:
+        path: the output file the user named; with ``fmt`` None its suffix decides
+            (".mov"/".webm" -> alpha formats, anything else H.264 MP4).
+        fmt: a :class:`RecordingFormat`, its key, or None.
+
+    Raises:
+        InputError: unknown format, or a suffix that does not match the format.
+    """
+    path = Path(path)
+    if isinstance(fmt, str):
+        fmt = format_by_key(fmt)
+    if fmt is None:
+        fmt = choose_alpha_format(path.suffix) if path.suffix.lower() in (".mov", ".webm") else KNOWN_FORMATS[0]
+    if path.suffix.lower() != fmt.suffix:
+        got = f", not {path.suffix}" if path.suffix else f"; {path.name} has no extension"
+        raise InputError(f"{fmt.label} recordings need a {fmt.suffix} file name{got}")
+    return fmt
+
+
 def open_recorder(path: str | Path, width: int, height: int, fps: float,
                   audio_sample_rate: int | None = None, *, fmt: RecordingFormat | str | None = None,
                   **kwargs):
@@ -166,16 +188,7 @@ def open_recorder(path: str | Path, width: int, height: int, fps: float,
     from avatar_app.record.recorder import ClipRecorder
 
     path = Path(path)
-    if isinstance(fmt, str):
-        fmt = format_by_key(fmt)
-    if fmt is None:
-        if path.suffix.lower() in (".mov", ".webm"):
-            fmt = choose_alpha_format(path.suffix)
-        else:
-            fmt = KNOWN_FORMATS[0]
-    if path.suffix.lower() != fmt.suffix:
-        got = f"not {path.suffix}" if path.suffix else "not a name without one"
-        raise InputError(f"{fmt.label} recordings need a {fmt.suffix} file name, {got}")
+    fmt = recording_format_for(path, fmt)
     if fmt.alpha:
         return AlphaClipRecorder(path, width, height, fps, audio_sample_rate,
                                  video_codec=fmt.video_codec, **kwargs)

@@ -33,8 +33,8 @@ Render-and-track files hold ``landmarks`` (N, 478, 3) float32, ``image_size``
 (N, 2), ``subject`` (N,) int32 index into the per-subject arrays
 ``neutral_landmarks`` (S, 478, 3) / ``neutral_image_size`` (S, 2) /
 ``identity`` (S, K), the targets ``weights`` (N, 52), ``rotation`` (N, 3, 3),
-``translation`` (N, 3) metres, ``focal_px`` (N,), and ``dropped`` (frames
-not tracked). The same seed gives the same file.
+``translation`` (N, 3) metres, ``focal_px`` (N,), ``dropped`` (frames
+not tracked) and ``eyes`` (the renderer's eye style). The same seed gives the same file.
 """
 from __future__ import annotations
 
@@ -207,19 +207,20 @@ def render_track_set(seed: int, subjects: int, frames: int, out: Path,
                 n = len(acc["subject"])
                 log.info("subject %d/%d: %d frames, %d dropped, %.1f ms per image", s - first_subject + 1,
                          subjects, n, dropped, (time.time() - t0) * 1e3 / max(n + dropped + si + 1, 1))
-                _save(out, acc, subj, dropped, seed)
+                _save(out, acc, subj, dropped, seed, eyes)
     renderer.close()
-    _save(out, acc, subj, dropped, seed)
+    _save(out, acc, subj, dropped, seed, eyes)
     return {"frames": len(acc["subject"]), "subjects": len(subj["identity"]), "dropped": dropped,
             "seconds": time.time() - t0}
 
 
-def _save(out: Path, acc: dict, subj: dict, dropped: int, seed: int) -> None:
+def _save(out: Path, acc: dict, subj: dict, dropped: int, seed: int, eyes: str = "eyeball") -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.stack(v) for k, v in acc.items() if v}
     arrays.update({k: np.stack(v) for k, v in subj.items() if v})
     arrays["dropped"] = np.array(dropped)
     arrays["seed"] = np.array(seed)
+    arrays["eyes"] = np.array(eyes)  # the renderer's eye style
     tmp = out.with_suffix(".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     tmp.replace(out)

@@ -1,4 +1,4 @@
-"""Train, evaluate and export the face_recon engine (2-core CPU: about 10-20 minutes).
+"""Train, evaluate and export the face_recon engine (2-core CPU: about 8-12 minutes).
 
 Usage (repository root)::
 
