@@ -381,11 +381,11 @@ class _Writer:
         self.output_path = output_path
         from avatar_app.record.formats import recording_format_for
 
-        recording_format_for(output_path)  # the user's name is checked, not the part file's
+        fmt = recording_format_for(output_path)  # the user's name is checked, not the part file's
         self.parts = OutputParts(output_path, (SIDECAR_SUFFIX,))
         self.recorder = self.sidecar = None
         try:
-            self.recorder = open_recorder(self.parts.clip, w, h, fps, audio_sample_rate=audio_rate)
+            self.recorder = open_recorder(self.parts.clip, w, h, fps, audio_sample_rate=audio_rate, fmt=fmt)
             self.sidecar = SidecarWriter(self.parts.part_for(sidecar_path_for(output_path)), fps=float(fps))
         except AvatarError as exc:
             if self.recorder is not None:

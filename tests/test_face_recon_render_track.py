@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
-from avatar_app.reconstruction import normalise as N
 from avatar_app.resources import resource_path
 
 pytestmark = [pytest.mark.gl, pytest.mark.slow]
@@ -20,31 +19,24 @@ MODEL = resource_path("models/face_recon.onnx")
 
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory):
-    import onnxruntime as ort
-
-    from training.face_recon import data as D
+    from avatar_app.inference import EngineCache, EngineManager
+    from avatar_app.reconstruction.engine import EngineReconstructor
+    from training.face_recon.evaluate import render_track_figures
     from training.face_recon.make_data import render_track_set
 
     path = tmp_path_factory.mktemp("rt") / "rt.npz"
     render_track_set(3, 24, 6, path)
-    raw = D.load_raw(path)
-    n = len(raw["subject"])
-    feeds = D.full_inputs(raw, np.arange(n))
-    sess = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
-    outs = [sess.run(None, {k: v[i:i + 16] for k, v in feeds.items()}) for i in range(0, n, 16)]
-    bs = np.concatenate([o[0] for o in outs])
-    rot6 = np.concatenate([o[1] for o in outs])
-    dt = np.concatenate([o[2] for o in outs])
     card = json.loads(MODEL.with_name("face_recon.card.json").read_text())
     const = np.array([card["constant_predictor"][k] for k in BLENDSHAPE_NAMES])
-    m = D.metrics(bs, raw["weights"], const)
-    _, r0, t0 = N.align(raw["landmarks"], raw["image_size"])
-    rot, _ = N.compose_pose(r0, t0, rot6, dt)
-    m["rot_deg"] = float(np.median(N.rotation_angle_deg(rot, raw["rotation"])))
-    m["rot0_deg"] = float(np.median(N.rotation_angle_deg(r0, raw["rotation"])))
-    m["frames"] = n
+    mgr = EngineManager(cache=EngineCache(tmp_path_factory.mktemp("engines")), isolate=False)
+    engine = EngineReconstructor(MODEL, manager=mgr, backend="ort_cpu", precision="fp32")
+    try:
+        f = render_track_figures(engine, path, const)
+    finally:
+        engine.close()
+    m = dict(f, rot_deg=f["rotation_err_deg_median"], rot0_deg=f["alignment_only_rotation_err_deg_median"])
     print(f"\nrender and track: MAE {m['mae']:.4f} (constant {m['const_mae']:.4f}, ratio {m['ratio']:.2f}), "
-          f"rotation {m['rot_deg']:.2f} deg median (alignment alone {m['rot0_deg']:.2f}), {n} frames")
+          f"rotation {m['rot_deg']:.2f} deg median (alignment alone {m['rot0_deg']:.2f}), {m['frames']} frames")
     return m
 
 

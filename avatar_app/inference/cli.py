@@ -102,11 +102,10 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _shipped_model_hashes() -> dict[str, str]:
     """Name -> SHA-256 (hex) of each shipped ``models/*.onnx`` (to tell cache entries apart)."""
-    import hashlib
-
+    from avatar_app.inference.modelinfo import sha256_file
     from avatar_app.resources import resource_path
 
-    return {q.stem: hashlib.sha256(q.read_bytes()).hexdigest()
+    return {q.stem: sha256_file(q)
             for q in sorted(resource_path("models").glob("*.onnx"))}
 
 

@@ -96,7 +96,8 @@ class OutputParts:
         clip = Path(clip)
         remove_stale_parts(clip, companions)
         base = f".{clip.stem}.part-{os.getpid()}-{secrets.token_hex(4)}"
-        self.targets = [clip] + [clip.with_suffix(s) for s in companions]
+        self.companions = tuple(companions)
+        self.targets = [clip] + [clip.with_suffix(s) for s in self.companions]
         self.parts = [clip.with_name(base + clip.suffix)] + [clip.with_name(base + s) for s in companions]
         self.done = False
 
@@ -131,7 +132,7 @@ class OutputParts:
             clip: the new target clip in the same folder (companions follow its stem).
         """
         clip = Path(clip)
-        self.targets = [clip] + [clip.with_suffix(t.name[len(self.targets[0].stem):]) for t in self.targets[1:]]
+        self.targets = [clip] + [clip.with_suffix(s) for s in self.companions]
 
     def discard(self) -> None:
         """Delete the parts that exist; the targets are left as they were. Idempotent."""

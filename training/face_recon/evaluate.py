@@ -378,9 +378,11 @@ def render_track_figures(engine, rt_set: Path, const: np.ndarray) -> dict:
         const: (52,) constant predictor (the training mean of the model card).
 
     Returns:
-        {"mae", "const_mae", "ratio", "rotation_err_deg_median", "frames"}; MAE over the
-        estimated blendshapes (:func:`training.face_recon.data.metrics`), rotation error in
-        degrees (geodesic angle between predicted and true head rotation).
+        {"mae", "const_mae", "ratio", "rotation_err_deg_median",
+        "alignment_only_rotation_err_deg_median", "frames"}; MAE over the estimated
+        blendshapes (:func:`training.face_recon.data.metrics`), rotation errors in degrees
+        (geodesic angle to the true head rotation, of the engine's pose and of the landmark
+        alignment alone).
     """
     from avatar_app.reconstruction import normalise as N
     from training.face_recon import data as D
@@ -397,6 +399,7 @@ def render_track_figures(engine, rt_set: Path, const: np.ndarray) -> dict:
     rot, _ = N.compose_pose(r0, t0, rot6, dt)
     return {"mae": m["mae"], "const_mae": m["const_mae"], "ratio": m["ratio"],
             "rotation_err_deg_median": float(np.median(N.rotation_angle_deg(rot, raw["rotation"]))),
+            "alignment_only_rotation_err_deg_median": float(np.median(N.rotation_angle_deg(r0, raw["rotation"]))),
             "frames": int(n)}
 
 
