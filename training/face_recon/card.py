@@ -17,11 +17,45 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from avatar_app.avatar.face_model import load_face_model
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.reconstruction import normalise as N
 from training.face_recon.evaluate import SMILE_MARGIN
 from training.face_recon.model import NOT_ESTIMATED
+
+
+#: A shape whose output stays below this on every validation sample is listed as never output.
+NEVER_OUTPUT_BELOW = 0.05
+
+
+def never_output(model: Path, val: Path, below: float = NEVER_OUTPUT_BELOW) -> list[str]:
+    """Estimated shapes the model never outputs: max over the validation set below ``below``.
+
+    The validation set (``<stem>.val.npz``: half held-out synthetic, half held-out render and
+    track, 1024 samples) has each shape active (> 0.1) in a few per cent of its samples, so a
+    shape that stays below 0.05 on all of them is one the network has learned to answer 0 to
+    whatever it sees (a sigmoid saturated during training; train.py ``--bce``).
+
+    Args:
+        model: the ONNX file.
+        val: its validation set (``landmarks``, ``neutral``: (N, 478, 3) float32 metres).
+        below: threshold on the blendshape output.
+
+    Returns:
+        ARKit names, in ARKit order, excluding the declared ``not_estimated`` shapes.
+    """
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    with np.load(val) as z:
+        lm, ne = z["landmarks"].astype(np.float32), z["neutral"].astype(np.float32)
+    top = np.zeros(len(BLENDSHAPE_NAMES), np.float32)
+    for i in range(0, len(lm), 16):
+        out = sess.run(["blendshapes"], {"landmarks": lm[i:i + 16], "neutral": ne[i:i + 16]})[0]
+        top = np.maximum(top, out.max(0))
+    return [n for n, v in zip(BLENDSHAPE_NAMES, top) if v < below and n not in NOT_ESTIMATED]
 
 
 def build_card(metrics: dict, evaluation: dict | None, extra: dict | None = None) -> dict:
@@ -55,7 +89,7 @@ def build_card(metrics: dict, evaluation: dict | None, extra: dict | None = None
         "identity": {"k": rig.num_identity, "names": list(rig.identity_names)},
         "constant_predictor": metrics["constant_predictor"],
         "training": {k: metrics[k] for k in ("train_seconds", "threads", "seed", "epochs", "hidden", "use_z",
-                                             "dropout", "weight_decay", "noise", "trunk_reads_neutral", "small_share",
+                                             "dropout", "weight_decay", "noise", "bce", "bce_rt", "trunk_reads_neutral", "small_share",
                                              "training_samples", "synthetic_samples",
                                              "render_track_samples", "render_track_sets", "rt_repeat")
                      if k in metrics},
@@ -68,7 +102,7 @@ def build_card(metrics: dict, evaluation: dict | None, extra: dict | None = None
     return card
 
 
-def _row(name: str, syn: dict, rt: dict, rtt: dict | None, ict: dict | None) -> str:
+def _row(name: str, syn: dict, rt: dict, rtt: dict | None, ict: dict | None, note: str = "") -> str:
     def f(d, k):
         v = d.get(k) if d else None
         return "-" if v is None else f"{v:.3f}"
@@ -76,7 +110,7 @@ def _row(name: str, syn: dict, rt: dict, rtt: dict | None, ict: dict | None) -> 
     s, r = syn["per_shape"][name], rt["per_shape"][name]
     trip = rtt.get(name) if rtt else None
     ic = ict.get(name) if ict else None
-    return (f"| {name} | {f(s, 'mae')} | {f(s, 'mae_active')} | {f(r, 'mae')} | {f(r, 'mae_active')} | "
+    return (f"| {name}{note} | {f(s, 'mae')} | {f(s, 'mae_active')} | {f(r, 'mae')} | {f(r, 'mae_active')} | "
             f"{f(trip, 'w1')} | {f(trip, 'w05')} | {f(trip, 'others_max')} | "
             f"{f(ic, 'w1')} | {f(ic, 'w05')} | {f(ic, 'others_max')} | {f(ic, 'solver_w1')} |")
 
@@ -265,8 +299,11 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
         "- The ICT FaceKit head (../shared/testdata/avatars, MIT) is used only for evaluation "
         "(round trip below), not for training.",
         "",
-        f"Training: {tr.get('epochs')} epochs, AdamW one-cycle, loss L2 + 0.1·L1 on 51 "
-        f"blendshapes + pose + identity terms; {tr.get('train_seconds', 0) / 60:.1f} min on this "
+        f"Training: {tr.get('epochs')} epochs, AdamW one-cycle, loss L2 + 0.1·L1"
+        + (f" + {tr['bce']}·binary cross-entropy (soft targets"
+           + (f"; x {tr['bce_rt']} on render-and-track samples" if tr.get("bce_rt", 1.0) != 1.0 else "") + ")"
+           if tr.get("bce") else "")
+        + f" on 51 blendshapes + pose + identity terms; {tr.get('train_seconds', 0) / 60:.1f} min on this "
         f"2-core CPU ({tr.get('threads')} threads, shared machine).",
         "",
         "## Figures (held out)",
@@ -323,14 +360,26 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
     ]
     rtt = ev.get("round_trip")
     ict = ev.get("ict_round_trip")
+    never = card.get("never_output", [])
     for n in BLENDSHAPE_NAMES:
         if n in card["not_estimated"]:
             lines.append(f"| {n} | not estimated | | | | | | | | | | |")
         else:
-            lines.append(_row(n, syn, rt, rtt, ict))
+            lines.append(_row(n, syn, rt, rtt, ict, " (never output)" if n in never else ""))
     lines += ["", "Not estimated: tongueOut (no landmark sees the tongue; output fixed at 0). "
               "Weakly observable (see the table): jawForward and cheekPuff move mostly in depth, "
-              "mouthClose only shows with an open jaw.", ""]
+              "mouthClose only shows with an open jaw."]
+    if never:
+        lines += ["", f"**Never output by this model**: {', '.join(never)} (below {NEVER_OUTPUT_BELOW} on every "
+                  "validation sample, `card.never_output`): their sigmoids saturated at 0 during training, "
+                  "where the L2 loss's gradient vanishes (train.py `--bce`)."]
+    elif "never_output" in card:
+        lines += ["", f"Every estimated shape responds: none stays below {NEVER_OUTPUT_BELOW} on all validation "
+                  "samples (`card.never_output`). A previous model, trained with the L2 + L1 loss alone, "
+                  "never output 23 of them: a rare shape's sigmoid saturated at 0 early in training, where "
+                  "the L2 gradient vanishes; the cross-entropy term's gradient on the logit (p - y) does "
+                  "not (sweep 8 above)."]
+    lines.append("")
     if real:
         b = real["blinks"]
         lines += ["## Real recordings (../shared/testdata; engine vs the frozen geometric solver)", "",
@@ -387,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     evaluation = json.loads(args.eval.read_text()) if args.eval and args.eval.is_file() else None
     extra = json.loads(args.extra.read_text()) if args.extra and args.extra.is_file() else None
     card = build_card(metrics, evaluation, extra)
+    val = args.model.with_name(args.model.stem + ".val.npz")
+    if val.is_file():
+        card["never_output"] = never_output(args.model, val)
     ablation = json.loads(args.ablation.read_text()) if args.ablation and args.ablation.is_file() else None
     args.model.with_name(args.model.stem + ".card.json").write_text(json.dumps(card, indent=1) + "\n")
     args.model.with_name(args.model.stem + ".md").write_text(markdown(card, ablation))

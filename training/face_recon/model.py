@@ -185,8 +185,13 @@ class FaceReconNet(nn.Module):
         ident = torch.einsum("bpc,kpc->bk", ns_id, w_full) - (-self.ident[0].bias)
         return self._forward_standardised(xs, ns_full.index_select(1, self.subset), ident)
 
-    def forward_subset(self, x: torch.Tensor, n: torch.Tensor):
-        """As :meth:`forward` on inputs already reduced to the subset, (B, 146, 3) each (training)."""
+    def forward_subset(self, x: torch.Tensor, n: torch.Tensor, with_log_probs: bool = False):
+        """As :meth:`forward` on inputs already reduced to the subset, (B, 146, 3) each (training).
+
+        With ``with_log_probs`` a fifth output is the pair (log p, log(1 - p)), each (B, 52), of
+        the (mirror-averaged) blendshape probabilities, computed from the logits without
+        rounding p: the cross-entropy loss of train.py needs them where the sigmoid saturates.
+        """
         sub = self.subset
         xs = self._standardise(x, self.x_mean[sub], self.x_sd[sub])
         ns = self._standardise(n, self.n_mean[sub], self.n_sd[sub])
@@ -194,7 +199,7 @@ class FaceReconNet(nn.Module):
         if self.training and self.noise > 0:
             ns_id = ns_id + self.noise * torch.randn_like(ns_id)
         ident = torch.einsum("bpc,kpc->bk", ns_id, self._identity_weight()) + self.ident[0].bias
-        return self._forward_standardised(xs, ns, ident)
+        return self._forward_standardised(xs, ns, ident, with_log_probs)
 
     def _identity_weight_full(self) -> torch.Tensor:
         """(K, 478, 3): :meth:`_identity_weight` scattered onto all landmarks (zeros elsewhere)."""
@@ -212,20 +217,30 @@ class FaceReconNet(nn.Module):
         w = self.ident[0].weight.reshape(-1, len(SUBSET), 3)
         return 0.5 * (w + w.index_select(1, self.subset_mirror) * self.flip)
 
-    def _forward_standardised(self, xs: torch.Tensor, ns: torch.Tensor, ident: torch.Tensor):
+    def _forward_standardised(self, xs: torch.Tensor, ns: torch.Tensor, ident: torch.Tensor,
+                              with_log_probs: bool = False):
         if self.symmetric:
             b = xs.shape[0]
             xm = xs.index_select(1, self.subset_mirror) * self.flip
             nm = ns.index_select(1, self.subset_mirror) * self.flip
             logit, rot, t = self._core(torch.cat([xs, xm], 0), torch.cat([ns, nm], 0), torch.cat([ident, ident], 0))
-            bs = torch.sigmoid(logit)
-            bs = 0.5 * (bs[:b] + bs[b:].index_select(1, self.bs_mirror))
+            passes = (logit[:b], logit[b:].index_select(1, self.bs_mirror))
+            bs = 0.5 * (torch.sigmoid(passes[0]) + torch.sigmoid(passes[1]))
             rot = 0.5 * (rot[:b] + rot[b:] * self.rot_flip)
             t = 0.5 * (t[:b] + t[b:] * self.flip)
         else:
             logit, rot, t = self._core(xs, ns, ident)
+            passes = (logit,)
             bs = torch.sigmoid(logit)
-        return bs * self.bs_mask, orthonormal_6d(rot + self.rot_base), t * TRANSLATION_SCALE, ident
+        out = (bs * self.bs_mask, orthonormal_6d(rot + self.rot_base), t * TRANSLATION_SCALE, ident)
+        if not with_log_probs:
+            return out
+        # log of the mean of the passes' sigmoids: log mean exp(logsigmoid(z)), stable for any z
+        z = torch.stack(passes)  # (passes, B, 52)
+        k = float(np.log(len(passes)))
+        log_p = torch.logsumexp(nn.functional.logsigmoid(z), 0) - k
+        log_q = torch.logsumexp(nn.functional.logsigmoid(-z), 0) - k
+        return out + ((log_p, log_q),)
 
 
 def orthonormal_6d(v: torch.Tensor) -> torch.Tensor:

@@ -1,17 +1,23 @@
-"""Train, evaluate and export the face_recon engine (2-core CPU: about 8-12 minutes).
+"""Train, evaluate and export the face_recon engine (2-core CPU: about 14-18 minutes).
 
 Usage (repository root)::
 
     python -m training.face_recon.train --data ~/.cache/avatar_app/face_recon \
-        --out models/face_recon.onnx [--epochs 24] [--synthetic 120000] [--rt-repeat 3]
+        --out models/face_recon.onnx [--epochs 40] [--synthetic 120000] [--rt-repeat 3] [--bce 0.1]
 
 Data: a synthetic projected set made on the fly (``--synthetic`` samples,
 seed 11, ``--small-share`` of them scaled down to small expressions) plus the render-and-track sets (``--rt-train``: ``rt_train_discs.npz`` and ``rt_train.npz`` from make_data.py),
 repeated ``--rt-repeat`` times per epoch. Held out: synthetic seed 12
 (5000 samples) and ``rt_heldout.npz`` (other seed, other subjects).
 
-Loss: L2 + 0.1 x L1 on the 51 estimated blendshapes (plain L1 learns
-slowly on sparse targets: it favours the all-zero answer) + 0.5 x the rotation-matrix
+Loss: L2 + 0.1 x L1 + ``--bce`` x binary cross-entropy (soft targets) on the
+51 estimated blendshapes (plain L1 learns slowly on sparse targets: it favours
+the all-zero answer). The cross-entropy term is what keeps rare shapes alive:
+through a sigmoid, the L2 gradient is 2 (p - y) p (1 - p), which vanishes once
+a shape's logit is driven far negative by its many zero targets, and without
+it 23 of the 51 shapes (mouthFunnel, mouthPucker, mouthFrown, jawLeft, ...)
+stayed at exactly 0 for every input; the cross-entropy's gradient on the logit
+is p - y, which does not (sweep 8 of results/ablation.json). + 0.5 x the rotation-matrix
 L2 of the pose refinement (radian scale) + 0.2 x L1 translation refinement
 (centimetres; the distance is only known up to the unobserved focal length,
 so this term is small) + 0.1 x L1 identity coefficients.
@@ -92,12 +98,16 @@ KEYS = ("x", "n", "weights", "rot_res", "t_res", "identity")
 def build_training_set(synthetic: dict | None, rt: dict | None, rt_repeat: int) -> dict[str, np.ndarray]:
     """Concatenate prepared synthetic samples and ``rt_repeat`` copies of the render-and-track ones."""
     parts = ([synthetic] if synthetic is not None else []) + ([rt] * rt_repeat if rt is not None else [])
-    return {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in KEYS}
+    out = {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in KEYS}
+    # 1 for render-and-track samples (fit's ``bce_rt`` scales their cross-entropy)
+    out["is_rt"] = np.concatenate([np.full(len(p["x"]), float(p is rt), np.float32) for p in parts])
+    return out
 
 
 def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int = 512, lr: float = 2e-3,
         hidden=(512, 256), use_z: bool = True, device: str = "cpu", seed: int = 0,
-        log_every: int = 1, weight_decay: float = 1e-4, **net_options) -> tuple[FaceReconNet, list[dict]]:
+        log_every: int = 1, weight_decay: float = 1e-4, bce: float = 0.1, bce_rt: float = 1.0,
+        **net_options) -> tuple[FaceReconNet, list[dict]]:
     """Train one network.
 
     Args:
@@ -107,6 +117,10 @@ def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int
         epochs, batch, lr: AdamW with a one-cycle schedule.
         hidden, use_z, net_options: architecture (see FaceReconNet).
         weight_decay: AdamW's decoupled weight decay.
+        bce: weight of the binary cross-entropy (soft targets) added to the blendshape loss;
+            0 gives the plain L2 + 0.1 L1 loss (see the module docstring for why).
+        bce_rt: share of that weight applied to render-and-track samples (1: all samples alike,
+            0: synthetic samples only; needs ``train_set["is_rt"]`` when not 1).
         device: torch device.
         seed: torch and shuffling seed.
 
@@ -132,9 +146,16 @@ def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int
         tot, nb = torch.zeros((), device=device), 0
         for idx in _batches(n_train, batch, rng):
             it = torch.from_numpy(idx).to(device)
-            bs, rot6, t, ident = model.forward_subset(tensors["x"][it], tensors["n"][it])
-            d_bs = (bs - tensors["weights"][it]).index_select(1, est)
+            bs, rot6, t, ident, (log_p, log_q) = model.forward_subset(
+                tensors["x"][it], tensors["n"][it], with_log_probs=True)
+            y = tensors["weights"][it]
+            d_bs = (bs - y).index_select(1, est)
             l_bs = (d_bs ** 2).mean() + 0.1 * d_bs.abs().mean()
+            if bce > 0:
+                ce = -(y * log_p + (1 - y) * log_q).index_select(1, est).mean(1)
+                if bce_rt != 1.0:
+                    ce = ce * (1.0 - (1.0 - bce_rt) * tensors["is_rt"][it])
+                l_bs = l_bs + bce * ce.mean()
             l_rot = ((rotation_from_6d_torch(rot6) - tensors["rot_res"][it]) ** 2).sum((1, 2)).mean()
             l_t = ((t - tensors["t_res"][it]).abs() * 100.0).clamp_max(10.0).mean()
             l_id = (ident - tensors["identity"][it]).abs().mean()
@@ -180,11 +201,11 @@ def train(args) -> dict:
     model, curve = fit(train_set, {"syn": syn_ho, "rt": rt_ho}, const, args.epochs, args.batch, args.lr,
                        tuple(args.hidden), not args.no_z, seed=args.seed, log_every=args.log_every,
                        weight_decay=args.weight_decay, dropout=args.dropout, noise=args.noise,
-                       trunk_reads_neutral=args.trunk_reads_neutral)
+                       trunk_reads_neutral=args.trunk_reads_neutral, bce=args.bce, bce_rt=args.bce_rt)
     result = {
         "train_seconds": time.time() - t_start, "threads": args.threads, "seed": args.seed, "epochs": args.epochs,
         "hidden": list(args.hidden), "use_z": not args.no_z, "dropout": args.dropout,
-        "weight_decay": args.weight_decay, "noise": args.noise,
+        "weight_decay": args.weight_decay, "noise": args.noise, "bce": args.bce, "bce_rt": args.bce_rt,
         "trunk_reads_neutral": args.trunk_reads_neutral, "small_share": args.small_share,
         "training_samples": len(train_set["x"]), "synthetic_samples": args.synthetic,
         "render_track_samples": 0 if rt is None else int(len(rt["x"])), "rt_repeat": args.rt_repeat,
@@ -249,11 +270,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="~/.cache/avatar_app/face_recon")
     ap.add_argument("--out", type=Path, default=Path("models/face_recon.onnx"))
-    ap.add_argument("--epochs", type=int, default=24)
+    ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--dropout", type=float, default=0.2)
     ap.add_argument("--weight-decay", type=float, default=1e-3)
     ap.add_argument("--noise", type=float, default=0.05,
                     help="training noise on the standardised inputs, in sd (robustness to tracker jitter)")
+    ap.add_argument("--bce", type=float, default=0.1,
+                    help="weight of the cross-entropy term of the blendshape loss (0: L2 + 0.1 L1 only, "
+                         "which lets rare shapes' sigmoids saturate at 0 for good)")
+    ap.add_argument("--bce-rt", type=float, default=0.3,
+                    help="share of the cross-entropy weight applied to render-and-track samples "
+                         "(1: as synthetic ones; 0: synthetic samples only; sweep 8)")
     ap.add_argument("--synthetic", type=int, default=120000)
     ap.add_argument("--rt-repeat", type=int, default=3)
     ap.add_argument("--rt-train", nargs="+", default=["rt_train_discs.npz", "rt_train.npz"],
