@@ -63,8 +63,9 @@ def test_blink_precision_and_recall(weights, testdata):
     assert eng["precision"] >= 0.9 and eng["recall"] >= 0.9
 
 
-@pytest.mark.xfail(strict=True, reason="not met by the shipped model: precision/recall 1.0/0.94 (one "
-                   "closed frame missed) vs the solver's 1.0/1.0 (models/face_recon.md)")
+@pytest.mark.xfail(strict=True, reason="not met by the shipped model: precision/recall 0.94/0.94 (one "
+                   "closed frame missed at 0.49, one frame beside a blink over 0.5) vs the solver's "
+                   "1.0/1.0 (models/face_recon.md)")
 def test_blinks_better_than_the_solver(weights, testdata):
     """Better than the solver; where both are at 1.0, a larger margin around the 0.5 threshold."""
     eng, sol = _blinks(weights, testdata, 0), _blinks(weights, testdata, 1)
@@ -105,7 +106,7 @@ def test_jaw_opens_more_in_words(weights, tracked, testdata, name):
 
 
 _JAW_S1 = pytest.mark.xfail(strict=True, reason="not met by the shipped model on grid_s1_bbaf2n: r = 0.46 vs "
-                            "the solver's 0.54 (models/face_recon.md); met on grid_s2_swwp2s (0.51 vs 0.48)")
+                            "the solver's 0.54 (models/face_recon.md); met on grid_s2_swwp2s (0.52 vs 0.48)")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_JAW_S1) if n == "grid_s1_bbaf2n" else n
@@ -149,13 +150,14 @@ def test_smile_is_higher_on_the_smiling_photo(engine, image_tracker, testdata):
 
 
 # Pairs of (neutral, expression) real stills for the metamorphic relations.
-_JITTER = pytest.mark.xfail(strict=True, reason="not met by the shipped model on the low-resolution GRID "
-                            "still: MediaPipe reads the rotated copy differently enough that weights "
-                            "differ by more than the tolerance (flipping and rescaling pass)")
+_SNEER = pytest.mark.xfail(strict=True, reason="not met by the shipped model on the London smiling photo: "
+                           "noseSneer reads 0.01 on the photo and 0.37 on its mirror image (MediaPipe's "
+                           "landmarks of the two differ at the nose wings); max difference 0.36 "
+                           "(models/face_recon.md, 'Limits')")
 _GRID = ("grid_lbax4n_frame10.png", "grid_lbax4n_frame29.png")
 _LONDON = ("london_005_03_neutral.jpg", "london_005_08_smiling.jpg")
-PAIRS = [pytest.param(_GRID, id="grid", marks=_JITTER), pytest.param(_LONDON, id="london")]
-PAIRS_PLAIN = [pytest.param(_GRID, id="grid"), pytest.param(_LONDON, id="london")]
+PAIRS = [pytest.param(_GRID, id="grid"), pytest.param(_LONDON, id="london")]
+PAIRS_FLIP = [pytest.param(_GRID, id="grid"), pytest.param(_LONDON, id="london", marks=_SNEER)]
 #: Tolerances: MediaPipe itself is not exactly flip-, rotation- or scale-equivariant.
 TOL_W, TOL_DEG = 0.12, 2.0
 
@@ -164,7 +166,7 @@ def _ypr(p):
     return np.degrees(euler_from_rotation(p.rotation))
 
 
-@pytest.mark.parametrize("pair", PAIRS_PLAIN)
+@pytest.mark.parametrize("pair", PAIRS_FLIP)
 def test_flip_swaps_left_and_right_and_negates_yaw_and_roll(engine, image_tracker, testdata, pair):
     n_img, f_img = _img(testdata, pair[0]), _img(testdata, pair[1])
     a = _solve(engine, image_tracker, n_img, f_img)
@@ -192,7 +194,7 @@ def test_in_plane_rotation_changes_roll_only(engine, image_tracker, testdata, pa
     assert abs((yb[2] - ya[2]) - 12.0) < TOL_DEG  # image turned counter-clockwise: the head rolls +12
 
 
-@pytest.mark.parametrize("pair", PAIRS_PLAIN)
+@pytest.mark.parametrize("pair", PAIRS)
 def test_rescaling_the_frame_changes_nothing(engine, image_tracker, testdata, pair):
     n_img, f_img = _img(testdata, pair[0]), _img(testdata, pair[1])
     small = cv2.resize(f_img, None, fx=0.7, fy=0.7, interpolation=cv2.INTER_AREA)

@@ -51,7 +51,7 @@ def test_engine_beats_the_constant_predictor_and_refines_the_pose(figures):
 
 
 @pytest.mark.xfail(strict=True, reason="issue bar not met by the shipped model: render-and-track MAE "
-                   "0.052, ratio 0.56, rotation 3.1 deg (models/face_recon.md, 'Limits')")
+                   "0.0525, ratio 0.57, rotation 3.1 deg (models/face_recon.md, 'Limits')")
 def test_issue_bars_on_render_and_track(figures):
     assert figures["mae"] <= 0.03
     assert figures["mae"] <= 0.5 * figures["const_mae"]

@@ -302,8 +302,8 @@ class EngineReconstructor:
 
 #: Why the learned face engine is not used unless the user opts in (None = used by default).
 #: Measured (models/face_recon.md): on real recordings it does not yet beat the frozen
-#: geometric solver everywhere (blink precision/recall 1.0/0.94 vs 1.0/1.0, GRID jawOpen r
-#: 0.46/0.51 vs 0.54/0.48), so the solver stays the default.
+#: geometric solver everywhere (blink precision/recall 0.94/0.94 vs 1.0/1.0, GRID jawOpen r
+#: 0.46/0.52 vs 0.54/0.48), so the solver stays the default.
 FACE_ENGINE_OFF_REASON = (
     "the learned face engine does not yet beat the geometric solver on real recordings "
     "(see models/face_recon.md); set AVATAR_APP_FACE_ENGINE=1 to try it"

@@ -204,6 +204,9 @@ def limits_text(card: dict) -> str:
             + ". The app therefore keeps the solver as its default and the engine is opt-in "
             "(AVATAR_APP_FACE_ENGINE=1).")
     items += [
+        "- Metamorphic relations on the real stills (flip, in-plane rotation, rescaling) are checked by "
+        "tests/test_face_recon_real.py; a relation this model does not meet is a strict xfail there, "
+        "with its measured value.",
         "- The automatic neutral needs a few seconds with open eyes and closed lips.",
         "- Translation: the camera's field of view is assumed (60°), so distance is known only up to it.",
         "- Trained on one rig (the project's face model); the ICT head is used for evaluation only.",
