@@ -87,7 +87,7 @@ class RenderReport:
 
     Outputs are written to hidden part files beside the targets and renamed over
     them only when the render is kept (complete, interrupted after the first
-    frame, or a truncated input's partial render, which goes to
+    frame, or a truncated input's partial render; both go to
     ``<stem>.partial<suffix>`` when the output exists): a render that fails leaves
     existing files at ``output_path`` and ``sidecar_path`` as they were.
     """
@@ -688,7 +688,7 @@ def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> 
     """Rename the finished part files over the outputs, or delete them and raise.
 
     Kept: a complete render, an interrupted one with at least one frame, a
-    truncated input's partial render (written as ``<stem>.partial<suffix>`` when the
+    truncated input's partial render (both written as ``<stem>.partial<suffix>`` when the
     output already exists, so a finished clip is never replaced by a partial one).
     Deleted (existing outputs untouched): no frame rendered, no frame decoded, no face found.
 
@@ -701,8 +701,9 @@ def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> 
         # keep what was rendered, even before the first face was seen
         if report.frames_out == 0:
             writer.discard()
-        else:
-            writer.commit()
+            return
+        _beside_existing(writer, report, "stopped render")
+        writer.commit()
         return
     if report.frames_in == 0:
         writer.discard()
@@ -713,15 +714,24 @@ def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> 
             f"No face was found in any of the {report.frames_in} frames of {input_path}: "
             "nothing to animate (the face must be visible and well lit)."
         )
-    if report.input_problem and (report.output_path.exists() or report.sidecar_path.exists()):
-        # a damaged input's partial render does not replace a finished clip: it goes beside it
-        clip = report.output_path
-        partial = clip.with_name(f"{clip.stem}.partial{clip.suffix}")
-        writer.parts.retarget(partial)
-        report.output_path = partial
-        report.sidecar_path = sidecar_path_for(partial)
-        report.warnings.append(f"{clip} already existed and was kept; the partial render is {partial.name}")
+    if report.input_problem:
+        _beside_existing(writer, report, "partial render")
     writer.commit()
+
+
+def _beside_existing(writer: _Writer, report: RenderReport, what: str) -> None:
+    """Send a partial clip to ``<stem>.partial<suffix>`` where the output already exists.
+
+    A stopped render or a damaged input's partial render does not replace a finished clip.
+    """
+    if not (report.output_path.exists() or report.sidecar_path.exists()):
+        return
+    clip = report.output_path
+    partial = clip.with_name(f"{clip.stem}.partial{clip.suffix}")
+    writer.parts.retarget(partial)
+    report.output_path = partial
+    report.sidecar_path = sidecar_path_for(partial)
+    report.warnings.append(f"{clip} already existed and was kept; the {what} is {partial.name}")
 
 
 def _reraise_for_target(writer: _Writer, exc: BaseException) -> None:

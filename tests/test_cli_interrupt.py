@@ -59,6 +59,24 @@ def test_render_file_stop_cuts_audio_to_video(testdata, tmp_path):
     assert len(read_sidecar(out.with_suffix(".blendshapes.jsonl"))) == 20
 
 
+def test_stopped_render_does_not_replace_a_finished_clip(testdata, tmp_path):
+    """A render stopped over an existing output writes NAME.partial.mp4 and keeps NAME.mp4."""
+    from avatar_app.pipeline import RenderOptions, render_file
+
+    src = testdata / "video" / "grid_s1_bbaf2n.mp4"
+    out = tmp_path / "clip.mp4"
+    render_file(src, out, RenderOptions(size=(160, 120)))
+    before = out.read_bytes(), out.with_suffix(".blendshapes.jsonl").read_bytes()
+    stop, progress = _stop_after(10)
+    rep = render_file(src, out, RenderOptions(size=(160, 120)), progress=progress, stop=stop)
+    assert rep.interrupted and rep.frames_out == 10
+    assert (out.read_bytes(), out.with_suffix(".blendshapes.jsonl").read_bytes()) == before
+    partial = tmp_path / "clip.partial.mp4"
+    assert rep.output_path == partial and abs(decoded_duration(partial, "video") - 10 / 25) < 1e-3
+    assert len(_sidecar_lines(tmp_path / "clip.partial.blendshapes.jsonl")) == 11
+    assert any("already existed and was kept" in w for w in rep.warnings)
+
+
 def test_render_file_complete_keeps_all_audio(testdata, tmp_path):
     """Without a stop the whole voice is written (it is as long as the video), fed frame by frame."""
     from avatar_app.pipeline import RenderOptions, render_file

@@ -162,6 +162,37 @@ def test_fallback_is_told_to_the_user(tmp_path, manager):
     eng.close()
 
 
+def test_another_model_or_nan_weights_fall_back_to_the_solver(tmp_path, manager):
+    """A valid ONNX file that is not face_recon, or face_recon with NaN weights, is refused
+    when loaded (not on the first frame), so the solver stands in and the user hears why."""
+    import shutil
+
+    import onnx
+    from onnx import numpy_helper
+
+    from avatar_app.reconstruction.geometric import GeometricSolver
+    from avatar_app.resources import resource_path
+
+    other = tmp_path / "other" / "face_recon.onnx"
+    other.parent.mkdir()
+    shutil.copy(resource_path("models/speech2face.onnx"), other)
+    heard: list[str] = []
+    assert isinstance(create_face_reconstructor(other, manager=manager, on_fallback=heard.append), GeometricSolver)
+    assert len(heard) == 1 and "not a face reconstruction model" in heard[0] and "landmarks" in heard[0]
+
+    nan = tmp_path / "nan" / "face_recon.onnx"
+    nan.parent.mkdir()
+    m = onnx.load(str(default_model_path()))
+    init = next(i for i in m.graph.initializer if numpy_helper.to_array(i).ndim == 2)
+    init.CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(init), np.nan), init.name))
+    onnx.save(m, str(nan))
+    shutil.copy(default_model_path().with_name("face_recon.card.json"), nan.with_name("face_recon.card.json"))
+    with pytest.raises(ModelLoadError, match="non-finite"):
+        EngineReconstructor(nan, manager=manager, backend="ort_cpu", precision="fp32")
+    assert isinstance(create_face_reconstructor(nan, manager=manager, on_fallback=heard.append), GeometricSolver)
+    assert len(heard) == 2 and "non-finite" in heard[1]
+
+
 @pytest.mark.gl
 def test_render_reports_the_face_solver_and_a_fallback(monkeypatch, tmp_path, testdata):
     """An opted-in render whose model is missing says so in its warnings and names the solver used."""

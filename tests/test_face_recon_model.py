@@ -134,41 +134,6 @@ def test_every_estimated_shape_responds_and_the_card_says_so(card):
     assert stuck == [], f"never output above 0.05 on the validation set: {stuck}"
 
 
-def test_cross_entropy_loss_has_a_gradient_where_the_sigmoid_saturates():
-    """The log-probabilities train.py's cross-entropy uses stay finite and keep a gradient at
-    logits where sigmoid(z) rounds to 0 in float32 (the L2 loss's gradient is 0 there)."""
-    import torch
-
-    from avatar_app.avatar.face_model import load_face_model
-    from training.face_recon.model import FaceReconNet
-
-    rig = load_face_model()
-    net = FaceReconNet(rig.mirror, rig.num_identity, hidden=(16,), noise=0.0, trunk_reads_neutral=False)
-    with torch.no_grad():
-        net.head_bs.bias.fill_(-200.0)  # every sigmoid saturated at 0
-    x = torch.zeros(2, len(N.SUBSET), 3)
-    bs, _, _, _, (log_p, log_q) = net.forward_subset(x, x, with_log_probs=True)
-    assert float(bs.max()) == 0.0
-    y = torch.ones_like(bs)
-    l2 = ((bs - y) ** 2).mean()
-    bce = -(y * log_p + (1 - y) * log_q).mean()
-    assert torch.isfinite(bce)
-    g_l2 = torch.autograd.grad(l2, net.head_bs.bias, retain_graph=True)[0]
-    g_bce = torch.autograd.grad(bce, net.head_bs.bias)[0]
-    assert float(g_l2.abs().max()) == 0.0
-    assert float(g_bce.abs().min()) > 0.001
-    # log p matches the mirror-averaged probability where it is representable
-    with torch.no_grad():
-        net.head_bs.bias.fill_(0.3)
-    bs, _, _, _, (log_p, log_q) = net.forward_subset(x, x, with_log_probs=True)
-    from training.face_recon.data import ESTIMATED
-
-    est = torch.from_numpy(ESTIMATED)  # tongueOut's output is masked to 0, its logit is not
-    p = bs.index_select(1, est)
-    assert torch.allclose(log_p.exp().index_select(1, est), p, atol=1e-6)
-    assert torch.allclose(log_q.exp().index_select(1, est), 1 - p, atol=1e-6)
-
-
 def test_small_expression_share_scales_whole_faces_and_keeps_the_default_draws():
     from training.face_recon import sampling as S
 

@@ -145,7 +145,8 @@ class EngineReconstructor:
         last_pose0: (R0, t0) of the last frame's alignment, or None.
 
     Raises:
-        ModelLoadError: the model is missing or no engine can load it.
+        ModelLoadError: the model is missing, no engine can load it, or it is not a working
+            face_recon model (other tensors, non-finite outputs).
         InputError: a bad config value.
 
     Thread: one instance per processing thread; calls must come in time order.
@@ -172,8 +173,39 @@ class EngineReconstructor:
             raise ModelLoadError(
                 f"{slot.model_path.name} was trained with input normalisation v{version}; this "
                 f"version of the app normalises as v{N.NORMALISATION_VERSION}: retrain or update the model")
+        try:
+            self._check_model()
+        except ModelLoadError:
+            slot.close()
+            raise
         self._auto = NeutralEstimator(self.config.warmup_s, self.config.slow_interval_s)
         self.reset()
+
+    #: The face_recon contract (models/face_recon.md): input and output tensor names.
+    MODEL_INPUTS = ("landmarks", "neutral")
+    MODEL_OUTPUTS = ("blendshapes", "rotation_6d", "translation", "identity")
+
+    def _check_model(self) -> None:
+        """Refuse a file that is not a working face_recon model before the first frame.
+
+        Checks the tensor names against :data:`MODEL_INPUTS` / :data:`MODEL_OUTPUTS` and runs
+        the rig's own neutral face (both feeds 0) once: the outputs must be finite.
+
+        Raises:
+            ModelLoadError: another model's file, or weights that give NaN or infinity.
+        """
+        info = self.slot.manager.model_info(self.slot.model_path)
+        ins, outs = [t.name for t in info.inputs], [t.name for t in info.outputs]
+        name = self.slot.model_path.name
+        if sorted(ins) != sorted(self.MODEL_INPUTS) or not set(self.MODEL_OUTPUTS) <= set(outs):
+            raise ModelLoadError(
+                f"{name} is not a face reconstruction model: it takes {ins} and gives {outs}; a "
+                f"face_recon model takes {list(self.MODEL_INPUTS)} and gives {list(self.MODEL_OUTPUTS)}")
+        rest = N.template()
+        try:
+            self._infer(rest, rest)
+        except AvatarError as exc:
+            raise ModelLoadError(f"{name} does not work on the rig's own neutral face: {exc}") from exc
 
     # -- FaceReconstructor --------------------------------------------------
     def reset(self) -> None:

@@ -23,7 +23,7 @@ from avatar_app.avatar.face_model import load_face_model
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.reconstruction import normalise as N
 from training.face_recon.evaluate import SMILE_MARGIN
-from training.face_recon.model import NOT_ESTIMATED
+from training.face_recon.data import NOT_ESTIMATED  # torch-free (model.py needs PyTorch)
 
 
 #: A shape whose output stays below this on every validation sample is listed as never output.

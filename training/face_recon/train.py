@@ -1,4 +1,4 @@
-"""Train, evaluate and export the face_recon engine (2-core CPU: about 14-18 minutes).
+"""Train, evaluate and export the face_recon engine (2-core CPU: about 13 minutes).
 
 Usage (repository root)::
 
@@ -106,7 +106,7 @@ def build_training_set(synthetic: dict | None, rt: dict | None, rt_repeat: int) 
 
 def fit(train_set: dict, evals: dict, const: np.ndarray, epochs: int, batch: int = 512, lr: float = 2e-3,
         hidden=(512, 256), use_z: bool = True, device: str = "cpu", seed: int = 0,
-        log_every: int = 1, weight_decay: float = 1e-4, bce: float = 0.1, bce_rt: float = 1.0,
+        log_every: int = 1, weight_decay: float = 1e-4, bce: float = 0.1, bce_rt: float = 0.0,
         **net_options) -> tuple[FaceReconNet, list[dict]]:
     """Train one network.
 
@@ -184,12 +184,20 @@ def train(args) -> dict:
     """Make the data, fit, and evaluate on the held-out sets (see the module docstring)."""
     torch.set_num_threads(args.threads)
     t_start = time.time()
+    data_dir = Path(args.data).expanduser()
+    needed = ["rt_heldout.npz"] + (list(args.rt_train) if args.rt_repeat > 0 else [])
+    missing = [n for n in needed if not (data_dir / n).is_file()]
+    if missing:
+        raise SystemExit(
+            f"render-and-track data missing in {data_dir}: {', '.join(missing)}; make them with "
+            "python -m training.face_recon.make_data render-track ... (commands in "
+            "training/face_recon/README.md)" + ("" if args.rt_repeat == 0 else
+                                                 "; --rt-repeat 0 trains without the training sets"))
     rig = load_face_model()
     log.info("making %d synthetic samples", args.synthetic)
     syn = D.prepare(synthetic_set(SYN_TRAIN_SEED, args.synthetic, rig, small_share=args.small_share))
     syn_ho_raw = synthetic_set(SYN_HELDOUT_SEED, 5000, rig)
     syn_ho = D.prepare(syn_ho_raw)
-    data_dir = Path(args.data).expanduser()
     rt = (D.prepare(D.merge_raw([D.load_raw(data_dir / name) for name in args.rt_train]))
           if args.rt_repeat > 0 else None)
     rt_ho_raw = D.load_raw(data_dir / "rt_heldout.npz")
@@ -267,29 +275,33 @@ def write_sets(out: Path, syn_raw: dict, rt_raw: dict, n: int = 1024, seed: int 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry (see the module docstring)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="~/.cache/avatar_app/face_recon")
-    ap.add_argument("--out", type=Path, default=Path("models/face_recon.onnx"))
-    ap.add_argument("--epochs", type=int, default=40)
-    ap.add_argument("--dropout", type=float, default=0.2)
-    ap.add_argument("--weight-decay", type=float, default=1e-3)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--data", default="~/.cache/avatar_app/face_recon",
+                    help="folder with the render-and-track sets of make_data.py")
+    ap.add_argument("--out", type=Path, default=Path("models/face_recon.onnx"),
+                    help="the ONNX to write; its card, val/calib sets and metrics go beside it")
+    ap.add_argument("--epochs", type=int, default=40, help="passes over the training set")
+    ap.add_argument("--dropout", type=float, default=0.2, help="dropout after each hidden layer")
+    ap.add_argument("--weight-decay", type=float, default=1e-3, help="AdamW's decoupled weight decay")
     ap.add_argument("--noise", type=float, default=0.05,
                     help="training noise on the standardised inputs, in sd (robustness to tracker jitter)")
     ap.add_argument("--bce", type=float, default=0.1,
                     help="weight of the cross-entropy term of the blendshape loss (0: L2 + 0.1 L1 only, "
                          "which lets rare shapes' sigmoids saturate at 0 for good)")
-    ap.add_argument("--bce-rt", type=float, default=0.3,
+    ap.add_argument("--bce-rt", type=float, default=0.0,
                     help="share of the cross-entropy weight applied to render-and-track samples "
                          "(1: as synthetic ones; 0: synthetic samples only; sweep 8)")
-    ap.add_argument("--synthetic", type=int, default=120000)
-    ap.add_argument("--rt-repeat", type=int, default=3)
+    ap.add_argument("--synthetic", type=int, default=120000, help="synthetic training samples made on the fly")
+    ap.add_argument("--rt-repeat", type=int, default=3,
+                    help="copies of the render-and-track training frames per epoch (0: synthetic only)")
     ap.add_argument("--rt-train", nargs="+", default=["rt_train_discs.npz", "rt_train.npz"],
                     help="render-and-track training sets in --data (merged; README: how each is made)")
-    ap.add_argument("--batch", type=int, default=512)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=512, help="samples per optimiser step")
+    ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate of the one-cycle schedule")
+    ap.add_argument("--threads", type=int, default=2, help="PyTorch CPU threads")
     ap.add_argument("--seed", type=int, default=0, help="torch and shuffling seed (the data are fixed)")
-    ap.add_argument("--hidden", type=int, nargs="+", default=[768, 384])
+    ap.add_argument("--hidden", type=int, nargs="+", default=[768, 384], help="trunk layer widths")
     ap.add_argument("--small-share", type=float, default=S.SMALL_SHARE,
                     help="share of training faces scaled down to small expressions (sampling.py)")
     ap.add_argument("--trunk-reads-neutral", action="store_true",
@@ -297,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
                          "coefficients, which generalises to real faces outside the rig's identity space)")
     ap.add_argument("--no-z", action="store_true", help="ignore MediaPipe's depth channel (ablation)")
     ap.add_argument("--log-every", type=int, default=2, help="evaluate every N epochs")
-    ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--no-export", action="store_true",
+                    help="write only the metrics JSON (no ONNX, card or data sets)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     res = train(args)
