@@ -909,6 +909,8 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
         if report.interrupted and report.frames_out == 0:
             writer.discard()
         else:
+            if report.interrupted:
+                _beside_existing(writer, report, "stopped render")
             writer.commit()
     except BaseException as exc:
         writer.discard()

@@ -77,6 +77,18 @@ def test_stopped_render_does_not_replace_a_finished_clip(testdata, tmp_path):
     assert any("already existed and was kept" in w for w in rep.warnings)
 
 
+def test_stopped_demo_does_not_replace_a_finished_demo(tmp_path):
+    from avatar_app.pipeline import RenderOptions, render_demo
+
+    out = tmp_path / "demo.mp4"
+    render_demo(out, RenderOptions(size=(160, 120)))
+    before = out.read_bytes()
+    stop, progress = _stop_after(8)
+    rep = render_demo(out, RenderOptions(size=(160, 120)), progress=progress, stop=stop)
+    assert rep.interrupted and out.read_bytes() == before
+    assert rep.output_path == tmp_path / "demo.partial.mp4" and rep.output_path.is_file()
+
+
 def test_render_file_complete_keeps_all_audio(testdata, tmp_path):
     """Without a stop the whole voice is written (it is as long as the video), fed frame by frame."""
     from avatar_app.pipeline import RenderOptions, render_file

@@ -203,6 +203,9 @@ def train(args) -> dict:
     rt_ho_raw = D.load_raw(data_dir / "rt_heldout.npz")
     rt_ho = D.prepare(rt_ho_raw)
     train_set = build_training_set(syn, rt, args.rt_repeat)
+    if len(train_set["x"]) < args.batch:
+        raise SystemExit(f"{len(train_set['x'])} training samples are fewer than one batch of "
+                         f"{args.batch}: raise --synthetic or --rt-repeat, or lower --batch")
     const = train_set["weights"].mean(0)
     log.info("data ready in %.0f s: %d training samples (%d render-and-track x %d)", time.time() - t_start,
              len(train_set["x"]), 0 if rt is None else len(rt["x"]), args.rt_repeat)
@@ -312,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-export", action="store_true",
                     help="write only the metrics JSON (no ONNX, card or data sets)")
     args = ap.parse_args(argv)
+    if args.epochs < 1 or args.rt_repeat < 0 or args.batch < 1 or args.synthetic < 0:
+        ap.error("--epochs and --batch must be at least 1, --rt-repeat and --synthetic at least 0")
+    if args.synthetic == 0 and args.rt_repeat == 0:
+        ap.error("no training data: --synthetic and --rt-repeat are both 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     res = train(args)
     model = res.pop("_model")
