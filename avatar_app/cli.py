@@ -11,8 +11,9 @@ Errors the user can fix are printed as one line on stderr (no traceback) and
 the exit status is non-zero: 2 for bad input (a truncated input still leaves the
 part that decoded), 3 for no face, 4 for output errors (a missing output folder
 is created; one that cannot be created is an output error). Ctrl+C (SIGINT) or
-SIGTERM during ``render``/``demo`` finishes the clip with what was rendered (beside an existing output, as ``NAME.partial.mp4``), the
-audio cut to the same length, and exits 130 / 143.
+SIGTERM during ``render``/``demo`` finishes the clip with what was rendered (as
+``NAME.partial.mp4`` beside an existing output), the audio cut to the same
+length, and exits 130 / 143.
 
 ``render``/``demo`` write the clip and its blendshape track to hidden part files
 (``.NAME.part-PID-XXXX.mp4``) beside the output and rename them over it when the

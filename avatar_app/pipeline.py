@@ -698,12 +698,7 @@ def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> 
         RecordingError: the part files cannot be renamed.
     """
     if report.interrupted:
-        # keep what was rendered, even before the first face was seen
-        if report.frames_out == 0:
-            writer.discard()
-            return
-        _beside_existing(writer, report, "stopped render")
-        writer.commit()
+        _settle_stopped(writer, report)
         return
     if report.frames_in == 0:
         writer.discard()
@@ -716,6 +711,16 @@ def _settle_outputs(writer: _Writer, report: RenderReport, input_path: Path) -> 
         )
     if report.input_problem:
         _beside_existing(writer, report, "partial render")
+    writer.commit()
+
+
+def _settle_stopped(writer: _Writer, report: RenderReport) -> None:
+    """Keep what a stopped render rendered (even before the first face was seen), beside an
+    existing output; nothing when no frame was rendered."""
+    if report.frames_out == 0:
+        writer.discard()
+        return
+    _beside_existing(writer, report, "stopped render")
     writer.commit()
 
 
@@ -906,11 +911,9 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
         report.audio_duration_s = writer.audio_written_s
         report.wall_s = (now_ns() - t0) / 1e9
         report.stage_ms = stats.summary().stages
-        if report.interrupted and report.frames_out == 0:
-            writer.discard()
+        if report.interrupted:
+            _settle_stopped(writer, report)
         else:
-            if report.interrupted:
-                _beside_existing(writer, report, "stopped render")
             writer.commit()
     except BaseException as exc:
         writer.discard()
