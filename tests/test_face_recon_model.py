@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from avatar_app.reconstruction import normalise as N
 from avatar_app.resources import resource_path
 
 MODEL = resource_path("models/face_recon.onnx")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +151,20 @@ def test_small_expression_share_scales_whole_faces_and_keeps_the_default_draws()
     for s, b in zip(small[scaled], base[scaled]):
         nz = b > 0
         assert np.allclose(s[nz] / b[nz], s[nz][0] / b[nz][0], rtol=1e-4)
+
+
+def test_learning_curve_fit_finds_the_asymptote_and_the_card_matches_the_ablations(card):
+    """card.learning_curve recovers a known saturating curve; the card's curve is sweep 9's."""
+    from training.face_recon.card import learning_curve
+
+    n = [2000, 4000, 8000, 16000, 32000]
+    fake = {f"v{i}": {"curve": "render_track_only", "rt_frames": k, "syn": 0.0,
+                      "rt": 0.05 + 0.02 * (k / 1000) ** -0.7, "rt_rot": 2.0 + 1.5 * (k / 1000) ** -0.3}
+            for i, k in enumerate(n)}
+    lc = learning_curve(fake)
+    assert lc["frames"] == n
+    assert lc["mae_asymptote"] == pytest.approx(0.05, abs=0.002)
+    assert lc["rotation_asymptote_deg"] == pytest.approx(2.0, abs=0.1)
+    assert learning_curve(dict(list(fake.items())[:3])) is None  # too few points to fit
+    ablation = json.loads((ROOT / "training/face_recon/results/ablation.json").read_text())
+    assert card["render_track_learning_curve"] == learning_curve(ablation)
