@@ -398,7 +398,8 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
         lines += ["", "### Ablations (same data, same epochs unless stated)", "",
                   "RT train: MAE on render-and-track training frames (a network that fits them no better "
                   "than held-out frames is limited by the data, not by capacity). Real: blink "
-                  "precision/recall, GRID s1/s2 jawOpen-words r, London smile L/R, stability sd, "
+                  "precision/recall, GRID s1/s2 jawOpen-words r, London smile L/R, stability sd (sweep 10: also the "
+                  "flip relation's largest weight difference, bar 0.12), "
                   "from cached MediaPipe landmarks of ../shared/testdata.", "",
                   "| variant | synthetic MAE | render-and-track MAE | rotation | RT train MAE | real |",
                   "|---|---|---|---|---|---|"]
@@ -406,6 +407,7 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
             rl = v.get("real")
             real_s = (f"{rl['blinks_P']:.2f}/{rl['blinks_R']:.2f}; r {rl['jaw_r'][0]:.2f}/{rl['jaw_r'][1]:.2f}; "
                       f"smile {rl['smile_LR'][0]:.2f}/{rl['smile_LR'][1]:.2f}; sd {rl['stability_sd']:.3f}"
+                      + (f"; flip London/GRID {rl['flip_london']:.2f}/{rl['flip_grid']:.2f}" if "flip_london" in rl else "")
                       if rl else "")
             rtt = f"{v['rt_train']:.4f}" if "rt_train" in v else ""
             lines.append(f"| {k} | {v['syn']:.4f} | {v['rt']:.4f} | {v['rt_rot']:.2f}° | {rtt} | {real_s} |")
