@@ -727,12 +727,18 @@ def _settle_stopped(writer: _Writer, report: RenderReport) -> None:
 def _beside_existing(writer: _Writer, report: RenderReport, what: str) -> None:
     """Send a partial clip to ``<stem>.partial<suffix>`` where the output already exists.
 
-    A stopped render or a damaged input's partial render does not replace a finished clip.
+    A stopped render or a damaged input's partial render does not replace a finished clip,
+    nor an earlier partial one: where ``<stem>.partial<suffix>`` exists too, the next free
+    ``<stem>.partial-2<suffix>``, ``-3``, ... is used.
     """
     if not (report.output_path.exists() or report.sidecar_path.exists()):
         return
     clip = report.output_path
     partial = clip.with_name(f"{clip.stem}.partial{clip.suffix}")
+    k = 2
+    while partial.exists() or sidecar_path_for(partial).exists():
+        partial = clip.with_name(f"{clip.stem}.partial-{k}{clip.suffix}")
+        k += 1
     writer.parts.retarget(partial)
     report.output_path = partial
     report.sidecar_path = sidecar_path_for(partial)

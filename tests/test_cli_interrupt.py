@@ -75,6 +75,13 @@ def test_stopped_render_does_not_replace_a_finished_clip(testdata, tmp_path):
     assert rep.output_path == partial and abs(decoded_duration(partial, "video") - 10 / 25) < 1e-3
     assert len(_sidecar_lines(tmp_path / "clip.partial.blendshapes.jsonl")) == 11
     assert any("already existed and was kept" in w for w in rep.warnings)
+    # a second stop keeps the first partial clip too
+    first = partial.read_bytes()
+    stop, progress = _stop_after(5)
+    rep = render_file(src, out, RenderOptions(size=(160, 120)), progress=progress, stop=stop)
+    assert partial.read_bytes() == first and out.read_bytes() == before[0]
+    assert rep.output_path == tmp_path / "clip.partial-2.mp4" and rep.output_path.is_file()
+    assert len(_sidecar_lines(tmp_path / "clip.partial-2.blendshapes.jsonl")) == 6
 
 
 def test_stopped_demo_does_not_replace_a_finished_demo(tmp_path):

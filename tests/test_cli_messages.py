@@ -40,3 +40,5 @@ def test_engines_list_counts_entries_in_words(tmp_path, monkeypatch, n, word):
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Engine cache:"))
     assert line.endswith(word), line
+    models = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Models: "))
+    assert "face_recon" in models and "speech2face" in models, models  # where the shipped models are read

@@ -118,6 +118,11 @@ def test_verify_detects_non_finite_and_error():
         v = verify(nan, data, 1e-2, expected=expected)
         assert not v.passed and v.non_finite > 0 and "non-finite" in v.reason
         assert v.to_json()["max_abs_error"] == "inf"
+        assert "overflow" in v.reason
+    broken = [{"y": np.full_like(e["y"], np.nan)} for e in expected]  # the float32 reference itself is NaN
+    with _FakeRunner(lambda x: np.full_like(x, np.nan)) as nan:
+        v = verify(nan, data, 1e-2, expected=broken)
+        assert not v.passed and "reference gives NaN/Inf there too" in v.reason and "overflow" not in v.reason
     with _FakeRunner(lambda x: x + 0.2) as off:
         v = verify(off, data, 1e-2, expected=expected)
         assert not v.passed and "exceeds the fp16 tolerance" in v.reason

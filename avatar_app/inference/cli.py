@@ -129,9 +129,14 @@ def _list(args, out) -> int:
                 else:
                     text = "no (see why)" if why == st.reason else f"no - {why}"
                 print(f"      {prec}: {text}", file=out)
+    from avatar_app.resources import resource_path
+
+    models = resource_path("models")
+    names = ", ".join(q.stem for q in sorted(models.glob("*.onnx"))) or "none"
+    print(f"\nModels: {models} ({names})", file=out)
     cache = EngineCache()
     entries = cache.entries()
-    print(f"\nEngine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)
+    print(f"Engine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)
     shipped = _shipped_model_hashes()
     for folder, entry, problem in entries:
         if entry is None:

@@ -108,6 +108,7 @@ def verify(candidate: BaseRunner, data: Mapping[str, np.ndarray], tolerance: flo
         expected = reference_outputs(reference, data, batch)
     per: dict[str, dict[str, float]] = {}
     sums: dict[str, float] = {}
+    ref_bad: dict[str, int] = {}
     counts: dict[str, int] = {}
     samples = 0
     for feeds, ref in zip(iter_batches(data, batch), expected):
@@ -129,6 +130,7 @@ def verify(candidate: BaseRunner, data: Mapping[str, np.ndarray], tolerance: flo
             err = np.abs(out - ref64)
             st = per.setdefault(name, {"max_abs": 0.0, "mean_abs": 0.0, "non_finite": 0})
             st["non_finite"] += int(out.size - finite.sum())
+            ref_bad[name] = ref_bad.get(name, 0) + int((~np.isfinite(ref64)).sum())
             if finite.any():
                 st["max_abs"] = max(st["max_abs"], float(err[finite].max()))
             sums[name] = sums.get(name, 0.0) + float(err[finite].sum())
@@ -142,8 +144,14 @@ def verify(candidate: BaseRunner, data: Mapping[str, np.ndarray], tolerance: flo
     mean_abs = sum(sums.values()) / max(sum(counts.values()), 1)
     if non_finite:
         bad = [n for n, st in per.items() if st["non_finite"]]
-        reason = (f"{non_finite} non-finite output values (NaN/Inf) in {bad}; "
-                  f"likely an overflow of the {candidate.precision.value} range")
+        if any(ref_bad.get(n, 0) for n in bad):
+            # the float32 reference is not finite either: the model itself is broken, not the precision
+            reason = (f"{non_finite} non-finite output values (NaN/Inf) in {bad}, and the float32 "
+                      "reference gives NaN/Inf there too: the model's weights or inputs are broken "
+                      "(re-export or reinstall the model)")
+        else:
+            reason = (f"{non_finite} non-finite output values (NaN/Inf) in {bad}; "
+                      f"likely an overflow of the {candidate.precision.value} range")
     elif max_abs > tolerance:
         worst = max(per, key=lambda n: per[n]["max_abs"])
         reason = (f"max abs error {max_abs:.3g} on output {worst!r} exceeds the "
