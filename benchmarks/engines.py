@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from avatar_app.inference import EngineCache, EngineManager, Precision, backend_statuses  # noqa: E402
 from avatar_app.inference.modelinfo import ModelInfo  # noqa: E402
+from avatar_app.inference.precision import int8_summary  # noqa: E402
 from avatar_app.inference.ort import OrtRunner, SessionFromOnnx, ThreadSettings  # noqa: E402
 from avatar_app.inference.tiny_models import write_all  # noqa: E402
 
@@ -53,25 +54,6 @@ def time_calls(fn, feeds, warmup: int, iters: int, max_s: float) -> dict:
     return {"p50_ms": float(np.percentile(arr, 50)), "p95_ms": float(np.percentile(arr, 95)),
             "mean_ms": float(arr.mean()), "calls": len(lat),
             "throughput_samples_per_s": float(batch / (arr.mean() / 1e3))}
-
-
-def int8_layers(artifact_path: Path) -> dict | None:
-    """Quantised and float weighted layers of an INT8 ONNX artifact (its ``avatar_app.int8`` metadata).
-
-    None for other artifacts (TensorRT plans) or files without the metadata.
-    """
-    import onnx
-
-    from avatar_app.inference.precision import META_INT8
-
-    if Path(artifact_path).suffix != ".onnx":
-        return None
-    meta = {p.key: p.value for p in onnx.load(str(artifact_path), load_external_data=False).metadata_props}
-    if META_INT8 not in meta:
-        return None
-    d = json.loads(meta[META_INT8])
-    return {"quantized_layers": len(d["quantized_nodes"]), "float_layers": len(d["float_nodes"]),
-            "float_nodes": d["float_nodes"], "calibration_max_abs": max(d["selection_error"].values(), default=0.0)}
 
 
 def feeds_for(info: ModelInfo, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -313,7 +295,7 @@ def main(argv=None) -> int:
                         from avatar_app.inference.backends import get_backend
 
                         if prec is Precision.INT8:
-                            row["int8"] = int8_layers(runner.artifact_path)
+                            row["int8"] = int8_summary(runner.artifact_path)
                         runner = get_backend(backend).make_runner(runner.artifact_path, prec, info.name).open()
                 except Exception as exc:  # noqa: BLE001 - a benchmark records failures and goes on
                     report["results"].append({**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"})

@@ -89,3 +89,22 @@ def test_list_shows_how_an_int8_entry_was_calibrated(tiny_models, user_dirs):
         assert rc in (0, 2), text
     rc, text = _run("engines", "list")
     assert "calibration: percentile method" in text and "calibration: minmax method" in text, text
+    # no samples of the user's own were stored: only the model's set is named
+    assert "of your own" not in text, text
+
+
+def test_int8_build_says_how_many_layers_are_int8(user_dirs):
+    """The mixed-precision split is printed (the real face_recon keeps its sensitive layers float)."""
+    from avatar_app.inference.precision import int8_summary
+
+    rc, text = _run("engines", "build", "--model", "face_recon", "--precision", "int8", "--inline")
+    assert rc == 0, text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("int8 layers:"))
+    path = next(ln for ln in text.splitlines() if ln.strip().startswith("engine:")).split()[1]
+    split = int8_summary(path)
+    assert not set(split["quantized_nodes"]) & set(split["float_nodes"])  # each layer counted once
+    total = split["quantized_layers"] + split["float_layers"]
+    assert f"{split['quantized_layers']} of {total} weighted layers in INT8" in line, line
+    assert split["quantized_layers"] >= 1 and total == 5  # face_recon: five Gemm layers
+    rc, text = _run("engines", "list")
+    assert line.strip() in text, text

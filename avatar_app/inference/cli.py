@@ -150,8 +150,9 @@ def _list(args, out) -> int:
         print(f"  {m.model_name} {m.key['precision']} {m.key['backend']} {m.key['backend_version']} "
               f"[{m.key['device']}] {m.status} ({m.artifact_size / 1e6:.2f} MB, built {when} "
               f"in {m.build_time_s:.1f} s; model {sha[:8]}{which})", file=out)
-        if m.details.get("calibration"):
-            print(f"      calibration: {m.details['calibration']}", file=out)
+        for what in ("calibration", "int8_layers"):
+            if m.details.get(what):
+                print(f"      {what.replace('_', ' ')}: {m.details[what]}", file=out)
         v = m.verification_result
         if v is not None:
             print(f"      verification: {v.summary()}", file=out)
@@ -196,6 +197,8 @@ def _build(args, out) -> int:
     print(f"{path.name} {args.precision} on {args.backend}: {m.status}", file=out)
     print(f"  engine: {entry.artifact_path} ({m.artifact_size / 1e6:.2f} MB, sha256 {m.artifact_sha256[:16]}...)",
           file=out)
+    if m.details.get("int8_layers"):
+        print(f"  int8 layers: {m.details['int8_layers']}", file=out)
     v = m.verification_result
     if v is not None:
         print(f"  verification: {v.summary()}", file=out)

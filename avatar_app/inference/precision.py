@@ -604,6 +604,39 @@ def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: 
     return result
 
 
+def int8_summary(path: Path) -> dict | None:
+    """Which weighted layers of an INT8 ONNX file are quantised and which stayed float.
+
+    Read from the ``avatar_app.int8`` metadata that :func:`quantize_int8_mixed` writes.
+
+    Args:
+        path: an .onnx file (other files, e.g. TensorRT plans, give None).
+
+    Returns:
+        ``{"quantized_layers": int, "float_layers": int, "quantized_nodes": [names],
+        "float_nodes": [names], "sensitivity": {name: max abs error with that layer
+        alone quantised}, "calibration_max_abs": float}`` (the largest output error of
+        the chosen split on the calibration samples), or None when ``path`` is not an ONNX
+        file or carries no such metadata.
+    """
+    import onnx
+
+    path = Path(path)
+    if path.suffix != ".onnx" or not path.is_file():
+        return None
+    meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    if META_INT8 not in meta:
+        return None
+    d = json.loads(meta[META_INT8])
+    floats = list(dict.fromkeys(d["float_nodes"]))
+    # a float layer that shares its input with a quantised one reads the same Q/DQ'd activation,
+    # so it can be listed in both; it counts as float (its weights are)
+    quantized = [n for n in dict.fromkeys(d["quantized_nodes"]) if n not in floats]
+    return {"quantized_layers": len(quantized), "float_layers": len(floats), "quantized_nodes": quantized,
+            "float_nodes": floats, "sensitivity": dict(d.get("sensitivity", {})),
+            "calibration_max_abs": max(d["selection_error"].values(), default=0.0)}
+
+
 def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | None = None,
             method: str = "percentile", *, card: Mapping | None = None,
             tolerance: float | None = None) -> Path:
