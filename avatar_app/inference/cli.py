@@ -146,7 +146,7 @@ def _list(args, out) -> int:
         when = datetime.datetime.fromtimestamp(m.built_at).strftime("%Y-%m-%d %H:%M")
         sha = str(m.key.get("onnx_sha256", ""))
         which = ("" if m.model_name not in shipped else
-                 ", current model" if sha == shipped[m.model_name] else ", an older model (unused)")
+                 ", current model" if sha == shipped[m.model_name] else ", not the shipped file (unused by the app)")
         print(f"  {m.model_name} {m.key['precision']} {m.key['backend']} {m.key['backend_version']} "
               f"[{m.key['device']}] {m.status} ({m.artifact_size / 1e6:.2f} MB, built {when} "
               f"in {m.build_time_s:.1f} s; model {sha[:8]}{which})", file=out)
