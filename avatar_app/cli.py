@@ -223,7 +223,9 @@ def _print_interrupted(rep) -> None:
     for w in rep.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if rep.frames_out == 0:
-        print(f"interrupted before the first frame was rendered: {rep.output_path} was not written",
+        kept = (f"the existing {rep.output_path} was kept as it was" if Path(rep.output_path).exists()
+                else f"{rep.output_path} was not written")
+        print(f"interrupted before the first frame was rendered: nothing was written; {kept}",
               file=sys.stderr)
         return
     v, a = rep.duration_s, rep.audio_duration_s

@@ -182,3 +182,18 @@ def test_cli_signal_keeps_what_was_rendered(long_input, tmp_path, sig, status):
     n = len(read_sidecar(sidecar))
     assert len(lines) == n + 1
     assert abs(n / 25 - v) < 1e-3
+
+
+def test_stop_before_the_first_frame_says_an_existing_clip_was_kept(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from avatar_app.cli import _print_interrupted
+
+    out = tmp_path / "clip.mp4"
+    rep = SimpleNamespace(warnings=[], frames_out=0, output_path=out)
+    _print_interrupted(rep)
+    assert "clip.mp4 was not written" in capsys.readouterr().err
+    out.write_bytes(b"finished clip")
+    _print_interrupted(rep)
+    err = capsys.readouterr().err
+    assert "nothing was written" in err and "was kept as it was" in err, err

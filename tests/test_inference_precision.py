@@ -189,3 +189,32 @@ def test_fp16_keeps_a_graph_output_that_other_nodes_also_read(tmp_path):
     assert [o.name for o in onnx.load(str(dst)).graph.output] == ["ident", "y"]
     for a, b in zip(ref, got):
         assert b.dtype == np.float32 and np.allclose(a, b, atol=1e-2)
+
+
+def test_a_model_with_nan_weights_is_called_broken_at_every_precision(tmp_path, manager):
+    """NaN weights: one message naming the broken model, not "overflow" (FP16) or a NaN range (INT8)."""
+    from onnx import numpy_helper
+
+    from avatar_app.core.errors import ModelLoadError
+    from avatar_app.resources import resource_path
+
+    m = onnx.load(str(resource_path("models/face_recon.onnx")))
+    init = next(i for i in m.graph.initializer if i.data_type == onnx.TensorProto.FLOAT and i.dims)
+    arr = numpy_helper.to_array(init).copy()
+    arr[...] = np.nan
+    init.CopyFrom(numpy_helper.from_array(arr, init.name))
+    bad = tmp_path / "face_nan.onnx"
+    onnx.save(m, str(bad))
+    for prec in ("fp32", "fp16", "int8"):
+        with pytest.raises(ModelLoadError, match="NaN/Inf in float32.*broken") as exc:
+            manager.build(bad, "ort_cpu", prec)
+        assert "overflow" not in str(exc.value)
+
+
+def test_an_empty_onnx_file_is_not_a_model(tmp_path):
+    from avatar_app.core.errors import ModelLoadError
+
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="holds no graph"):
+        ModelInfo.from_onnx(empty)

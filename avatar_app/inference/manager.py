@@ -21,7 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from avatar_app.core.errors import AvatarError, BackendUnavailableError, EngineBuildError
+import numpy as np
+
+from avatar_app.core.errors import AvatarError, BackendUnavailableError, EngineBuildError, ModelLoadError
 from avatar_app.inference import backends as _backends
 from avatar_app.inference.base import BaseRunner, Precision
 from avatar_app.inference.cache import CacheEntry, CacheKey, EngineCache
@@ -131,6 +133,29 @@ def _precision_onnx(info: ModelInfo, precision: Precision, job: BuildJob, cache:
     return dst
 
 
+def _check_reference_finite(info: ModelInfo, data: dict, source: str, samples: int = 16) -> None:
+    """Refuse a model whose own float32 outputs are NaN/Inf (broken weights), before any conversion.
+
+    Otherwise the FP16 range check would call it an overflow and the INT8
+    calibration would fail on a NaN range.
+
+    Raises:
+        ModelLoadError: a non-finite output on the first ``samples`` validation samples.
+    """
+    from avatar_app.inference.ort import OrtRunner
+    from avatar_app.inference.verify import reference_outputs
+
+    head = {k: v[:samples] for k, v in data.items()}
+    with OrtRunner.from_path(info.path, "ort_cpu") as ref:
+        outs = reference_outputs(ref, head)
+    bad = sorted({k for o in outs for k, v in o.items() if not np.all(np.isfinite(v))})
+    if bad:
+        raise ModelLoadError(
+            f"{info.path.name} gives NaN/Inf in float32 on its {source} validation samples "
+            f"(outputs {', '.join(bad)}): its weights or inputs are broken; re-export or reinstall "
+            "the model (no engine was built)")
+
+
 def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
     """Convert, build, first-load and verify one engine; commit it to the cache.
 
@@ -153,6 +178,7 @@ def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
     backend = job.backend_obj or _backends.get_backend(job.backend)
     cache = EngineCache(Path(job.cache_root))
     data, source = validation_set(info)
+    _check_reference_finite(info, data, source)
     range_result = None
     if precision is Precision.FP16:
         if progress:

@@ -123,6 +123,9 @@ class ModelInfo:
             model = onnx.load(str(path), load_external_data=False)
         except Exception as exc:  # onnx raises DecodeError and others
             raise ModelLoadError(f"{path} is not a readable ONNX file: {exc}") from exc
+        if not model.graph.node or not model.graph.output:  # e.g. an empty file parses as an empty model
+            raise ModelLoadError(f"{path} is not a readable ONNX file: it holds no graph "
+                                 f"({path.stat().st_size} bytes; empty or not a model)")
         init_names = {i.name for i in model.graph.initializer}
         inputs = tuple(_spec(v) for v in model.graph.input if v.name not in init_names)
         outputs = tuple(_spec(v) for v in model.graph.output)
