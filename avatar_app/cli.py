@@ -98,11 +98,23 @@ def _join_dash_values(argv: list[str]) -> list[str]:
     return out
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (status 2), as every other error.
+
+    Sub-command parsers are of the same class (argparse's ``add_subparsers``
+    default), so ``avatar-app render --size 0x0`` says what is wrong and where
+    the options are listed, without the multi-line usage block.
+    """
+
+    def error(self, message: str):  # noqa: D102 (argparse API)
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``avatar-app``."""
     from avatar_app import __version__
 
-    p = argparse.ArgumentParser(prog="avatar-app", description="Turn a webcam and microphone into a live 3D avatar.")
+    p = _OneLineParser(prog="avatar-app", description="Turn a webcam and microphone into a live 3D avatar.")
     p.add_argument("--version", action="version", version=f"avatar-app {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--source", type=Path, help="play this video file live instead of the camera")

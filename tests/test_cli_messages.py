@@ -42,3 +42,13 @@ def test_engines_list_counts_entries_in_words(tmp_path, monkeypatch, n, word):
     assert line.endswith(word), line
     models = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Models: "))
     assert "face_recon" in models and "speech2face" in models, models  # where the shipped models are read
+
+
+@pytest.mark.parametrize("args", [("render", "in.mp4", "-o", "o.mp4", "--size", "0x0"), ("render",),
+                                  ("engines", "build", "--precision", "fp99"), ("bogus",)])
+def test_option_errors_are_one_line_with_status_2(args):
+    """Usage errors follow the README's rule for errors you can fix: one line on stderr."""
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and "--help` lists the options" in lines[0], proc.stderr
