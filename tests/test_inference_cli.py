@@ -82,6 +82,31 @@ def test_list_tells_cache_entries_of_the_shipped_model_apart(user_dirs):
     assert rc == 0 and "face_recon fp32 ort_cpu" in text and f"model {sha[:8]}, current model" in text
 
 
+def test_clear_unused_removes_only_engines_of_other_files(tmp_path, user_dirs):
+    """After a model update the old engines are unused: ``clear --unused`` removes them, keeps the rest."""
+    import shutil
+
+    import onnx
+
+    from avatar_app.resources import resource_path
+
+    old = tmp_path / "face_recon.onnx"  # another file under the shipped name (an "older model")
+    shutil.copy(resource_path("models/face_recon.onnx"), old)
+    shutil.copy(resource_path("models/face_recon.card.json"), tmp_path / "face_recon.card.json")
+    m = onnx.load(str(old))
+    onnx.helper.set_model_props(m, {**{p.key: p.value for p in m.metadata_props}, "note": "older"})
+    onnx.save(m, str(old))
+    for model in ("face_recon", str(old)):
+        rc, text = _run("engines", "build", "--model", model, "--precision", "fp32", "--inline")
+        assert rc == 0, text
+    rc, text = _run("engines", "list")
+    assert "current model" in text and "not the shipped file" in text, text
+    rc, text = _run("engines", "clear", "--unused")
+    assert rc == 0 and "removed 1 unused cached engine(s)" in text, text
+    rc, text = _run("engines", "list")
+    assert "current model" in text and "not the shipped file" not in text, text
+
+
 def test_list_shows_how_an_int8_entry_was_calibrated(tiny_models, user_dirs):
     for method in ("percentile", "minmax"):
         rc, text = _run("engines", "build", "--model", str(tiny_models["matmul"]), "--precision", "int8",

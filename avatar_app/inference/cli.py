@@ -54,6 +54,9 @@ def add_engines_parser(subparsers) -> argparse.ArgumentParser:
 
     cl = sub.add_parser("clear", help="delete cached engines")
     cl.add_argument("--model", default=None, help="only engines of this model name")
+    cl.add_argument("--unused", action="store_true",
+                    help="only engines the app no longer uses: built from another file than the "
+                         "shipped model of that name (e.g. before an update), or unusable entries")
     return p
 
 
@@ -238,6 +241,20 @@ def _clear(args, out) -> int:
     from avatar_app.inference.cache import EngineCache
 
     cache = EngineCache()
-    n = cache.clear(args.model)
-    print(f"removed {n} cached engine(s) from {cache.engines_dir}", file=out)
+    if not args.unused:
+        n = cache.clear(args.model)
+        print(f"removed {n} cached engine(s) from {cache.engines_dir}", file=out)
+        return 0
+    shipped = _shipped_model_hashes()
+    n, freed = 0, 0
+    for folder, entry, _ in cache.entries():
+        name = entry.manifest.model_name if entry else folder.name
+        if args.model is not None and name != args.model and not folder.name.startswith(args.model + "-"):
+            continue
+        stale = entry is None or (name in shipped and entry.manifest.key.get("onnx_sha256") != shipped[name])
+        if stale:
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            cache.remove(folder)
+            n += 1
+    print(f"removed {n} unused cached engine(s) ({freed / 1e6:.1f} MB) from {cache.engines_dir}", file=out)
     return 0
