@@ -209,3 +209,14 @@ def test_render_reports_the_face_solver_and_a_fallback(monkeypatch, tmp_path, te
     monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/face_recon.onnx")
     rep = pipeline.render_file(testdata / "video" / "grid_s1_bbaf2n.mp4", tmp_path / "o2.mp4", opts)
     assert "face_recon.onnx" in rep.face_solver and not any("learned face engine" in w for w in rep.warnings)
+
+
+def test_depth_scale_projects_on_the_viewing_ray_and_clips():
+    from avatar_app.reconstruction.engine import depth_scale
+
+    a = np.array([0.02, -0.01, -0.40])
+    assert depth_scale(a, a * 1.1) == pytest.approx(1.1)
+    side = np.cross(a, [0.0, 1.0, 0.0])  # a sideways offset does not change the depth scale
+    assert depth_scale(a, a + 0.01 * side / np.linalg.norm(side)) == pytest.approx(1.0)
+    assert depth_scale(a, a * 5.0) == 2.0 and depth_scale(a, -a) == 0.5
+    assert depth_scale(np.zeros(3), a) == 1.0
