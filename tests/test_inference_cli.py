@@ -107,6 +107,25 @@ def test_clear_unused_removes_only_engines_of_other_files(tmp_path, user_dirs):
     assert "current model" in text and "not the shipped file" not in text, text
 
 
+def test_clear_unused_removes_engines_of_another_backend_version(user_dirs):
+    """An engine built by an older onnxruntime/TensorRT is never looked up again: it is unused."""
+    import json
+
+    from avatar_app.inference.cache import EngineCache
+
+    rc, text = _run("engines", "build", "--model", "face_recon", "--precision", "fp32", "--inline")
+    assert rc == 0, text
+    (folder, entry, _), = EngineCache().entries()
+    manifest = folder / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["key"]["backend_version"] = "0.0.1"
+    manifest.write_text(json.dumps(data))
+    rc, text = _run("engines", "list")
+    assert "built with ort_cpu 0.0.1" in text and "(unused by the app)" in text, text
+    rc, text = _run("engines", "clear", "--unused")
+    assert "removed 1 unused" in text, text
+
+
 def test_list_shows_how_an_int8_entry_was_calibrated(tiny_models, user_dirs):
     for method in ("percentile", "minmax"):
         rc, text = _run("engines", "build", "--model", str(tiny_models["matmul"]), "--precision", "int8",

@@ -56,7 +56,8 @@ def add_engines_parser(subparsers) -> argparse.ArgumentParser:
     cl.add_argument("--model", default=None, help="only engines of this model name")
     cl.add_argument("--unused", action="store_true",
                     help="only engines the app no longer uses: built from another file than the "
-                         "shipped model of that name (e.g. before an update), or unusable entries")
+                         "shipped model of that name (e.g. before an update), with another version of "
+                         "the backend than the installed one, or unusable entries")
     return p
 
 
@@ -112,6 +113,34 @@ def _shipped_model_hashes() -> dict[str, str]:
             for q in sorted(resource_path("models").glob("*.onnx"))}
 
 
+def _unused_reason(entry, shipped: dict[str, str], versions: dict[str, str | None]) -> str | None:
+    """Why the app no longer uses a cache entry, or None when it may.
+
+    Args:
+        entry: a checked :class:`~avatar_app.inference.cache.CacheEntry`, or None (unusable).
+        shipped: shipped model name -> SHA-256 (:func:`_shipped_model_hashes`).
+        versions: backend name -> installed version (None: not installed).
+    """
+    if entry is None:
+        return "unusable"
+    m = entry.manifest
+    sha = str(m.key.get("onnx_sha256", ""))
+    if m.model_name in shipped and sha != shipped[m.model_name]:
+        return "not the shipped file"
+    backend, built = m.key.get("backend"), m.key.get("backend_version")
+    if backend in versions and versions[backend] != built:
+        now = versions[backend]
+        return f"built with {backend} {built}, " + (f"{now} is installed" if now else "not installed now")
+    return None
+
+
+def _installed_versions() -> dict[str, str | None]:
+    """Backend name -> installed version (None when not installed)."""
+    from avatar_app.inference.backends import backend_statuses
+
+    return {st.name: (st.version if st.installed else None) for st in backend_statuses()}
+
+
 def _list(args, out) -> int:
     from avatar_app.inference.backends import backend_statuses
     from avatar_app.inference.cache import EngineCache
@@ -141,6 +170,7 @@ def _list(args, out) -> int:
     entries = cache.entries()
     print(f"Engine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)
     shipped = _shipped_model_hashes()
+    versions = _installed_versions()
     for folder, entry, problem in entries:
         if entry is None:
             print(f"  {folder.name}: UNUSABLE - {problem} (will be rebuilt)", file=out)
@@ -148,8 +178,9 @@ def _list(args, out) -> int:
         m = entry.manifest
         when = datetime.datetime.fromtimestamp(m.built_at).strftime("%Y-%m-%d %H:%M")
         sha = str(m.key.get("onnx_sha256", ""))
-        which = ("" if m.model_name not in shipped else
-                 ", current model" if sha == shipped[m.model_name] else ", not the shipped file (unused by the app)")
+        unused = _unused_reason(entry, shipped, versions)
+        which = (f", {unused} (unused by the app)" if unused else
+                 ", current model" if m.model_name in shipped else "")
         print(f"  {m.model_name} {m.key['precision']} {m.key['backend']} {m.key['backend_version']} "
               f"[{m.key['device']}] {m.status} ({m.artifact_size / 1e6:.2f} MB, built {when} "
               f"in {m.build_time_s:.1f} s; model {sha[:8]}{which})", file=out)
@@ -245,14 +276,13 @@ def _clear(args, out) -> int:
         n = cache.clear(args.model)
         print(f"removed {n} cached engine(s) from {cache.engines_dir}", file=out)
         return 0
-    shipped = _shipped_model_hashes()
+    shipped, versions = _shipped_model_hashes(), _installed_versions()
     n, freed = 0, 0
     for folder, entry, _ in cache.entries():
         name = entry.manifest.model_name if entry else folder.name
         if args.model is not None and name != args.model and not folder.name.startswith(args.model + "-"):
             continue
-        stale = entry is None or (name in shipped and entry.manifest.key.get("onnx_sha256") != shipped[name])
-        if stale:
+        if _unused_reason(entry, shipped, versions):
             freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
             cache.remove(folder)
             n += 1
