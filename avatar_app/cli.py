@@ -107,7 +107,23 @@ class _OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):  # noqa: D102 (argparse API)
-        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+        prog = self.prog
+        if message.startswith("unrecognized arguments"):
+            # argparse reports a sub-command's unknown option from the top-level parser
+            prog = " ".join([prog] + _subcommand_path(self, sys.argv[1:]))
+        self.exit(2, f"{prog}: error: {message} (`{prog} --help` lists the options)\n")
+
+
+def _subcommand_path(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The sub-command names in ``argv`` (``["engines", "build"]``), following the parser's sub-parsers."""
+    path = []
+    for tok in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or tok not in subs[0].choices:
+            continue
+        parser = subs[0].choices[tok]
+        path.append(tok)
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -52,3 +52,9 @@ def test_option_errors_are_one_line_with_status_2(args):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and "--help` lists the options" in lines[0], proc.stderr
+
+
+def test_an_unknown_option_points_to_its_sub_command_help():
+    proc = run_cli("engines", "list", "--bogus")
+    assert proc.returncode == 2
+    assert "`avatar-app engines list --help` lists the options" in proc.stderr, proc.stderr
