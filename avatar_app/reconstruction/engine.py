@@ -353,7 +353,8 @@ class EngineReconstructor:
         return res
 
     def _update_identity(self, ident: np.ndarray, t: float) -> None:
-        self._identity, self._identity_n = self._slow_mean(self._identity, self._identity_n, ident, t)
+        self._identity, self._identity_n = self._slow_mean(self._identity, self._identity_n, ident, t,
+                                                           self._identity_t)
         self._identity_t = t
 
     def _update_depth_scale(self, scale: float, t: float) -> None:
@@ -364,9 +365,16 @@ class EngineReconstructor:
         self._depth_scale, self._depth_scale_t = float(value[0]), t
 
     def _slow_mean(self, value: np.ndarray | None, n: int, x: np.ndarray, t: float,
-                   t_prev: float | None = None) -> tuple[np.ndarray, int]:
-        """Running mean over the warm-up, then an exponential follow-up (``identity_tau_s``)."""
-        t_prev = self._identity_t if t_prev is None else t_prev
+                   t_prev: float | None) -> tuple[np.ndarray, int]:
+        """Running mean over the warm-up, then an exponential follow-up (``identity_tau_s``).
+
+        Args:
+            value: the current estimate (None before the first sample); n: samples in it.
+            x: the new sample; t: its time, seconds; t_prev: the previous update's time.
+
+        Returns:
+            ``(new estimate, new n)``.
+        """
         if value is None:
             return x.astype(np.float64 if x.dtype == np.float64 else np.float32).copy(), 1
         if t - self._t_first < self.config.warmup_s:
