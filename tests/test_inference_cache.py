@@ -100,7 +100,7 @@ def test_entries_and_clear(tiny_models, manager):
     assert len(listed) == 2
     problems = [p for _, e, p in listed if e is None]
     assert len(problems) == 1 and "truncated" in problems[0]
-    assert manager.cache.clear("conv") == 1
-    assert manager.cache.clear() == 1 and manager.cache.entries() == []
+    assert manager.cache.clear("conv")[0] == 1
+    assert manager.cache.clear()[0] == 1 and manager.cache.entries() == []
     with pytest.raises(ValueError, match="not an engine cache entry"):
         EngineCache(manager.cache.root).remove(manager.cache.root)

@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -214,15 +215,29 @@ class EngineCache:
             out.append((folder, entry, problem))
         return out
 
-    def clear(self, model_name: str | None = None) -> int:
-        """Remove all entries (or those of one model); returns how many were removed."""
-        n = 0
+    def clear(self, model_name: str | None = None,
+              where: Callable[[CacheEntry | None], bool] | None = None) -> tuple[int, int]:
+        """Remove all entries, or those of one model, or those ``where`` picks.
+
+        Args:
+            model_name: only entries of this model (None: every model).
+            where: only entries for which ``where(entry)`` is true (``entry`` is
+                None for an unusable folder).
+
+        Returns:
+            ``(entries removed, bytes freed)``.
+        """
+        n = freed = 0
         for folder, entry, _ in self.entries():
             name = entry.manifest.model_name if entry else folder.name
-            if model_name is None or name == model_name or folder.name.startswith(model_name + "-"):
-                self.remove(folder)
-                n += 1
-        return n
+            if model_name is not None and name != model_name and not folder.name.startswith(model_name + "-"):
+                continue
+            if where is not None and not where(entry):
+                continue
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            self.remove(folder)
+            n += 1
+        return n, freed
 
     def scratch_dir(self) -> Path:
         """A folder for in-progress builds inside the cache (same filesystem as entries)."""

@@ -75,7 +75,7 @@ def resolve_model(text: str) -> Path:
     for cand in (resource_path(f"models/{text}"), resource_path(f"models/{text}.onnx")):
         if cand.is_file():
             return cand
-    shipped = sorted(q.stem for q in resource_path("models").glob("*.onnx"))
+    shipped = [q.stem for q in _shipped_models()]
     raise InputError(f"model {text!r} not found (no such file, and no models/{text}.onnx); "
                      f"shipped models: {', '.join(shipped) or 'none'}", text)
 
@@ -104,13 +104,18 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 1
 
 
-def _shipped_model_hashes() -> dict[str, str]:
-    """Name -> SHA-256 (hex) of each shipped ``models/*.onnx`` (to tell cache entries apart)."""
-    from avatar_app.inference.modelinfo import sha256_file
+def _shipped_models() -> list[Path]:
+    """The shipped ``models/*.onnx`` files (checkout or installed package), sorted."""
     from avatar_app.resources import resource_path
 
-    return {q.stem: sha256_file(q)
-            for q in sorted(resource_path("models").glob("*.onnx"))}
+    return sorted(resource_path("models").glob("*.onnx"))
+
+
+def _shipped_model_hashes() -> dict[str, str]:
+    """Name -> SHA-256 (hex) of each shipped model (to tell cache entries apart)."""
+    from avatar_app.inference.modelinfo import sha256_file
+
+    return {q.stem: sha256_file(q) for q in _shipped_models()}
 
 
 def _unused_reason(entry, shipped: dict[str, str], versions: dict[str, str | None]) -> str | None:
@@ -163,9 +168,8 @@ def _list(args, out) -> int:
                 print(f"      {prec}: {text}", file=out)
     from avatar_app.resources import resource_path
 
-    models = resource_path("models")
-    names = ", ".join(q.stem for q in sorted(models.glob("*.onnx"))) or "none"
-    print(f"\nModels: {models} ({names})", file=out)
+    names = ", ".join(q.stem for q in _shipped_models()) or "none"
+    print(f"\nModels: {resource_path('models')} ({names})", file=out)
     cache = EngineCache()
     entries = cache.entries()
     print(f"Engine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)
@@ -272,10 +276,14 @@ def _clear(args, out) -> int:
     from avatar_app.inference.cache import EngineCache
 
     cache = EngineCache()
-    if not args.unused:
-        n = cache.clear(args.model)
-        print(f"removed {n} cached engine(s) from {cache.engines_dir}", file=out)
-        return 0
+    where = None
+    if args.unused:
+        shipped, versions = _shipped_model_hashes(), _installed_versions()
+        where = lambda entry: _unused_reason(entry, shipped, versions) is not None  # noqa: E731
+    n, freed = cache.clear(args.model, where)
+    print(f"removed {n} {'unused ' if args.unused else ''}cached engine(s) ({freed / 1e6:.1f} MB) "
+          f"from {cache.engines_dir}", file=out)
+    return 0
     shipped, versions = _shipped_model_hashes(), _installed_versions()
     n, freed = 0, 0
     for folder, entry, _ in cache.entries():

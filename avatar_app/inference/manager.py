@@ -133,27 +133,31 @@ def _precision_onnx(info: ModelInfo, precision: Precision, job: BuildJob, cache:
     return dst
 
 
-def _check_reference_finite(info: ModelInfo, data: dict, source: str, samples: int = 16) -> None:
-    """Refuse a model whose own float32 outputs are NaN/Inf (broken weights), before any conversion.
+def _finite_reference(info: ModelInfo, data: dict, source: str) -> list[dict[str, np.ndarray]]:
+    """The FP32 reference outputs on the validation set, refusing a model whose outputs are NaN/Inf.
 
-    Otherwise the FP16 range check would call it an overflow and the INT8
-    calibration would fail on a NaN range.
+    Run once per build, before any conversion (otherwise the FP16 range check would
+    call broken weights an overflow and the INT8 calibration would fail on a NaN
+    range); verification reuses the outputs.
+
+    Returns:
+        One dict of outputs per sample (:func:`~avatar_app.inference.verify.reference_outputs`).
 
     Raises:
-        ModelLoadError: a non-finite output on the first ``samples`` validation samples.
+        ModelLoadError: a non-finite output (broken weights or inputs).
     """
     from avatar_app.inference.ort import OrtRunner
     from avatar_app.inference.verify import reference_outputs
 
-    head = {k: v[:samples] for k, v in data.items()}
     with OrtRunner.from_path(info.path, "ort_cpu") as ref:
-        outs = reference_outputs(ref, head)
+        outs = reference_outputs(ref, data)
     bad = sorted({k for o in outs for k, v in o.items() if not np.all(np.isfinite(v))})
     if bad:
         raise ModelLoadError(
             f"{info.path.name} gives NaN/Inf in float32 on its {source} validation samples "
             f"(outputs {', '.join(bad)}): its weights or inputs are broken; re-export or reinstall "
             "the model (no engine was built)")
+    return outs
 
 
 def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
@@ -168,9 +172,7 @@ def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
         EngineBuildError, BackendUnavailableError, ModelLoadError: the build failed
             (nothing is cached then).
     """
-    from avatar_app.inference.ort import OrtRunner
-    from avatar_app.inference.verify import (fp16_range_violations, range_rejection,
-                                             reference_outputs, verify)
+    from avatar_app.inference.verify import fp16_range_violations, range_rejection, verify
 
     t0 = time.perf_counter()
     info = ModelInfo.from_onnx(job.model_path, job.card)
@@ -178,7 +180,7 @@ def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
     backend = job.backend_obj or _backends.get_backend(job.backend)
     cache = EngineCache(Path(job.cache_root))
     data, source = validation_set(info)
-    _check_reference_finite(info, data, source)
+    expected = _finite_reference(info, data, source)
     range_result = None
     if precision is Precision.FP16:
         if progress:
@@ -223,8 +225,6 @@ def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
         else:
             if progress:
                 progress("verifying against the FP32 reference", 0.7)
-            with OrtRunner.from_path(info.path, "ort_cpu") as ref:
-                expected = reference_outputs(ref, data)
             runner = backend.make_runner(art_tmp, precision, info.path.name)
             with runner:  # the first load of the new engine
                 load_checked = True

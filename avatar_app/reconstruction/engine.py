@@ -376,7 +376,7 @@ class EngineReconstructor:
             ``(new estimate, new n)``.
         """
         if value is None:
-            return x.astype(np.float64 if x.dtype == np.float64 else np.float32).copy(), 1
+            return x.copy(), 1
         if t - self._t_first < self.config.warmup_s:
             return value + (x - value) / (n + 1), n + 1
         dt = t - t_prev if t_prev is not None else 0.0

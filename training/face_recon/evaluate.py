@@ -336,10 +336,6 @@ def precision_checks(model: Path, manager, reference_weights: dict, testdata: Pa
                 ev_ref = (ref[:, B.eyeBlinkLeft] > 0.5) & (ref[:, B.eyeBlinkRight] > 0.5)
                 same &= bool(np.array_equal(ev, ev_ref))
             row["same_blink_frames"] = same
-        if prec == "int8":
-            from avatar_app.inference.precision import int8_summary
-
-            row["int8_layers"] = int8_summary(entry.artifact_path)
         out[prec] = row
     return out
 
