@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("input", type=Path, help="video file with a face")
     r.add_argument("--audio", type=Path, default=None, help="use this audio instead of the video's own")
     r.add_argument("--no-audio", action="store_true", help="ignore audio (silent clip, mouth from video only)")
+    r.add_argument("--tracker", choices=("auto", "onnx", "mediapipe"), default="auto",
+                   help="face landmarks from MediaPipe or from its models as engines (default auto: onnx "
+                        "where an NVIDIA GPU backend runs, else mediapipe)")
     common(r)
     d = sub.add_parser("demo", help="render a short demo clip from data the package carries")
     common(d)
@@ -199,7 +202,7 @@ def _render_options(args):
     return RenderOptions(
         size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=args.background,
         audio_path=getattr(args, "audio", None), use_audio=not getattr(args, "no_audio", False),
-        avatar_path=args.avatar,
+        avatar_path=args.avatar, tracker=getattr(args, "tracker", "auto"),
     )
 
 

@@ -48,6 +48,7 @@ class RenderOptions:
         use_audio: False renders without sound and without speech drive.
         avatar_path: a glTF/VRM avatar instead of the default head.
         fusion: fusion settings.
+        tracker: ``auto``, ``onnx`` or ``mediapipe`` (tracking.select).
     """
 
     size: tuple[int, int] = (1280, 720)
@@ -59,6 +60,7 @@ class RenderOptions:
     use_audio: bool = True
     avatar_path: Path | None = None
     fusion: FusionSettings = field(default_factory=FusionSettings)
+    tracker: str = "auto"
 
 
 @dataclass
@@ -551,7 +553,8 @@ def render_file(
     """
     from avatar_app.capture.audio_file import load_audio
     from avatar_app.capture.video_file import VideoFileSource
-    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+    from avatar_app.tracking.face_mesh import RunningMode
+    from avatar_app.tracking.select import make_tracker
 
     options = options or RenderOptions()
     input_path, output_path = Path(input_path), Path(output_path)
@@ -599,7 +602,7 @@ def render_file(
                 if rec_audio is not None:
                     writer.set_audio(rec_audio.samples, max(float(rec_audio.media_time_s), 0.0))
                 worker = _RenderWorker(options, writer, stats, avatar=avatar)
-                tracker = FaceTracker(RunningMode.VIDEO)
+                tracker = make_tracker(options.tracker, RunningMode.VIDEO)
                 proc = FrameProcessor(tracker, reconstructor, speech, live=False, fusion=Fusion(options.fusion))
                 proc.speech_lookahead_s = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)
                 speech_samples = speech_audio.samples if speech_audio is not None else None
