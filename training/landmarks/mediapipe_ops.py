@@ -126,7 +126,8 @@ def _transform_tensor(b: _Nodes, feat: str, m: str, out: str, attrs: dict, in_hw
     grid = b.op("Reshape", [grid, b.const([-1, oh, ow, 2])])
     inside = b.op("And", [b.op("GreaterOrEqual", [tc, b.const(np.zeros(2, np.float32))]),
                           b.op("LessOrEqual", [tc, b.const(lim)])])
-    inside = b.op("ReduceMin", [b.op("Cast", [inside], to=1)], axes=[2], keepdims=0)    # [B, oh*ow]
+    inside = b.op("Where", [inside, b.const(1.0), b.const(0.0)])  # no Cast: FP16 conversion keeps it valid
+    inside = b.op("ReduceMin", [inside], axes=[2], keepdims=0)                           # [B, oh*ow]
     mask = b.op("Reshape", [inside, b.const([-1, 1, oh, ow])])
     nchw = b.op("Transpose", [feat], perm=[0, 3, 1, 2])
     sampled = b.op("GridSample", [nchw, grid], mode="bilinear", padding_mode="zeros", align_corners=1)
