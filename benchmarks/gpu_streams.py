@@ -278,7 +278,8 @@ INPUT_SHAPES = {"face_detection": [(3, 128, 128)], "face_landmark": [(3, 192, 19
 class TorchPipeline:
     """All four engines as torch modules, one step captured in a CUDA graph per batch size."""
 
-    def __init__(self, work: Workload, models_dir: Path, device: str, precision: str, base: dict | None = None):
+    def __init__(self, work: Workload, models_dir: Path, device: str, precision: str, base: dict | None = None,
+                 concurrent: bool = False):
         import torch
 
         self.torch, self.work, self.device = torch, work, torch.device(device)
@@ -292,6 +293,8 @@ class TorchPipeline:
         self.speech = t(work.speech).to(self.dtype)
         self.graphs: dict[int, tuple] = {}
         self.graph_errors: dict[int, str] = {}
+        self.concurrent = concurrent and self.device.type == "cuda"
+        self.side_streams = [torch.cuda.Stream() for _ in MODELS] if self.concurrent else []
 
     def module(self, name: str, batch: int):
         """The model frozen for ``batch`` (once for all batches when its graph reads no input shape)."""
@@ -325,11 +328,48 @@ class TorchPipeline:
         mesh_in = F.grid_sample(frames, self._grids(self.crop[fid], 192), mode="bilinear",
                                 padding_mode="border", align_corners=True).to(self.dtype)
         b = len(fid)
-        _, scores = self.module("face_detection", b)(det_in)
-        landmarks, flag = self.module("face_landmark", b)(mesh_in)
-        recon = self.module("face_recon", b)(self.recon["landmarks"][sid], self.recon["neutral"][sid])
-        speech = self.module("speech2face", b)(self.speech[spid])
-        return (scores.amax(dim=1), landmarks, flag, recon[0], speech)
+        jobs = (lambda: self.module("face_detection", b)(det_in)[1].amax(dim=1),
+                lambda: self.module("face_landmark", b)(mesh_in),
+                lambda: self.module("face_recon", b)(self.recon["landmarks"][sid], self.recon["neutral"][sid])[0],
+                lambda: self.module("speech2face", b)(self.speech[spid]))
+        if not self.concurrent:
+            outs = [job() for job in jobs]
+        else:  # the four engines on four CUDA streams, joined before the copies (a graph captures the fork)
+            torch = self.torch
+            cur = torch.cuda.current_stream()
+            outs = []
+            for job, side in zip(jobs, self.side_streams):
+                side.wait_stream(cur)
+                with torch.cuda.stream(side):
+                    outs.append(job())
+            for side in self.side_streams:
+                cur.wait_stream(side)
+        scores, (landmarks, flag), recon, speech = outs
+        return (scores, landmarks, flag, recon, speech)
+
+    def engine_times(self, batch: int, replays: int = 20) -> dict[str, float]:
+        """Each engine alone at ``batch``, captured in a CUDA graph: ms per call (CUDA events)."""
+        torch = self.torch
+        out = {}
+        for name in MODELS:
+            m = self.module(name, batch)
+            x = [torch.rand((batch, *s), device=self.device).to(self.dtype) for s in INPUT_SHAPES[name]]
+            with torch.inference_mode():
+                m(*x)
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    m(*x)
+                g.replay()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(replays):
+                    g.replay()
+                end.record()
+                torch.cuda.synchronize()
+            out[name] = round(start.elapsed_time(end) / replays, 4)
+            del g
+        return out
 
     def prepare(self, batch: int, graph: bool) -> None:
         """Static index buffers and, with ``graph``, the CUDA graph of one step of ``batch`` streams.
@@ -515,6 +555,7 @@ def run(args) -> dict:
     result = {"benchmark": "gpu_streams", "backend": args.backend, "device": args.device,
               "engines": list(MODELS), "speech_frames_per_call": SPEECH_T, "max_batch": args.max_batch,
               "frame_budget_ms": round(FRAME_BUDGET_MS, 2), "cuda_graphs": bool(args.graphs),
+              "concurrent_engines": bool(getattr(args, "concurrent", False)),
               "note": args.note, "runs": []}
     base = convert_models(args.models) if args.backend == "torch" else None
     counts = [int(x) for x in args.streams.split(",")] if args.streams else stream_counts(
@@ -522,7 +563,7 @@ def run(args) -> dict:
     for precision in args.precision.split(","):
         t0 = time.perf_counter()
         if args.backend == "torch":
-            pipe = TorchPipeline(work, args.models, args.device, precision, base)
+            pipe = TorchPipeline(work, args.models, args.device, precision, base, args.concurrent)
         else:
             pipe = OrtPipeline(work, args.models, args.device, precision)
         pipe.prepare(1, args.graphs)
@@ -552,6 +593,10 @@ def run(args) -> dict:
         run_out["streams_held_30fps"] = held
         run_out["per_frame_ms_batch1"] = next((p["step_ms_p50"] for p in run_out["points"] if p["streams"] == 1), None)
         run_out["graph_errors"] = {str(k): v for k, v in pipe.graph_errors.items()}
+        if args.engine_times and args.backend == "torch" and args.device == "cuda":
+            pipe.release(set())
+            run_out["engine_ms"] = {str(b): pipe.engine_times(b) for b in (1, args.max_batch)}
+            print(json.dumps({"precision": precision, "engine_ms": run_out["engine_ms"]}), flush=True)
         result["runs"].append(run_out)
         del pipe
     return result
@@ -575,6 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seconds", type=float, default=1.0, help="measuring time per stream count")
     r.add_argument("--no-graphs", dest="graphs", action="store_false", help="no CUDA graphs")
     r.add_argument("--note", default="")
+    r.add_argument("--concurrent", action="store_true", help="torch/cuda: the four engines on four CUDA streams")
+    r.add_argument("--engine-times", action="store_true", help="torch/cuda: each engine alone at batch 1 and max")
     r.add_argument("--budget-s", type=float, default=0.0, help="stop a precision's sweep after this many seconds")
     r.add_argument("-o", "--out", type=Path, required=True)
     args = ap.parse_args(argv)
