@@ -281,8 +281,40 @@ def wrap(model, spec: Spec):
     if not ok:
         raise RuntimeError(f"{spec.name}: onnxsim could not validate the simplified model")
     simplified.ir_version = IR_VERSION
+    _canonical_names(simplified)
     onnx.checker.check_model(simplified)
     return simplified
+
+
+def _canonical_names(model) -> None:
+    """Name initializers, tensors and nodes by position (``w0``, ``t0``, ``Conv_12``) and drop onnxsim's
+    metadata, so a conversion gives the same bytes every time (tf2onnx's names vary from run to run)."""
+    g = model.graph
+    keep = {i.name for i in g.input} | {o.name for o in g.output}
+    inits = {i.name for i in g.initializer}
+    names: dict[str, str] = {}
+    for node in g.node:
+        for t in list(node.input) + list(node.output):
+            if t and t not in keep and t not in names:
+                names[t] = f"w{sum(v.startswith('w') for v in names.values())}" if t in inits else \
+                    f"t{sum(v.startswith('t') for v in names.values())}"
+    for k, node in enumerate(g.node):  # tf2onnx keeps an arbitrary name of nodes it merges
+        node.input[:] = [names.get(t, t) for t in node.input]
+        node.output[:] = [names.get(t, t) for t in node.output]
+        node.name = f"{node.op_type}_{k}"
+    for init in g.initializer:
+        init.name = names.get(init.name, init.name)
+    ordered = sorted(g.initializer, key=lambda i: (len(i.name), i.name))
+    copies = [type(i)() for i in ordered]
+    for c, i in zip(copies, ordered):
+        c.CopyFrom(i)
+    del g.initializer[:]
+    g.initializer.extend(copies)
+    for vi in g.value_info:
+        vi.name = names.get(vi.name, vi.name)
+    props = [p for p in model.metadata_props if not p.key.startswith("onnxsim.")]
+    del model.metadata_props[:]
+    model.metadata_props.extend(props)
 
 
 def check(model_bytes: bytes, tflite: Path, spec: Spec, images: np.ndarray) -> dict[str, float]:
