@@ -355,7 +355,7 @@ class _Writer:
     """
 
     def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
-        from avatar_app.record.formats import open_recorder
+        from avatar_app.record.factory import open_recorder
         from avatar_app.record.parts import OutputParts
         from avatar_app.record.sidecar import SidecarWriter
 
