@@ -30,6 +30,7 @@ import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, RecordingError
 from avatar_app.core.rotations import gaze_rotation, rot_y
@@ -57,11 +58,11 @@ def _region_colours(model) -> np.ndarray:
     """(468, 3) vertex colours: skin, lips (vermilion incl. corners), brows."""
     from avatar_app.avatar.face_model_shapes import lip_regions
 
-    col = np.tile(np.asarray(SKIN), (topo.NUM_MESH, 1))
+    col = np.tile(np.asarray(SKIN), (lmk.NUM_MESH, 1))
     upper, lower = lip_regions(np.asarray(model.triangles))
-    lips = upper | lower | set(topo.MOUTH_CORNER_ROW_LEFT[1:] + topo.MOUTH_CORNER_ROW_RIGHT[1:])
+    lips = upper | lower | set(lmk.MOUTH_CORNER_ROW_LEFT[1:] + lmk.MOUTH_CORNER_ROW_RIGHT[1:])
     col[sorted(lips)] = LIPS
-    brows = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER + topo.RIGHT_BROW_UPPER + topo.RIGHT_BROW_LOWER
+    brows = lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER + lmk.RIGHT_BROW_UPPER + lmk.RIGHT_BROW_LOWER
     col[list(brows)] = BROW
     return col
 
@@ -86,14 +87,14 @@ def _rig_layout(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         (W (V, 478) float64 such that vertices = W @ points, triangles (F, 3) int,
         colours (V, 3)).
     """
-    n = topo.NUM_POINTS
-    rows = [np.eye(n)[: topo.NUM_MESH]]
+    n = lmk.NUM_LANDMARKS
+    rows = [np.eye(n)[: lmk.NUM_MESH]]
     cols = [_region_colours(model)]
     tris = [np.asarray(model.triangles, np.int64)]
-    count = topo.NUM_MESH
+    count = lmk.NUM_MESH
     loops = topo.boundary_loops(np.asarray(model.triangles))
     for loop in loops[1:]:  # eye and mouth openings (the longest loop is the outer rim)
-        is_mouth = topo.STOMION_UPPER in loop or topo.STOMION_LOWER in loop
+        is_mouth = lmk.FacePoint.LIP_UPPER_INNER in loop or lmk.FacePoint.LIP_LOWER_INNER in loop
         w = np.zeros((1 + len(loop), n))
         w[0, loop] = 1.0 / len(loop)  # centre, then a copy of the rim in the fan's colour
         w[np.arange(1, len(loop) + 1), loop] = 1.0
@@ -102,7 +103,7 @@ def _rig_layout(model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ring = count + 1 + np.arange(len(loop))
         tris.append(np.stack([np.full(len(ring), count), ring, np.roll(ring, -1)], axis=1))
         count += len(w)
-    for iris in (topo.RIGHT_IRIS, topo.LEFT_IRIS):
+    for iris in (lmk.RIGHT_IRIS, lmk.LEFT_IRIS):
         for scale, colour in ((1.0, IRIS), (0.42, PUPIL)):
             w5 = _disc_weights(20, scale)
             w = np.zeros((len(w5), n))
@@ -141,7 +142,7 @@ def face_model_avatar(model=None, identity: np.ndarray | None = None) -> AvatarM
     depth = np.zeros((len(w), 3))
     centres = np.flatnonzero((w > 0).sum(axis=1) > 5)  # fan centres (iris disc points mix 5)
     for r in centres:
-        depth[r, 2] = -0.006 if w[r, topo.STOMION_UPPER] > 0 else -0.0025
+        depth[r, 2] = -0.006 if w[r, lmk.FacePoint.LIP_UPPER_INNER] > 0 else -0.0025
     per_disc = 21
     first_disc = len(w) - 4 * per_disc
     for k, start in enumerate(range(first_disc, len(w), per_disc)):
@@ -170,7 +171,7 @@ def face_model_avatar(model=None, identity: np.ndarray | None = None) -> AvatarM
     prim.weights = np.zeros((len(pos), 4), np.float32)
     prim.weights[:, 0] = 1.0
     skeleton = Skeleton([Joint("head", -1, np.eye(4), np.eye(4))])
-    lo, hi = neutral[: topo.NUM_MESH].min(0), neutral[: topo.NUM_MESH].max(0)
+    lo, hi = neutral[: lmk.NUM_MESH].min(0), neutral[: lmk.NUM_MESH].max(0)
     centre = np.array([0.0, 0.5 * (lo[1] + hi[1]) - 0.012, hi[2] - 0.04], np.float32)
     return AvatarMesh("face model", [prim], skeleton=skeleton, head_joint="head", view_center=centre,
                       view_height_m=float(hi[1] - lo[1]) * 1.02)
