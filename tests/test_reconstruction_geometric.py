@@ -17,7 +17,7 @@ from avatar_app.reconstruction import FaceReconstructor, GeometricSolver
 from avatar_app.reconstruction.geometric import EYEBALL_RADIUS_M
 from avatar_app.tracking import FaceTracker, RunningMode
 from avatar_app.core import landmarks as lmk
-from avatar_app.tracking.head_pose import focal_length_px, make_neutral_face
+from avatar_app.reconstruction.head_pose import focal_length_px, make_neutral_face
 
 BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
 SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")

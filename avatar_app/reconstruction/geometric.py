@@ -2,7 +2,7 @@
 
 No learned model: each blendshape comes from one measurement of the 478
 MediaPipe landmarks, taken in the head frame (the rigid head pose removed, see
-:mod:`avatar_app.tracking.head_pose`) so head turns do not fake expressions,
+:mod:`avatar_app.reconstruction.head_pose`) so head turns do not fake expressions,
 and normalised per user:
 
 - explicit: :meth:`GeometricSolver.calibrate_neutral` takes one neutral face;
@@ -44,7 +44,7 @@ from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.landmarks import DEFAULT_HFOV_DEG, MEAN_IPD_M
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction.calibration import RunningPercentiles
-from avatar_app.tracking.head_pose import (
+from avatar_app.reconstruction.head_pose import (
     HeadPose,
     NeutralFace,
     check_landmarks,

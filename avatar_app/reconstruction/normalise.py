@@ -4,7 +4,7 @@ The engine never sees raw MediaPipe coordinates. Every face (the current
 frame and the user's neutral) is first **aligned** to the face model's neutral
 template (:func:`avatar_app.avatar.face_model.load_face_model`, the training
 rig) by the same rigid fit the head-pose module uses
-(:func:`avatar_app.tracking.head_pose.estimate_head_pose`, batched here):
+(:func:`avatar_app.reconstruction.head_pose.estimate_head_pose`, batched here):
 
 1. MediaPipe's normalised x, y and relative z become a right-handed pixel
    space (x right, y up, z toward the camera, origin at the image centre);
