@@ -16,6 +16,7 @@ from typing import Any
 
 import cv2
 
+from avatar_app.capture.base import EndlessVideoMixin
 from avatar_app.capture.ring import LatestSlot
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import CaptureError
@@ -79,7 +80,7 @@ def fourcc_text(value: float) -> str:
     return text.rstrip(" \0") if text.isascii() and text.rstrip("\0").isprintable() else ""
 
 
-class CameraSource:
+class CameraSource(EndlessVideoMixin):
     """A webcam opened with OpenCV, read by a newest-frame thread.
 
     Construction opens the camera and negotiates its format; :meth:`start`
