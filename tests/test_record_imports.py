@@ -1,4 +1,5 @@
-"""record/ has no import cycles inside it (issue 16: alpha <-> formats, recorder <-> async_recorder)."""
+"""record/ has no import cycles inside it (issue 16: alpha <-> formats, recorder <-> async_recorder) and imports
+no other stage (record -> outputs)."""
 from __future__ import annotations
 
 import ast
@@ -48,3 +49,16 @@ def test_open_recorder_is_where_callers_find_it():
     from avatar_app.record.factory import open_recorder as factory_open
 
     assert open_recorder is factory_open and ClipRecorder and AlphaClipRecorder
+
+
+def test_record_imports_no_other_stage():
+    """DESIGN: stages depend on core/ only (what record/ shares with outputs/ lives in core.rotations)."""
+    stages = ("capture", "tracking", "reconstruction", "speech", "outputs", "fusion", "pipeline", "ui")
+    found = []
+    for path in sorted(PKG.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                    else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.name}: {m}" for m in mods if m.split(".")[:2] in (["avatar_app", s] for s in stages)]
+    assert not found, found
+
