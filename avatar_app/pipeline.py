@@ -28,6 +28,7 @@ from avatar_app.core.errors import AvatarError, InputError, NoFaceError, Recordi
 from avatar_app.core.latency import LatencyStats
 from avatar_app.core.types import AvatarState, FaceParams, Frame
 from avatar_app.fusion import Fusion, FusionSettings
+from avatar_app.speech.base import describe_speech
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ class RenderReport:
             clip holds only the frames that decoded.
         face_solver: what turned landmarks into blendshapes: ``"geometric solver"`` or the
             learned engine's description (``face_recon.onnx on ort_cpu (fp32)``).
+        speech_backend: what turned the voice into mouth motion: the speech engine's
+            description (``speech2face.onnx on ort_cpu (fp32)``), ``"loudness solver"``
+            (its fallback), or "" when no audio drove the mouth.
         interrupted: the render was stopped early (``stop`` was set): the clip and
             the sidecar hold the frames rendered so far and the audio is cut to the
             video's length; when no frame was rendered nothing is written.
@@ -105,6 +109,7 @@ class RenderReport:
     input_problem: str | None = None
     interrupted: bool = False
     face_solver: str = ""
+    speech_backend: str = ""
 
     @property
     def fps(self) -> float:
@@ -355,7 +360,7 @@ class _Writer:
     """
 
     def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
-        from avatar_app.record.formats import open_recorder
+        from avatar_app.record.factory import open_recorder
         from avatar_app.record.parts import OutputParts
         from avatar_app.record.sidecar import SidecarWriter
 
@@ -591,6 +596,7 @@ def render_file(
         reconstructor = reconstructor if reconstructor is not None else _default_reconstructor(report.warnings.append)
         report.face_solver = (reconstructor.describe() if hasattr(reconstructor, "describe")
                               else "geometric solver")
+        report.speech_backend = describe_speech(speech)
         stats = LatencyStats(window_s=5.0)
         writer = _Writer(output_path, options, fps_out, rec_audio.sample_rate if rec_audio is not None else None)
         try:
@@ -878,6 +884,7 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
     avatar = _load_avatar_option(options, report0)
     n = int(math.ceil(duration * fps))
     speech = _default_speech()
+    report0.speech_backend = describe_speech(speech)
     stats = LatencyStats()
     report = report0
     writer = _Writer(output_path, options, fps, rec_audio.sample_rate)

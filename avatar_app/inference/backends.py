@@ -116,6 +116,11 @@ class OrtBackend(Backend):
                    "it needs onnxruntime-gpu and an NVIDIA GPU")
             return BackendStatus(self.name, True, version, False, False, why,
                                  precisions={p.value: why for p in Precision})
+        problem = ort.provider_load_problem(self.provider)
+        if problem:
+            why = f"{self.provider} is in this onnxruntime build but cannot load here: {problem}"
+            return BackendStatus(self.name, True, version, False, False, why,
+                                 precisions={p.value: why for p in Precision})
         if self.provider == ort.CPU_EP:
             devices = [f"CPU ({os.cpu_count()} logical cores)"]
         else:
