@@ -109,8 +109,8 @@ def run_serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     options = _options(args)
     if options.exposed:
-        print(f"WARNING: --host {options.host}: the engines will be reachable from other machines without "
-              "authentication", file=out, flush=True)
+        print(f"WARNING: --host {options.host}: the engines will be reachable from other machines, and there "
+              "is no authentication", file=out, flush=True)
     stop = threading.Event()
     server = EngineServer(options)
     hits = []

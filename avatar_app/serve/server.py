@@ -15,9 +15,10 @@ the server writes it to a session file only its user can read
 (:func:`~avatar_app.inference.remote.session_path`), so local clients of the
 same user can use shared memory and statistics.
 
-While running, the server keeps its Triton workspace (a copy of the binaries and
-the model repository, about 25 MB) in ``<cache>/serve/workspace-PID``, removed at
-stop; one left by a killed server is removed at the next start.
+While running, the server keeps its Triton workspace (a copy of the binaries, the
+model repository and pytriton's Unix sockets, about 25 MB) in the temporary folder
+as ``avatar-serve-PID-*`` (a short path: Unix socket paths are limited to 107
+bytes), removed at stop; one left by a killed server is removed at the next start.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import logging
 import os
 import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -121,6 +123,11 @@ def check_port_free(host: str, port: int) -> None:
             raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
+def _nvidia_driver_loaded() -> bool:
+    """Whether the NVIDIA kernel driver is loaded (Triton's GPU metrics need it; without it they fail to start)."""
+    return Path("/proc/driver/nvidia/version").exists()
+
+
 def _write_private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -130,13 +137,21 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: Prefix of the server workspaces in the temporary folder.
+WORKSPACE_PREFIX = "avatar-serve-"
+
+
 def _remove_stale_workspaces(root: Path) -> None:
-    """Delete ``workspace-PID`` folders of servers that are no longer running."""
+    """Delete this user's ``avatar-serve-PID-*`` folders of servers that are no longer running."""
     from avatar_app.inference.remote import _pid_alive
 
-    for ws in root.glob("workspace-*"):
-        pid = ws.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+    for ws in root.glob(WORKSPACE_PREFIX + "*"):
+        pid = ws.name[len(WORKSPACE_PREFIX):].split("-", 1)[0]
+        try:
+            mine = ws.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
             shutil.rmtree(ws, ignore_errors=True)
             logger.info("removed the workspace of a stopped server: %s", ws)
 
@@ -152,6 +167,7 @@ class EngineServer:
         engines: the :class:`ServedEngine` s (after :meth:`start`).
         failed: model name -> why it is not served.
         log_path: Triton's own log file.
+        workspace: the running server's workspace folder (None when stopped).
 
     Thread: start/stop from one thread (the CLI's main thread).
     """
@@ -163,6 +179,7 @@ class EngineServer:
         self.failed: dict[str, str] = {}
         self._triton = None
         self._session: Path | None = None
+        self.workspace: Path | None = None
         from avatar_app.inference.dirs import user_cache_dir
 
         self.root = user_cache_dir() / "serve"
@@ -207,12 +224,14 @@ class EngineServer:
             raise ModelLoadError("no engine could be opened: " +
                                  "; ".join(f"{k}: {v}" for k, v in self.failed.items()))
         self.root.mkdir(parents=True, exist_ok=True)
-        _remove_stale_workspaces(self.root)
-        workspace = self.root / f"workspace-{os.getpid()}"
-        shutil.rmtree(workspace, ignore_errors=True)
+        tmp = Path(tempfile.gettempdir())
+        _remove_stale_workspaces(tmp)
+        self.workspace = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-", dir=tmp))
+        workspace = self.workspace / "w"  # pytriton makes it (it must not exist)
         cfg = TritonConfig(
             grpc_address=o.host, grpc_port=o.grpc_port, http_address=o.host, http_port=o.http_port,
             metrics_address=o.host, metrics_port=o.metrics_port, allow_metrics=True, allow_cpu_metrics=True,
+            allow_gpu_metrics=_nvidia_driver_loaded(),
             exit_timeout_secs=EXIT_TIMEOUT_S, strict_readiness=True, log_verbose=0, log_file=self.log_path)
         security = TritonSecurityConfig()  # a fresh token protects shared memory, statistics, logging ...
         say("starting Triton Inference Server")
@@ -274,7 +293,9 @@ class EngineServer:
             self._session = None
         for e in self.engines:
             e.close()
-        shutil.rmtree(self.root / f"workspace-{os.getpid()}", ignore_errors=True)
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
 
     def kill(self) -> None:
         """Stop Triton at once (a second Ctrl+C): SIGKILL to tritonserver, then :meth:`stop`."""
