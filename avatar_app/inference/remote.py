@@ -79,7 +79,15 @@ _url_override: str | None = None
 
 
 class ServerUnavailableError(BackendUnavailableError):
-    """The Triton server cannot be reached, timed out, or failed a call."""
+    """The Triton server cannot be reached, timed out, or failed a call.
+
+    Attributes:
+        detail: the gRPC/Triton error alone (without the server's address), for reports.
+    """
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail or message
 
 
 # -- URLs and the session file ---------------------------------------------------------
@@ -229,6 +237,11 @@ def _error_text(exc: BaseException) -> str:
     return " ".join(str(text).split())[:300] or type(exc).__name__
 
 
+def _detail(exc: BaseException) -> str:
+    """What went wrong, without the address the message around it names already."""
+    return getattr(exc, "detail", None) or _error_text(exc)
+
+
 def server_engines(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S, client=None) -> dict:
     """What the server at ``host:port`` serves: the JSON of its :data:`INFO_MODEL`.
 
@@ -255,7 +268,8 @@ def server_engines(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S, c
         raise
     except Exception as exc:  # noqa: BLE001 - grpc/tritonclient raise their own types
         raise ServerUnavailableError(
-            f"no avatar-app server answers at {format_url(host, port)}: {_error_text(exc)}") from exc
+            f"no avatar-app server answers at {format_url(host, port)}: {_error_text(exc)}",
+            _error_text(exc)) from exc
     finally:
         if own:
             client.close()
@@ -474,7 +488,8 @@ class TritonRunner(BaseRunner):
         except ServerUnavailableError:
             raise
         except Exception as exc:  # noqa: BLE001 - grpc/tritonclient/shm raise their own types
-            raise ServerUnavailableError(f"{self.model} on {self.url}: {_error_text(exc)}") from exc
+            raise ServerUnavailableError(f"{self.model} on {self.url}: {_error_text(exc)}",
+                                         _error_text(exc)) from exc
 
     def _close_impl(self) -> None:
         client, self._client = self._client, None
@@ -599,7 +614,7 @@ class RemoteRunner(BaseRunner):
         try:
             self._connect()
         except Exception as exc:  # noqa: BLE001 - any failure: local engine until the server answers
-            self._event("local", f"the server at {self.url} cannot be used: {_error_text(exc)}")
+            self._event("local", f"the server at {self.url} cannot be used ({_detail(exc)})")
             self._start_reconnect(exc)
 
     def _connect(self) -> None:
@@ -681,7 +696,7 @@ class RemoteRunner(BaseRunner):
                 return
             self._remote = None
             self.precision = self.local.precision
-        self._event("local", f"the server at {self.url} stopped answering: {_error_text(exc)}")
+        self._event("local", f"the server at {self.url} stopped answering ({_detail(exc)})")
         threading.Thread(target=runner.close, name="remote-close", daemon=True).start()
         self._start_reconnect(exc)
 
