@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import ClassVar
 
 import numpy as np
@@ -167,8 +168,11 @@ class _FakeServer:
         self.log_path = "triton.log"
         _FakeServer.instances.append(self)
 
+    start_s = 0.0
+
     def start(self, progress=None):
         self.calls.append("start")
+        threading.Event().wait(self.start_s)  # a signal may arrive here
 
     def wait(self, stop, poll_s=0.5):
         self.calls.append("wait")
@@ -203,6 +207,21 @@ def test_ctrl_c_and_sigterm_stop_serve_cleanly(monkeypatch, sig):
     assert "ready; Ctrl+C stops" in out.getvalue() and "stopping" in out.getvalue()
     assert "no authentication" not in out.getvalue()
     assert signal.getsignal(sig) == before  # handlers restored
+
+
+def test_a_signal_during_start_up_stops_at_once(monkeypatch):
+    from avatar_app.serve import cli, server
+
+    monkeypatch.setattr(server, "EngineServer", _FakeServer)
+    monkeypatch.setattr(_FakeServer, "start_s", 20.0)  # engines building
+    _FakeServer.instances.clear()
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    out = io.StringIO()
+    t0 = time.monotonic()
+    assert cli.run_serve(_serve_args(), out) == 0
+    assert time.monotonic() - t0 < 10
+    assert _FakeServer.instances[0].calls == ["start", "stop"]
+    assert "stopped during start-up" in out.getvalue() and "ready" not in out.getvalue()
 
 
 def test_listening_beyond_loopback_needs_host_and_warns(monkeypatch):

@@ -114,9 +114,12 @@ def run_serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
     stop = threading.Event()
     server = EngineServer(options)
     hits = []
+    starting = [True]
 
     def handle(signum, _frame):
         hits.append(signum)
+        if starting[0]:  # engines may take minutes to build: stop now, not after
+            raise KeyboardInterrupt
         if len(hits) > 1:  # a second Ctrl+C: no more waiting for in-flight requests
             server.kill()
             raise SystemExit(128 + signum)
@@ -124,9 +127,13 @@ def run_serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     old = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.start(progress=lambda text: print(text, file=out, flush=True))
-        if stop.is_set():  # a signal during start-up
+        try:
+            server.start(progress=lambda text: print(text, file=out, flush=True))
+        except KeyboardInterrupt:
+            print("stopped during start-up", file=out, flush=True)
             return 0
+        finally:
+            starting[0] = False
         _print_ready(server, out)
         stopped = server.wait(stop)
         if not stopped:
