@@ -122,6 +122,24 @@ def test_shared_memory_is_chosen_on_the_same_host_only(client_env, tmp_path, mon
         assert not r.uses_shared_memory
 
 
+def test_a_shared_memory_failure_falls_back_to_plain_grpc(client_env, monkeypatch):
+    from avatar_app.inference import remote
+
+    def refuse(self, *a, **k):
+        raise OSError("shm_open: no such file (another /dev/shm)")
+
+    path = shipped_models()[0]
+    info = ModelInfo.from_onnx(path)
+    x = next(iter_batches(validation_set(info)[0], 2))
+    with TritonRunner(client_env.url, info, timeout_s=30) as r, OrtRunner.from_path(path) as ref:
+        assert r.uses_shared_memory
+        monkeypatch.setattr(remote._ShmRegion, "__init__", refuse)
+        got, want = r.infer(x), ref.infer(x)
+        assert not r.uses_shared_memory
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
 def test_remote_runner_falls_back_within_a_second_and_reconnects(client_env):
     path = next(p for p in shipped_models() if p.stem == "face_recon")
     info = ModelInfo.from_onnx(path)

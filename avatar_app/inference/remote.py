@@ -453,25 +453,21 @@ class TritonRunner(BaseRunner):
             raise ServerUnavailableError(f"not connected to {self.url}")
         try:
             out_shapes = self._output_shapes(feeds) if self.uses_shared_memory else None
-            inputs = []
-            for spec in self._input_specs:
-                arr = np.ascontiguousarray(feeds[spec.name])
-                inp = grpcclient.InferInput(spec.name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-                if out_shapes is not None:
-                    region = self._region("in_" + spec.name, arr.nbytes)
-                    region.write(arr)
-                    inp.set_shared_memory(region.name, arr.nbytes)
-                else:
-                    inp.set_data_from_numpy(arr)
-                inputs.append(inp)
-            outputs = []
-            for spec in self._output_specs:
-                req = grpcclient.InferRequestedOutput(spec.name)
-                if out_shapes is not None:
-                    nbytes = int(np.prod(out_shapes[spec.name])) * spec.dtype.itemsize
-                    region = self._region("out_" + spec.name, nbytes)
-                    req.set_shared_memory(region.name, region.nbytes)
-                outputs.append(req)
+            inputs = [grpcclient.InferInput(s.name, list(feeds[s.name].shape), np_to_triton_dtype(s.dtype))
+                      for s in self._input_specs]
+            outputs = [grpcclient.InferRequestedOutput(s.name) for s in self._output_specs]
+            if out_shapes is not None:
+                try:
+                    self._bind_shared_memory(feeds, out_shapes, inputs, outputs)
+                except Exception as exc:  # noqa: BLE001 - e.g. another /dev/shm (a container): plain gRPC
+                    logger.warning("shared memory with %s failed (%s); sending tensors over gRPC", self.url,
+                                   _error_text(exc))
+                    self._release_regions()
+                    self.uses_shared_memory, out_shapes = False, None
+                    outputs = [grpcclient.InferRequestedOutput(s.name) for s in self._output_specs]
+            if out_shapes is None:
+                for spec, inp in zip(self._input_specs, inputs):
+                    inp.set_data_from_numpy(np.ascontiguousarray(feeds[spec.name]))
             res = self._client.infer(self.model, inputs, outputs=outputs, client_timeout=self.timeout_s)
             result = {}
             for spec in self._output_specs:
@@ -491,14 +487,29 @@ class TritonRunner(BaseRunner):
             raise ServerUnavailableError(f"{self.model} on {self.url}: {_error_text(exc)}",
                                          _error_text(exc)) from exc
 
-    def _close_impl(self) -> None:
-        client, self._client = self._client, None
+    def _bind_shared_memory(self, feeds, out_shapes, inputs, outputs) -> None:
+        """Copy the inputs into their regions and point every input and output at its region."""
+        for spec, inp in zip(self._input_specs, inputs):
+            arr = np.ascontiguousarray(feeds[spec.name])
+            region = self._region("in_" + spec.name, arr.nbytes)
+            region.write(arr)
+            inp.set_shared_memory(region.name, arr.nbytes)
+        for spec, req in zip(self._output_specs, outputs):
+            nbytes = int(np.prod(out_shapes[spec.name])) * spec.dtype.itemsize
+            region = self._region("out_" + spec.name, nbytes)
+            req.set_shared_memory(region.name, region.nbytes)
+
+    def _release_regions(self) -> None:
         regions, self._regions = self._regions, {}
         for r in regions.values():
             try:
-                r.release(client, self._headers)
-            except Exception as exc:  # noqa: BLE001 - closing must not raise
+                r.release(self._client, self._headers)
+            except Exception as exc:  # noqa: BLE001 - releasing must not raise
                 logger.debug("releasing %s failed: %s", r.name, exc)
+
+    def _close_impl(self) -> None:
+        self._release_regions()
+        client, self._client = self._client, None
         if client is not None:
             try:
                 client.close()
