@@ -77,7 +77,7 @@ def test_render_remote_equals_local_and_survives_a_killed_server(tmp_path, monke
         assert m, w
         k = datetime.datetime.fromtimestamp(killed["wall"])
         at = k.replace(hour=int(m[1]), minute=int(m[2]), second=int(m[3]), microsecond=int(m[4]) * 1000)
-        assert 0.0 <= (at - k).total_seconds() < 1.0, (w, k)  # the fallback started within 1 s
+        assert -0.001 <= (at - k).total_seconds() < 1.0, (w, k)  # within 1 s (the clock shows whole ms)
         assert 20 <= int(m[5]) <= 22
     # the rest ran on the same local engines: the clip is whole and equals the local render
     assert _max_diff(local.sidecar_path, cut.sidecar_path) <= DEFAULT_TOLERANCES[Precision.FP32] + SIDECAR_ROUNDING
