@@ -188,8 +188,7 @@ def server_figures(before, after, hist0, hist1) -> dict:
 # --------------------------------------------------------------------------- the streams
 async def run_level(url: str, n: int, seconds: float, clips, warmup_s: float = 1.0) -> dict:
     """``n`` streams for ``seconds``; e2e latencies (ms) of the frames after the warm-up."""
-    from tritonclient.grpc import aio
-    from tritonclient.grpc import InferInput, InferRequestedOutput
+    from tritonclient.grpc import InferInput, InferRequestedOutput, aio
     from tritonclient.utils import np_to_triton_dtype
 
     host, port = parse_url(url)
