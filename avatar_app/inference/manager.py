@@ -497,6 +497,10 @@ class EngineManager:
         raise AssertionError("candidate plan did not end with the reference")  # pragma: no cover
 
     def _open_candidate(self, info: ModelInfo, bname: str, prec: Precision, card, progress):
+        direct = _backends.get_backend(bname).open_direct(self, info, prec)
+        if direct is not None:  # a server's engine: nothing to build or cache here
+            v = direct.verification
+            return direct, Attempt(bname, prec.value, True, "", False, v.to_json() if v is not None else None)
         key = self.cache_key(info, bname, prec)
         cached = self.cache.lookup(key, info.name) is not None
         entry = self.build(info.path, bname, prec, card=card, progress=progress)
