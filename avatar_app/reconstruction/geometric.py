@@ -25,10 +25,12 @@ subject's left (the image's right in an unmirrored camera image).
 
 Blinks: MediaPipe's lids under-read closure (DESIGN.md notes a full blink
 only halves the lid gap in some views), so eyeBlink reaches 1 at 35 % of the
-open aperture and starts at 85 %; and because spontaneous blinks are
-bilateral, an eye that is itself closing is pulled up to at most
-``blink_link`` times its own value by the other eye (a one-eyed wink, where
-the open eye's own value is ~0, is kept).
+open aperture and starts at 85 %. The eyes are independent (``blink_link`` 1:
+a wink stays a wink even when the open eye squints with it), except during the
+first ``blink_onset_s`` of a difference between them: the two eyes of a blink
+close a frame or two apart, so then the lagging eye is pulled up to at most
+``blink_onset_link`` times its own value. Linking the eyes for good is the
+user's choice ("Link eyes" in the tuning).
 """
 from __future__ import annotations
 
@@ -114,7 +116,11 @@ class GeometricSolverConfig:
     ipd_m: float = MEAN_IPD_M
     blink_start_ratio: float = 0.85  # aperture / open aperture where eyeBlink starts
     blink_full_ratio: float = 0.35  # ... where eyeBlink reaches 1
-    blink_link: float = 2.0  # bilateral-blink coupling (1 = independent eyes)
+    blink_link: float = 1.0  # bilateral-blink coupling (1 = independent eyes: winks stay winks)
+    blink_onset_link: float = 2.0  # coupling while the eyes have differed for less than blink_onset_s
+    blink_onset_s: float = 0.1  # eyes close 1-2 frames apart in a blink; a held difference is a wink
+    eye_open_min: float = 0.19  # lowest open-eye aperture (lid gap / eye width) of the automatic reference
+    eye_ref_symmetry: float = 0.92  # each eye's open reference is at least this share of the other's
     wide_start_ratio: float = 1.10
     wide_full_ratio: float = 1.40
     gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
@@ -225,6 +231,7 @@ class GeometricSolver:
         self._auto_closed.reset()
         self._last_t_s: float | None = None
         self._eye_angles = np.zeros((2, 2))  # (yaw, pitch) x (right eye, left eye), radians
+        self._asym_since: float | None = None  # when one eye began to be clearly more closed
         self.last_pose: HeadPose | None = None
         self.last_features: np.ndarray | None = None
 
@@ -311,9 +318,28 @@ class GeometricSolver:
         # Touching lips have no gap, whoever the user is: a mouth open from the
         # first frame must not become the "closed" reference.
         ref[Feature.LIP_GAP] = min(ref[Feature.LIP_GAP], c.lips_closed_gap_m)
+        # An eye that was shut through much of the first seconds (a wink, a squint) must
+        # not become "open": a person's two eyes open about equally wide, and no open eye
+        # is narrower than eye_open_min (London neutral photos: 0.25 +- 0.03, here -2 sd).
+        eyes = [Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]
+        e = ref[eyes]
+        ref[eyes] = np.maximum(np.maximum(e, c.eye_ref_symmetry * e[::-1]), c.eye_open_min)
         return ref
 
     # -- the mapping --------------------------------------------------------
+
+    def _blink_link(self, blink: np.ndarray) -> float:
+        """Coupling of the eyes this frame: ``blink_onset_link`` while one eye has been clearly
+        more closed than the other for less than ``blink_onset_s`` (the eyes of a blink close a
+        frame or two apart), ``blink_link`` once the difference is held (a wink)."""
+        c = self.config
+        t = self._last_t_s if self._last_t_s is not None else 0.0
+        if max(blink) > 0.5 and abs(blink[0] - blink[1]) > 0.3:
+            if self._asym_since is None:
+                self._asym_since = t
+            return c.blink_onset_link if t - self._asym_since < c.blink_onset_s else c.blink_link
+        self._asym_since = None
+        return c.blink_link
 
     def _solve(self, f: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = self.config
@@ -326,7 +352,7 @@ class GeometricSolver:
             ref[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]], 1e-6
         )
         blink = _clip01((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
-        linked = np.maximum(blink, np.minimum(blink[::-1], c.blink_link * blink))
+        linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
         w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
         wide = _clip01((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
         w[B.eyeWideRight], w[B.eyeWideLeft] = wide
