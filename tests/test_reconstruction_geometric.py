@@ -11,17 +11,13 @@ import pytest
 
 from avatar_app.core.blendshapes import Blendshape as B
 from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import FaceReconstructor, GeometricSolver
 from avatar_app.reconstruction.geometric import EYEBALL_RADIUS_M
 from avatar_app.tracking import FaceTracker, RunningMode
 from avatar_app.tracking import landmark_groups as lg
-from avatar_app.tracking.head_pose import (
-    euler_from_rotation,
-    focal_length_px,
-    make_neutral_face,
-    rotation_from_euler,
-)
+from avatar_app.tracking.head_pose import focal_length_px, make_neutral_face
 
 BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
 SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")

@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
 from avatar_app.avatar import face_model_topology as topo  # noqa: E402
 from avatar_app.avatar.face_model import FaceModel, load_face_model, project  # noqa: E402
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES  # noqa: E402
+from avatar_app.core.rotations import rot_y  # noqa: E402
 
 _log = logging.getLogger("render_track")
 
@@ -200,11 +201,6 @@ class FaceRenderer:
         self.ctx.release()
 
 
-def _yaw(rad: float) -> np.ndarray:
-    c, s = np.cos(rad), np.sin(rad)
-    return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
-
-
 def _aperture(px: np.ndarray, upper, lower) -> float:
     return float(np.mean(np.linalg.norm(px[list(upper)] - px[list(lower)], axis=-1)))
 
@@ -233,7 +229,7 @@ def run(out_dir: Path | None = None) -> dict:
             for k, v in ws.items():
                 wv[BLENDSHAPE_NAMES.index(k)] = v
             pts = model.evaluate(wv)
-            rot = _yaw(yaw)
+            rot = rot_y(yaw)
             img = renderer.render(model, pts, rot, t)
             proj = project(pts, rot, t, renderer.focal_px, (w, h))
             res = mesh.process(img)

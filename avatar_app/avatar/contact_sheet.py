@@ -32,6 +32,7 @@ from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, RecordingError
+from avatar_app.core.rotations import gaze_rotation, rot_y
 from avatar_app.core.types import AvatarState
 
 logger = logging.getLogger(__name__)
@@ -177,8 +178,6 @@ def face_model_avatar(model=None, identity: np.ndarray | None = None) -> AvatarM
 
 # ----------------------------------------------------------------------------- avatar helpers
 def _look_rotation(name: str) -> np.ndarray:
-    from avatar_app.render.renderer import gaze_rotation
-
     left = name.endswith("Left")
     direction = name[len("eyeLook"):-4 if left else -5]
     toward_plus_x = {"In": not left, "Out": left}.get(direction)
@@ -283,8 +282,7 @@ def render_tiles(size: int = 192, *, avatar: AvatarMesh | None = None, face_mode
             state = dataclasses.replace(neutral, weights=w)
             shapes[name] = (r_rig.render(state).copy(), r_av.render(state).copy())
         # identity morphs in a three-quarter view: some only change depth (nose bridge)
-        c, s = math.cos(IDENTITY_YAW_RAD), math.sin(IDENTITY_YAW_RAD)
-        turned = dataclasses.replace(neutral, rotation=np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]], np.float32))
+        turned = dataclasses.replace(neutral, rotation=rot_y(IDENTITY_YAW_RAD).astype(np.float32))
         for k, name in enumerate(model.identity_names):
             pair = []
             for a in (-1.0, 1.0):

@@ -87,6 +87,7 @@ from avatar_app.avatar.procedural import (
 if TYPE_CHECKING:
     from avatar_app.avatar.transfer import Correspondence
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+from avatar_app.core.rotations import rigid_fit
 
 logger = logging.getLogger(__name__)
 
@@ -1068,15 +1069,14 @@ def _jaw_motions(skin: _Skin, model, corr: Correspondence) -> dict[str, tuple[np
     Fitted (Kabsch) to the transferred motion of the skin points whose rig landmarks
     move fully with the rig's jaw (the rig's jawForward weight above 0.95).
     """
-    from avatar_app.avatar.transfer import rigid_fit
-
     jf = model.blendshapes[BLENDSHAPE_NAMES.index("jawForward"), :, 2]
     on_jaw = corr.mix @ (jf[corr.landmarks] / jf.max() > 0.95) > 0.999
     p = skin.pos[corr.vertices[on_jaw]]
     out = {}
     for name in JAW_SHAPES:
         d = corr.map_offsets(model.blendshapes[BLENDSHAPE_NAMES.index(name)])[on_jaw]
-        out[name] = rigid_fit(p, p + d)
+        rot, t, _ = rigid_fit(p, p + d)
+        out[name] = (rot, t)
     return out
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.face_model_fields import MeshFields, smoothstep
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
+from avatar_app.core.rotations import gaze_rotation, rot_x
 
 MM = 1e-3
 
@@ -147,8 +148,7 @@ class ShapeBuilder:
         """(478, 3) offsets of a rigid jaw motion (about the hinge) weighted by the jaw region."""
         ear = self.p[topo.CHEEK_EAR_LEFT]
         pivot = np.array([0.0, ear[1] - JAW_HINGE_DROP_M, ear[2] - JAW_HINGE_DEPTH_M])
-        c, s = np.cos(rotation_rad), np.sin(rotation_rad)
-        rot = np.array([[1, 0, 0], [0, c, -s], [0, s, c]])  # positive: chin down and back
+        rot = rot_x(rotation_rad)  # positive: chin down and back
         q = self.mesh - pivot
         disp = q @ rot.T + pivot + np.asarray(translation_m) - self.mesh
         out = self.zeros()
@@ -236,11 +236,8 @@ def _rotate_iris(b: ShapeBuilder, center: int, axis: str, angle: float) -> np.nd
     """Offsets of one iris's 5 points rotated about the eyeball centre."""
     pts = b.p[center:center + 5]
     eye = b.p[center] - np.array([0.0, 0.0, EYEBALL_DEPTH_M])
-    c, s = np.cos(angle), np.sin(angle)
-    if axis == "x":  # positive angle: gaze up
-        rot = np.array([[1, 0, 0], [0, c, s], [0, -s, c]])
-    else:  # "y", positive angle: gaze toward +x
-        rot = np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
+    # axis "x": positive angle = gaze up; "y": positive angle = gaze toward +x
+    rot = gaze_rotation(0.0, angle) if axis == "x" else gaze_rotation(angle, 0.0)
     return (pts - eye) @ rot.T + eye - pts
 
 

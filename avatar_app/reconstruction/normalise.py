@@ -49,6 +49,7 @@ import math
 import numpy as np
 
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import rigid_fit
 from avatar_app.tracking import landmark_groups as lg
 from avatar_app.tracking.head_pose import DEFAULT_HFOV_DEG, focal_length_px
 
@@ -88,33 +89,6 @@ def template() -> np.ndarray:
     return t
 
 
-def _similarity(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Batched weighted Umeyama fit ``dst ~ s R src + t`` over the stable landmarks.
-
-    Args:
-        src: (S, 3) template points (shared).
-        dst: (B, S, 3) observed points.
-
-    Returns:
-        ``(R (B, 3, 3), t (B, 3), s (B,))`` float64, det R = +1.
-    """
-    w = _STABLE_WEIGHTS
-    mu_s = w @ src
-    mu_d = np.einsum("s,bsi->bi", w, dst)
-    xs = src - mu_s
-    xd = dst - mu_d[:, None, :]
-    cov = np.einsum("bsi,sj->bij", xd * w[None, :, None], xs)
-    u, sig, vt = np.linalg.svd(cov)
-    d = np.ones((len(dst), 3))
-    d[:, 2] = np.sign(np.linalg.det(u) * np.linalg.det(vt))
-    d[d == 0] = 1.0
-    rot = np.einsum("bij,bj,bjk->bik", u, d, vt)
-    var_s = float(w @ np.einsum("ij,ij->i", xs, xs))
-    scale = (sig * d).sum(1) / var_s
-    t = mu_d - scale[:, None] * np.einsum("bij,j->bi", rot, mu_s)
-    return rot, t, scale
-
-
 def align(points: np.ndarray, image_size, hfov_deg: float = DEFAULT_HFOV_DEG
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Align faces to the rig's template: head-frame points and the coarse head pose.
@@ -152,7 +126,7 @@ def align(points: np.ndarray, image_size, hfov_deg: float = DEFAULT_HFOV_DEG
     f = np.array([focal_length_px(float(wi), hfov_deg) for wi in size[:, 0]])
     tmpl = template()
     ref = tmpl[_STABLE]
-    rot, t, c = _similarity(ref, px[:, _STABLE])
+    rot, t, c = rigid_fit(ref, px[:, _STABLE], _STABLE_WEIGHTS, with_scale=True)
     if np.any(~(c > 1e-9)):
         raise InputError("face landmarks are degenerate (zero size)")
     # Pinhole un-projection at the fitted distance f / c, each point at its own depth.
@@ -161,7 +135,7 @@ def align(points: np.ndarray, image_size, hfov_deg: float = DEFAULT_HFOV_DEG
     cam[..., 0] = px[..., 0] * depth / f[:, None]
     cam[..., 1] = px[..., 1] * depth / f[:, None]
     cam[..., 2] = -depth
-    rot, trans, scale = _similarity(ref, cam[:, _STABLE])
+    rot, trans, scale = rigid_fit(ref, cam[:, _STABLE], _STABLE_WEIGHTS, with_scale=True)
     trans = trans / scale[:, None]
     head = np.einsum("bni,bij->bnj", cam / scale[:, None, None] - trans[:, None, :], rot)
     return head.astype(np.float32), rot, trans
@@ -225,12 +199,6 @@ def compose_pose(r0: np.ndarray, t0: np.ndarray, rot6d: np.ndarray, dt: np.ndarr
         ``(rotation (..., 3, 3), translation (..., 3))`` float64.
     """
     return np.einsum("...ij,...jk->...ik", r0, rotation_from_6d(rot6d)), np.asarray(t0) + np.asarray(dt)
-
-
-def rotation_angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Geodesic angle between rotations, degrees: ``acos((tr(a^T b) - 1) / 2)``, shape (...)."""
-    tr = np.einsum("...ij,...ij->...", np.asarray(a, np.float64), np.asarray(b, np.float64))
-    return np.degrees(np.arccos(np.clip((tr - 1.0) / 2.0, -1.0, 1.0)))
 
 
 def mirror_points(points: np.ndarray) -> np.ndarray:

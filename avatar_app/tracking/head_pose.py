@@ -19,15 +19,10 @@ neutral face is treated as facing the camera, so its axes are the camera's:
 
 Angles
 ------
-``rotation`` maps head-frame directions into camera space. :func:`euler_from_rotation`
-splits it as ``R = Ry(yaw) @ Rx(-pitch) @ Rz(roll)``:
-
-- yaw: right-handed rotation about +Y; positive = the subject turns to their
-  own left (the nose moves toward camera +x).
-- pitch: positive = the subject looks up (nose up), matching the sign of
-  ``FaceParams.gaze`` pitch.
-- roll: right-handed rotation about +Z; positive = the head tilts toward the
-  subject's right shoulder (their left side goes up).
+``rotation`` maps head-frame directions into camera space; its yaw, pitch and
+roll follow the project's one convention (:mod:`avatar_app.core.rotations`:
+``R = Ry(yaw) @ Rx(-pitch) @ Rz(roll)``, yaw > 0 = the subject turns to their
+own left, pitch > 0 = looks up, roll > 0 = tilts toward the right shoulder).
 
 Scale
 -----
@@ -41,10 +36,8 @@ is then un-projected at its own depth (pinhole camera), so the perspective
 magnification of near points (the nose at webcam distance) is not read as
 shape change.
 
-Rigid fit: W. Kabsch, "A solution for the best rotation to relate two sets of
-vectors", Acta Cryst. A32:922-923, 1976; with scale and the reflection fix of
-S. Umeyama, "Least-squares estimation of transformation parameters between
-two point patterns", IEEE TPAMI 13(4):376-380, 1991.
+Rigid fit: Kabsch (1976) with Umeyama's (1991) scale,
+:func:`avatar_app.core.rotations.rigid_fit`.
 """
 from __future__ import annotations
 
@@ -54,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import rigid_fit
 from avatar_app.core.types import Landmarks
 from avatar_app.tracking import landmark_groups as lg
 
@@ -178,58 +172,6 @@ def landmarks_to_pixel_space(landmarks: Landmarks) -> np.ndarray:
     out[:, 1] = (0.5 - pts[:, 1]) * h
     out[:, 2] = -pts[:, 2] * w
     return out
-
-
-def rigid_fit(
-    src: np.ndarray,
-    dst: np.ndarray,
-    weights: np.ndarray | None = None,
-    with_scale: bool = False,
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Least-squares similarity transform ``dst ~ s * R @ src + t`` (Kabsch/Umeyama).
-
-    Args:
-        src: (N, 3) float, source points.
-        dst: (N, 3) float, destination points, same order.
-        weights: (N,) non-negative weights, or None for equal weights.
-        with_scale: estimate the scale ``s`` (Umeyama 1991); otherwise ``s = 1`` (Kabsch 1976).
-
-    Returns:
-        ``(R, t, s)``: (3, 3) float64 proper rotation (det +1), (3,) float64, float.
-
-    Raises:
-        InputError: mismatched shapes, fewer than 3 points or degenerate point sets.
-    """
-    src = np.asarray(src, dtype=np.float64)
-    dst = np.asarray(dst, dtype=np.float64)
-    if src.shape != dst.shape or src.ndim != 2 or src.shape[1] != 3 or src.shape[0] < 3:
-        raise InputError(
-            f"rigid_fit needs two (N>=3, 3) point sets, got {src.shape} and {dst.shape}"
-        )
-    w = np.ones(len(src)) if weights is None else np.asarray(weights, dtype=np.float64)
-    wsum = w.sum()
-    if wsum <= 0:
-        raise InputError("rigid_fit weights must have a positive sum")
-    w = w / wsum
-    mu_s = w @ src
-    mu_d = w @ dst
-    xs = src - mu_s
-    xd = dst - mu_d
-    cov = (xd * w[:, None]).T @ xs  # (3, 3) = sum w_i d_i s_i^T
-    u, sig, vt = np.linalg.svd(cov)
-    d = np.ones(3)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        d[2] = -1.0
-    rot = (u * d) @ vt
-    if with_scale:
-        var_s = float(w @ np.einsum("ij,ij->i", xs, xs))
-        if var_s <= 0:
-            raise InputError("rigid_fit source points are all identical")
-        scale = float((sig * d).sum() / var_s)
-    else:
-        scale = 1.0
-    t = mu_d - scale * rot @ mu_s
-    return rot, t, scale
 
 
 def _minimal_rotation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -367,39 +309,3 @@ def estimate_head_pose(
         px_per_m=float(c),
         rms_px=rms_px,
     )
-
-
-def rotation_from_euler(yaw_rad: float, pitch_rad: float, roll_rad: float) -> np.ndarray:
-    """Rotation ``Ry(yaw) @ Rx(-pitch) @ Rz(roll)`` (conventions in the module docstring).
-
-    Args:
-        yaw_rad: positive = the subject turns to their own left (about +Y), radians.
-        pitch_rad: positive = the subject looks up, radians.
-        roll_rad: about +Z, radians.
-
-    Returns:
-        (3, 3) float64 rotation matrix.
-    """
-    cy, sy = math.cos(yaw_rad), math.sin(yaw_rad)
-    cp, sp = math.cos(-pitch_rad), math.sin(-pitch_rad)
-    cr, sr = math.cos(roll_rad), math.sin(roll_rad)
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
-    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
-    return ry @ rx @ rz
-
-
-def euler_from_rotation(rotation: np.ndarray) -> tuple[float, float, float]:
-    """Split a rotation into (yaw, pitch, roll), the inverse of :func:`rotation_from_euler`.
-
-    Args:
-        rotation: (3, 3) rotation matrix, head -> camera.
-
-    Returns:
-        ``(yaw_rad, pitch_rad, roll_rad)``; pitch in [-pi/2, pi/2].
-    """
-    r = np.asarray(rotation, dtype=np.float64)
-    pitch = math.asin(max(-1.0, min(1.0, float(r[1, 2]))))  # R[1,2] = -sin(-pitch)
-    yaw = math.atan2(float(r[0, 2]), float(r[2, 2]))
-    roll = math.atan2(float(r[1, 0]), float(r[1, 1]))
-    return yaw, pitch, roll
