@@ -23,7 +23,7 @@ Features (Left/Right = the subject's own sides):
 ``brow_height_l/r``    mean height of the brow's upper edge above that eye's
                        corner midpoint / eye span
 ``eye_asymmetry``      ``eye_aperture_r - eye_aperture_l`` (winks)
-``yaw, pitch, roll``   head pose, degrees (:func:`~avatar_app.tracking.head_pose.euler_from_rotation`)
+``yaw, pitch, roll``   head pose, degrees (:func:`~avatar_app.core.rotations.euler_from_rotation`)
 =====================  =====================================================
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def pose_features(rotation: np.ndarray) -> np.ndarray:
     Returns:
         (..., 3) float64 degrees.
     """
-    from avatar_app.tracking.head_pose import euler_from_rotation
+    from avatar_app.core.rotations import euler_from_rotation
 
     r = np.asarray(rotation, np.float64)
     flat = r.reshape(-1, 3, 3)
