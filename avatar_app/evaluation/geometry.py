@@ -20,8 +20,10 @@ Features (Left/Right = the subject's own sides):
 ``corner_height_l/r``  mouth corner above the midpoint of the inner lips
                        (13, 14) / eye span: smiles raise it, frowns lower it,
                        an opening jaw leaves it (the corners sit midway)
-``brow_height_l/r``    mean height of the brow's upper edge above that eye's
-                       corner midpoint / eye span
+``brow_height_l/r``    mean height of the brow's upper edge above the nose
+                       bridge between the eyes (168) / eye span (not above the
+                       eye corners: a squint or a frown moves the lid corners,
+                       which made a frown read as raised brows)
 ``eye_asymmetry``      ``eye_aperture_r - eye_aperture_l`` (winks)
 ``yaw, pitch, roll``   head pose, degrees (:func:`~avatar_app.core.rotations.euler_from_rotation`)
 =====================  =====================================================
@@ -51,6 +53,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "yaw": ("yaw",), "pitch": ("pitch",), "roll": ("roll",),
 }
 
+_BRIDGE = 168  # the nose bridge between the eyes: the most rigid landmark of the head frame
 _EYES = {"l": (263, 362, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, lg.LEFT_BROW),
          "r": (33, 133, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, lg.RIGHT_BROW)}
 
@@ -74,7 +77,7 @@ def shape_features(points: np.ndarray) -> np.ndarray:
         width = np.maximum(np.linalg.norm(p[..., outer, :] - p[..., inner, :], axis=-1), 1e-12)
         gap = np.linalg.norm(p[..., list(up), :] - p[..., list(lo), :], axis=-1).mean(-1)
         out[f"eye_aperture_{s}"] = gap / width
-        out[f"brow_height_{s}"] = (p[..., list(brow), 1].mean(-1) - centre[s][..., 1]) / span
+        out[f"brow_height_{s}"] = (p[..., list(brow), 1].mean(-1) - p[..., _BRIDGE, 1]) / span
     out["lip_gap"] = np.linalg.norm(
         p[..., list(lg.LIP_INNER_UPPER), :] - p[..., list(lg.LIP_INNER_LOWER), :], axis=-1).mean(-1) / span
     cr, cl = p[..., lg.FacePoint.MOUTH_RIGHT, :], p[..., lg.FacePoint.MOUTH_LEFT, :]

@@ -137,6 +137,7 @@ class GeometricSolverConfig:
     brow_down_range_m: float = 0.005
     warmup_s: float = 5.0
     slow_interval_s: float = 0.25
+    fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
 
 def _clip01(x: np.ndarray | float) -> np.ndarray:
@@ -188,6 +189,32 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     return f
 
 
+def _fit_points(region: str) -> list[int]:
+    from avatar_app.reconstruction import shape_fit
+
+    return list(shape_fit.MOUTH_POINTS if region == "mouth" else shape_fit.BROW_POINTS)
+
+
+def _inner_lip_rows() -> tuple[list[int], list[int]]:
+    """Rows (into the mouth points) of the inner lip contours, upper and lower paired."""
+    from avatar_app.avatar import face_model_topology as topo
+
+    pts = _fit_points("mouth")
+    pairs = [(u, lo) for u, lo in zip(topo.LIP_INNER_UPPER, topo.LIP_INNER_LOWER) if u != lo]
+    return [pts.index(u) for u, _ in pairs], [pts.index(lo) for _, lo in pairs]
+
+
+def _region_points(points_m: np.ndarray) -> np.ndarray:
+    """(P, 3) float64 mouth then brow points of head-frame points (``HeadPose.points_m``).
+
+    The head frame has the face model's axes and scale (+x the subject's left, +y up,
+    63 mm between the irises), so displacements in it are the model's offsets; it is
+    fitted to the user's own neutral, so head turns leave no residual (fitting the
+    model's template instead left 0.2-0.3 of mouth shapes at 15 degrees of pitch).
+    """
+    return np.asarray(points_m, np.float64)[_fit_points("mouth") + _fit_points("brow")]
+
+
 class GeometricSolver:
     """FaceReconstructor from landmark geometry (no model), per-user normalised.
 
@@ -219,6 +246,15 @@ class GeometricSolver:
             warmup_s=self.config.warmup_s,
             slow_interval_s=self.config.slow_interval_s,
         )
+        self._fits = None
+        n_mouth, n_brow = len(_fit_points("mouth")), len(_fit_points("brow"))
+        self._n_mouth = n_mouth
+        self._auto_region = RunningPercentiles(  # brows (and the mouth until the lips touch)
+            np.full(3 * (n_mouth + n_brow), 50.0), warmup_s=self.config.warmup_s,
+            slow_interval_s=self.config.slow_interval_s)
+        self._auto_region_closed = RunningPercentiles(  # the mouth over frames whose lips touch
+            np.full(3 * n_mouth, 50.0), warmup_s=self.config.warmup_s,
+            slow_interval_s=self.config.slow_interval_s)
         self.reset()
 
     # -- FaceReconstructor --------------------------------------------------
@@ -229,6 +265,9 @@ class GeometricSolver:
         self._explicit_ref: np.ndarray | None = None
         self._auto.reset()
         self._auto_closed.reset()
+        self._auto_region.reset()
+        self._auto_region_closed.reset()
+        self._explicit_region: np.ndarray | None = None
         self._last_t_s: float | None = None
         self._eye_angles = np.zeros((2, 2))  # (yaw, pitch) x (right eye, left eye), radians
         self._asym_since: float | None = None  # when one eye began to be clearly more closed
@@ -250,6 +289,9 @@ class GeometricSolver:
             landmarks, ipd_m=self.config.ipd_m, hfov_deg=self.config.hfov_deg
         )
         self._explicit_ref = measure_features(self._neutral.points_m)
+        # the calibration frame seen through the same fit as every later frame
+        self._explicit_region = _region_points(
+            estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg).points_m)
 
     @property
     def neutral(self) -> NeutralFace | None:
@@ -298,6 +340,8 @@ class GeometricSolver:
         self.last_pose = pose
         self.last_features = feats
         weights, gaze = self._solve(feats, ref)
+        if self.config.fit_shapes:
+            self._fit_regions(pose.points_m, feats, t, weights)
         return FaceParams(
             blendshapes=weights,
             rotation=pose.rotation,
@@ -324,6 +368,46 @@ class GeometricSolver:
         eyes = [Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]
         e = ref[eyes]
         ref[eyes] = np.maximum(np.maximum(e, c.eye_ref_symmetry * e[::-1]), c.eye_open_min)
+        return ref
+
+    # -- the fitted regions -------------------------------------------------
+
+    def _fit_regions(self, points_m: np.ndarray, feats: np.ndarray, t: float, w: np.ndarray) -> None:
+        """Replace the mouth and brow weights by the face-model fit (``shape_fit``), in place."""
+        from avatar_app.reconstruction.shape_fit import default_fits
+
+        if self._fits is None:
+            self._fits = default_fits()
+        pts = _region_points(points_m)
+        if self._explicit_region is not None:
+            ref = self._explicit_region
+        else:
+            ref = self._region_reference(pts, feats, t)
+        delta = np.zeros((478, 3))
+        idx = np.array(_fit_points("mouth") + _fit_points("brow"), np.intp)
+        delta[idx] = pts - ref
+        for fit in self._fits:
+            w[fit.shapes] = fit.solve(delta)
+
+    def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
+        """The user's rest position of the fitted points (automatic calibration).
+
+        Brows: running medians. Mouth: running medians over frames whose lips touch, or,
+        before the first such frame, over all frames with the inner lips closed onto their
+        midline (touching lips have no gap, whoever the user is).
+        """
+        c = self.config
+        n = self._n_mouth
+        self._auto_region.update(pts.reshape(-1), t)
+        ref = self._auto_region.value.reshape(-1, 3).copy()
+        if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
+            self._auto_region_closed.update(pts[:n].reshape(-1), t)
+        if self._auto_region_closed.value is not None:
+            ref[:n] = self._auto_region_closed.value.reshape(-1, 3)
+        else:
+            up, lo = _inner_lip_rows()
+            mid = 0.5 * (ref[up, 1] + ref[lo, 1])
+            ref[up, 1] = ref[lo, 1] = mid
         return ref
 
     # -- the mapping --------------------------------------------------------
