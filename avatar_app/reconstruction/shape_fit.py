@@ -46,6 +46,9 @@ BROW_POINTS: tuple[int, ...] = tuple(sorted(set(
     topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER + topo.RIGHT_BROW_UPPER + topo.RIGHT_BROW_LOWER)))
 #: Per-axis weights of the residual (x, y, z): MediaPipe's relative depth is the noisiest axis.
 AXIS_WEIGHTS = (1.0, 1.0, 0.5)
+#: Extra weight of single points in the residual: the mouth corners carry smiles, frowns and
+#: the mouth's width with two points of the 41 (MediaPipe tracks them well).
+POINT_WEIGHTS: dict[int, float] = {61: 6.0, 291: 6.0}
 #: Ridge scale, in squared metres per unit weight: a shape must explain at least ~1 mm of
 #: displacement over the region before the prior lets it take a noticeable weight.
 RIDGE_M2 = 2e-6
@@ -61,7 +64,7 @@ class RegionFit:
         design: (3P, S) float64 axis-weighted shape offsets.
         chol: (S, S) float64 lower Cholesky factor of ``design.T @ design`` plus the
             ridge prior (diagonal).
-        axis: (3,) per-axis weights.
+        axis: (P, 3) per-point, per-axis residual weights.
     """
 
     points: np.ndarray
@@ -124,10 +127,12 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
     idx = np.array([BLENDSHAPE_NAMES.index(n) for n in shapes], np.intp)
     pts = np.array(points, np.intp)
     axis = np.array(AXIS_WEIGHTS, np.float64)
-    b = np.asarray(model.blendshapes, np.float64)[idx][:, pts, :] * axis  # (S, P, 3)
+    pw = np.array([POINT_WEIGHTS.get(int(i), 1.0) for i in pts], np.float64)
+    scale = pw[:, None] * axis  # (P, 3)
+    b = np.asarray(model.blendshapes, np.float64)[idx][:, pts, :] * scale  # (S, P, 3)
     a = b.reshape(len(idx), -1).T  # (3P, S)
     gram = a.T @ a + np.diag(ridge_m2 * np.array(list(shapes.values()), np.float64))
-    return RegionFit(pts, idx, a, np.linalg.cholesky(gram), axis)
+    return RegionFit(pts, idx, a, np.linalg.cholesky(gram), scale)
 
 
 @functools.lru_cache(maxsize=1)
