@@ -3,7 +3,8 @@
 Usage::
 
     python benchmarks/fidelity.py                 # solver and engine, writes results/fidelity.json
-    python benchmarks/fidelity.py --baseline      # the same, stored as the baseline as well
+    python benchmarks/fidelity.py --paths solver_baseline,engine --baseline   # the baseline
+                                                  # (solver_baseline is stored as "solver")
     python benchmarks/fidelity.py --paths solver --retrack-step 0
 
 The JSON keeps the ``baseline`` section of an earlier run beside every later
@@ -30,16 +31,22 @@ TESTDATA = Path(os.environ.get("AVATAR_TESTDATA", ROOT.parent / "shared" / "test
 
 
 def make_path(name: str):
-    """A fresh face path: ``solver`` (GeometricSolver) or ``engine`` (face_recon, ONNX Runtime CPU FP32)."""
+    """A fresh face path: ``solver`` (GeometricSolver), ``solver_baseline`` (its configuration before
+    issue 17: linked eyes, feature-mapped mouth and brows) or ``engine`` (face_recon, ONNX Runtime CPU FP32)."""
     if name == "solver":
         from avatar_app.reconstruction.geometric import GeometricSolver
 
         return GeometricSolver()
+    if name == "solver_baseline":  # the solver as it was before the issue-17 work (main at dd8d00c)
+        from avatar_app.reconstruction.geometric import GeometricSolver, GeometricSolverConfig
+
+        return GeometricSolver(GeometricSolverConfig(blink_link=2.0, blink_onset_link=2.0, eye_open_min=0.0,
+                                                     eye_ref_symmetry=0.0, fit_shapes=False))
     if name == "engine":
         from avatar_app.reconstruction.engine import EngineReconstructor
 
         return EngineReconstructor(backend="ort_cpu", precision="fp32")
-    raise SystemExit(f"unknown face path {name!r} (solver, engine)")
+    raise SystemExit(f"unknown face path {name!r} (solver, solver_baseline, engine)")
 
 
 def _f(x, fmt="{:.2f}"):
@@ -108,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     data = {"about": "benchmarks/fidelity.py: real-face fidelity (avatar_app/evaluation); 'baseline' is the "
                      "figures before the issue-17 work, 'current' the latest run",
             "baseline": old.get("baseline", {}), "current": {**old.get("current", {}), **now}}
-    if args.baseline:
-        data["baseline"] = {**data["baseline"], **now}
+    if args.baseline:  # solver_baseline is the solver's baseline: stored under "solver"
+        data["baseline"] = {**data["baseline"],
+                            **{("solver" if k == "solver_baseline" else k): v for k, v in now.items()}}
+        data["current"] = {k: v for k, v in data["current"].items() if k != "solver_baseline"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
     runs = {f"{k} (baseline)": v for k, v in data["baseline"].items()}

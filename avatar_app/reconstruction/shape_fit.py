@@ -28,13 +28,13 @@ from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 
 #: Mouth shapes the fit may use, and their ridge weights (1 = the default prior).
 MOUTH_SHAPES: dict[str, float] = {
-    "jawOpen": 0.3, "mouthClose": 1.0, "mouthFunnel": 1.0, "mouthPucker": 1.0,
+    "jawOpen": 0.1, "mouthClose": 1.0, "mouthFunnel": 1.0, "mouthPucker": 1.0,
     "mouthLeft": 1.0, "mouthRight": 1.0, "mouthSmileLeft": 0.5, "mouthSmileRight": 0.5,
     "mouthFrownLeft": 1.0, "mouthFrownRight": 1.0, "mouthStretchLeft": 1.0, "mouthStretchRight": 1.0,
-    "mouthLowerDownLeft": 1.0, "mouthLowerDownRight": 1.0, "mouthUpperUpLeft": 1.0, "mouthUpperUpRight": 1.0,
-    "mouthRollLower": 2.0, "mouthRollUpper": 2.0, "mouthShrugLower": 2.0, "mouthShrugUpper": 2.0,
-    "mouthPressLeft": 2.0, "mouthPressRight": 2.0, "mouthDimpleLeft": 2.0, "mouthDimpleRight": 2.0,
-    "jawForward": 2.0, "jawLeft": 2.0, "jawRight": 2.0,
+    "mouthLowerDownLeft": 2.0, "mouthLowerDownRight": 2.0, "mouthUpperUpLeft": 2.0, "mouthUpperUpRight": 2.0,
+    "mouthRollLower": 20.0, "mouthRollUpper": 20.0, "mouthShrugLower": 20.0, "mouthShrugUpper": 20.0,
+    "mouthPressLeft": 20.0, "mouthPressRight": 20.0, "mouthDimpleLeft": 20.0, "mouthDimpleRight": 20.0,
+    "jawForward": 20.0, "jawLeft": 20.0, "jawRight": 20.0,
 }
 BROW_SHAPES: dict[str, float] = {
     "browInnerUp": 1.0, "browDownLeft": 1.0, "browDownRight": 1.0, "browOuterUpLeft": 1.0,
