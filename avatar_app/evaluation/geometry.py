@@ -21,9 +21,10 @@ Features (Left/Right = the subject's own sides):
                        (13, 14) / eye span: smiles raise it, frowns lower it,
                        an opening jaw leaves it (the corners sit midway)
 ``brow_height_l/r``    mean height of the brow's upper edge above the nose
-                       bridge between the eyes (168) / eye span (not above the
-                       eye corners: a squint or a frown moves the lid corners,
-                       which made a frown read as raised brows)
+                       ridge (197) / eye span; not above the eye corners (a
+                       squint or a frown moves the lid corners, which made a
+                       frown read as raised brows) nor above the bridge between
+                       the eyes (168, which the skin between the brows moves)
 ``eye_asymmetry``      ``eye_aperture_r - eye_aperture_l`` (winks)
 ``yaw, pitch, roll``   head pose, degrees (:func:`~avatar_app.core.rotations.euler_from_rotation`)
 =====================  =====================================================
@@ -53,7 +54,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "yaw": ("yaw",), "pitch": ("pitch",), "roll": ("roll",),
 }
 
-_BRIDGE = 168  # the nose bridge between the eyes: the most rigid landmark of the head frame
+_BRIDGE = 197  # the nose ridge: no brow, eye or mouth shape of the face model moves it
 _EYES = {"l": (263, 362, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, lg.LEFT_BROW),
          "r": (33, 133, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, lg.RIGHT_BROW)}
 

@@ -192,7 +192,8 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
 def _fit_points(region: str) -> list[int]:
     from avatar_app.reconstruction import shape_fit
 
-    return list(shape_fit.MOUTH_POINTS if region == "mouth" else shape_fit.BROW_POINTS)
+    return list({"mouth": shape_fit.MOUTH_POINTS, "brow": shape_fit.BROW_POINTS,
+                 "anchor": shape_fit.ANCHOR_POINTS}[region])
 
 
 def _inner_lip_rows() -> tuple[list[int], list[int]]:
@@ -212,7 +213,7 @@ def _region_points(points_m: np.ndarray) -> np.ndarray:
     fitted to the user's own neutral, so head turns leave no residual (fitting the
     model's template instead left 0.2-0.3 of mouth shapes at 15 degrees of pitch).
     """
-    return np.asarray(points_m, np.float64)[_fit_points("mouth") + _fit_points("brow")]
+    return np.asarray(points_m, np.float64)[_fit_points("mouth") + _fit_points("brow") + _fit_points("anchor")]
 
 
 class GeometricSolver:
@@ -247,7 +248,7 @@ class GeometricSolver:
             slow_interval_s=self.config.slow_interval_s,
         )
         self._fits = None
-        n_mouth, n_brow = len(_fit_points("mouth")), len(_fit_points("brow"))
+        n_mouth, n_brow = len(_fit_points("mouth")), len(_fit_points("brow")) + len(_fit_points("anchor"))
         self._n_mouth = n_mouth
         self._auto_region = RunningPercentiles(  # brows (and the mouth until the lips touch)
             np.full(3 * (n_mouth + n_brow), 50.0), warmup_s=self.config.warmup_s,
@@ -384,8 +385,12 @@ class GeometricSolver:
         else:
             ref = self._region_reference(pts, feats, t)
         delta = np.zeros((478, 3))
+        n_anchor = len(_fit_points("anchor"))
         idx = np.array(_fit_points("mouth") + _fit_points("brow"), np.intp)
-        delta[idx] = pts - ref
+        d = pts - ref
+        # Measured from the nose ridge: the forehead and the bridge between the brows, part of
+        # the head-pose fit, move with the brows and shift the whole head frame a little.
+        delta[idx] = d[:-n_anchor] - d[-n_anchor:].mean(0)
         for fit in self._fits:
             w[fit.shapes] = fit.solve(delta)
 

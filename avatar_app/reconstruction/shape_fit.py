@@ -44,6 +44,9 @@ MOUTH_POINTS: tuple[int, ...] = tuple(sorted(set(
     topo.LIP_OUTER_UPPER + topo.LIP_OUTER_LOWER + topo.LIP_INNER_UPPER + topo.LIP_INNER_LOWER + (152,))))
 BROW_POINTS: tuple[int, ...] = tuple(sorted(set(
     topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER + topo.RIGHT_BROW_UPPER + topo.RIGHT_BROW_LOWER)))
+#: Rigid points of the nose ridge that no shape of the face model moves: displacements are
+#: measured relative to their mean (see GeometricSolver).
+ANCHOR_POINTS: tuple[int, ...] = (197, 195, 5, 4)
 #: Per-axis weights of the residual (x, y, z): MediaPipe's relative depth is the noisiest axis.
 AXIS_WEIGHTS = (1.0, 1.0, 0.5)
 #: Extra weight of single points in the residual: the mouth corners carry smiles, frowns and
