@@ -116,7 +116,7 @@ def test_labelled_winks_close_the_named_eye_in_the_landmarks(clips):
 
 
 # ------------------------------------------------------------------ label-free bars, comparison (a)
-_MEASURED = {"corner_height": 0.79}  # pooled r of the solver where the bar is not met yet
+_MEASURED = {"corner_height": 0.76}  # pooled r of the solver where the bar is not met yet
 
 
 @pytest.mark.parametrize("feature", [
@@ -127,8 +127,8 @@ def test_pooled_r_meets_the_bar(solver_result, feature):
     assert r >= BM.BARS[feature], (feature, r)
 
 
-@pytest.mark.xfail(strict=True, reason="not met: lowest clip mean r 0.72 (grid_s2_swwp2s: mouth width 0.48, "
-                   "corner height 0.43) < 0.75")
+@pytest.mark.xfail(strict=True, reason="not met: lowest clip mean r 0.74 (openmpf_video_01, "
+                   "a 50 px face: brows 0.65, eye asymmetry 0.48) < 0.75")
 def test_no_clip_mean_below_the_bar(solver_result):
     worst = solver_result["min_clip_mean_r"]
     assert worst >= BM.BAR_MIN_CLIP_MEAN, {n: v["mean_r"] for n, v in solver_result["clips"].items()}
@@ -158,7 +158,7 @@ def test_a_wink_does_not_pull_the_open_eye_shut(solver_weights):
 
 
 # ------------------------------------------------------------------ GRID
-_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.054 (s1) and 0.036 (s2) "
+_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.046 (s1) and 0.028 (s2) "
                          "< 0.1; the talkers' lips part 2-4 mm, which the face model reproduces at jawOpen ~0.05-0.1")
 
 

@@ -398,8 +398,8 @@ class GeometricSolver:
         """The user's rest position of the fitted points (automatic calibration).
 
         Brows: running medians. Mouth: running medians over frames whose lips touch, or,
-        before the first such frame, over all frames with the inner lips closed onto their
-        midline (touching lips have no gap, whoever the user is).
+        before the first such frame, over all frames with the lower inner lip raised onto the
+        upper one (touching lips have no gap, whoever the user is).
         """
         c = self.config
         n = self._n_mouth
@@ -411,8 +411,7 @@ class GeometricSolver:
             ref[:n] = self._auto_region_closed.value.reshape(-1, 3)
         else:
             up, lo = _inner_lip_rows()
-            mid = 0.5 * (ref[up, 1] + ref[lo, 1])
-            ref[up, 1] = ref[lo, 1] = mid
+            ref[lo, 1] = ref[up, 1]  # an opening jaw drops the lower lip; the upper one stays
         return ref
 
     # -- the mapping --------------------------------------------------------

@@ -32,10 +32,11 @@ MOUTH_SHAPES: dict[str, float] = {
     "mouthLeft": 1.0, "mouthRight": 1.0, "mouthSmileLeft": 0.5, "mouthSmileRight": 0.5,
     "mouthFrownLeft": 1.0, "mouthFrownRight": 1.0, "mouthStretchLeft": 1.0, "mouthStretchRight": 1.0,
     "mouthLowerDownLeft": 2.0, "mouthLowerDownRight": 2.0, "mouthUpperUpLeft": 2.0, "mouthUpperUpRight": 2.0,
-    "mouthRollLower": 20.0, "mouthRollUpper": 20.0, "mouthShrugLower": 20.0, "mouthShrugUpper": 20.0,
-    "mouthPressLeft": 20.0, "mouthPressRight": 20.0, "mouthDimpleLeft": 20.0, "mouthDimpleRight": 20.0,
-    "jawForward": 20.0, "jawLeft": 20.0, "jawRight": 20.0,
+    "jawLeft": 20.0, "jawRight": 20.0,
 }
+#: Not fitted (left at 0): mouthRoll/Shrug/Press/Dimple and jawForward move the lip contour by
+#: 2-5 mm in ways MediaPipe does not resolve; fitted, they took up its jitter and its
+#: mirror asymmetry (0.45 of mouthShrugLower on a flipped still).
 BROW_SHAPES: dict[str, float] = {
     "browInnerUp": 1.0, "browDownLeft": 1.0, "browDownRight": 1.0, "browOuterUpLeft": 1.0,
     "browOuterUpRight": 1.0,
@@ -52,6 +53,11 @@ AXIS_WEIGHTS = (1.0, 1.0, 0.5)
 #: Extra weight of single points in the residual: the mouth corners carry smiles, frowns and
 #: the mouth's width with two points of the 41 (MediaPipe tracks them well).
 POINT_WEIGHTS: dict[int, float] = {61: 6.0, 291: 6.0}
+#: Sparsity threshold (L1 prior), metres: a shape is used only when the (weighted) displacement
+#: along its direction exceeds this, so MediaPipe's jitter on a still face (about 1 px, 1.5 mm
+#: on a 100 px face, correlated over the region) does not flicker the avatar
+#: (tests/test_reconstruction_relations.py).
+DEAD_ZONE = 0.0005
 #: Ridge scale, in squared metres per unit weight: a shape must explain at least ~1 mm of
 #: displacement over the region before the prior lets it take a noticeable weight.
 RIDGE_M2 = 2e-6
@@ -68,6 +74,8 @@ class RegionFit:
         chol: (S, S) float64 lower Cholesky factor of ``design.T @ design`` plus the
             ridge prior (diagonal).
         axis: (P, 3) per-point, per-axis residual weights.
+        l1: (S,) float64 sparsity (L1) weights: a shape is used only when the displacement
+            along its unit direction exceeds ``DEAD_ZONE`` metres.
     """
 
     points: np.ndarray
@@ -75,6 +83,7 @@ class RegionFit:
     design: np.ndarray
     chol: np.ndarray
     axis: np.ndarray
+    l1: np.ndarray
 
     def solve(self, delta: np.ndarray) -> np.ndarray:
         """Weights of the region's shapes for a displacement from the neutral.
@@ -95,7 +104,7 @@ class RegionFit:
         from scipy.optimize import nnls
 
         d = np.asarray(delta, np.float64)[self.points] * self.axis
-        g = self.design.T @ d.reshape(-1)
+        g = self.design.T @ d.reshape(-1) - self.l1
         rhs = solve_triangular(self.chol, g, lower=True, check_finite=False)
         a = self.chol.T
         at_one = np.zeros(len(g), bool)
@@ -112,7 +121,7 @@ class RegionFit:
 
 
 def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=None,
-                    ridge_m2: float = RIDGE_M2) -> RegionFit:
+                    ridge_m2: float = RIDGE_M2, dead_zone: float | None = None) -> RegionFit:
     """Build a :class:`RegionFit` from the face model.
 
     Args:
@@ -120,6 +129,7 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
         points: landmark indices of the region.
         model: FaceModel (default: the shipped one).
         ridge_m2: ridge scale.
+        dead_zone: sparsity threshold, metres (default :data:`DEAD_ZONE`).
 
     Returns:
         RegionFit.
@@ -127,6 +137,7 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
     from avatar_app.avatar.face_model import load_face_model
 
     model = model or load_face_model()
+    dead_zone = DEAD_ZONE if dead_zone is None else float(dead_zone)
     idx = np.array([BLENDSHAPE_NAMES.index(n) for n in shapes], np.intp)
     pts = np.array(points, np.intp)
     axis = np.array(AXIS_WEIGHTS, np.float64)
@@ -135,7 +146,8 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
     b = np.asarray(model.blendshapes, np.float64)[idx][:, pts, :] * scale  # (S, P, 3)
     a = b.reshape(len(idx), -1).T  # (3P, S)
     gram = a.T @ a + np.diag(ridge_m2 * np.array(list(shapes.values()), np.float64))
-    return RegionFit(pts, idx, a, np.linalg.cholesky(gram), scale)
+    l1 = dead_zone * np.sqrt(np.einsum("ij,ij->j", a, a))
+    return RegionFit(pts, idx, a, np.linalg.cholesky(gram), scale, l1)
 
 
 @functools.lru_cache(maxsize=1)
