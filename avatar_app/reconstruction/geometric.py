@@ -17,6 +17,17 @@ and normalised per user:
   read right). The head-pose reference is then the first frame, levelled in
   yaw and roll.
 
+Mouth and brows (``fit_shapes``, the default): the weights are fitted to the
+visible displacement of the lip contours, chin and brows from the user's rest
+position through the face model (:mod:`avatar_app.reconstruction.shape_fit`:
+the model has MediaPipe's topology, so this is analysis by synthesis), which
+gives jawOpen, mouthClose, funnel, pucker, smile, frown, stretch,
+mouthUpperUp/LowerDown, mouthLeft/Right, jawLeft/Right and the five brow shapes;
+the rest positions are running medians (the mouth's over frames whose lips
+touch, and before the first such frame the frame's own mouth with the lower
+inner lip raised onto the upper one). Displacements are taken from the nose
+ridge, which no expression moves. Measured by ``benchmarks/fidelity.py``.
+
 The output is deterministic given the same landmarks and timestamps, so
 offline rendering and live mode behave alike.
 
@@ -219,10 +230,11 @@ def _region_points(points_m: np.ndarray) -> np.ndarray:
 class GeometricSolver:
     """FaceReconstructor from landmark geometry (no model), per-user normalised.
 
-    Produces eyeBlink, eyeWide, eyeLookIn/Out/Up/Down (per eye), jawOpen,
-    mouthClose, mouthFunnel, mouthPucker, mouthSmile, mouthFrown, browInnerUp,
-    browDown and browOuterUp (Left/Right = the subject's sides); the other
-    ARKit weights stay 0. Cost: ~0.3 ms per frame on one CPU core.
+    Produces eyeBlink, eyeWide, eyeLookIn/Out/Up/Down (per eye) and, fitted
+    through the face model, the mouth and brow shapes listed in
+    :data:`avatar_app.reconstruction.shape_fit.MOUTH_SHAPES` / ``BROW_SHAPES``
+    (Left/Right = the subject's sides); the other ARKit weights stay 0.
+    Cost: under 1 ms per frame on one CPU core.
 
     Thread: one instance per processing thread; calls must come in time order.
 
