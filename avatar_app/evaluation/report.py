@@ -82,7 +82,7 @@ def card_section(path: Path) -> list[str]:
         return []
     return [
         "## Real faces (issue 17 benchmark: `benchmarks/fidelity.py`, `avatar_app/evaluation`)", "",
-        "Label-free, on every real video of ../shared/testdata: the face's visible geometry from MediaPipe's "
+        ("Label-free, on every real video of ../shared/testdata: the face's visible geometry from MediaPipe's "
         "landmarks (eye aperture per eye, inner-lip gap, mouth width, mouth-corner height, brow height per side, "
         "one-eye asymmetry, head yaw/pitch/roll, each normalised by the eye span) against the same geometry on "
         "(a) the face model driven by the output blendshapes and identity and (b) the default head rendered with "
@@ -91,6 +91,30 @@ def card_section(path: Path) -> list[str]:
         "all clips. Events (winks, puckers, jaw drops, brow raises, ...) are this project's hand labels "
         "(tests/data/expressive_events.json); London = 71 people, neutral and smiling photos each read alone. "
         "Baseline = before the issue-17 work (the solver with linked eyes and feature-mapped mouth and brows); "
-        "the engine is the shipped face_recon.onnx (unchanged).", "",
+        "the engine is the shipped face_recon.onnx (unchanged)."), "",
         results_table(path), "",
+        *engine_losses(json.loads(Path(path).read_text())), "",
     ]
+
+
+def engine_losses(data: dict, margin: float = 0.01) -> list[str]:
+    """Markdown lines naming where the engine is below the solver (current runs) by more than ``margin``."""
+    cur = data.get("current", {})
+    if "engine" not in cur or "solver" not in cur:
+        return []
+    e, s = cur["engine"], cur["solver"]
+    worse = []
+    for kind, key in (("pooled r (a)", "label_free"), ("re-tracked r (b)", "retracked")):
+        for g, v in s.get(key, {}).get("pooled", {}).items():
+            ev = e.get(key, {}).get("pooled", {}).get(g, {}).get("r")
+            if ev is not None and v.get("r") is not None and ev < v["r"] - margin:
+                worse.append(f"{kind} {g} {ev:.2f} vs {v['r']:.2f}")
+    for clip, v in s["label_free"]["clips"].items():
+        ev = e["label_free"]["clips"].get(clip, {}).get("mean_r")
+        if ev is not None and v.get("mean_r") is not None and ev < v["mean_r"] - margin:
+            worse.append(f"{clip} mean r {ev:.2f} vs {v['mean_r']:.2f}")
+    for name in ("winks", "london", "blinks", "jaw_in_words"):
+        a, b = e["bars"].get(name), s["bars"].get(name)
+        if a and b and b["met"] and not a["met"]:
+            worse.append(f"{name} bar ({a['value']} vs {b['value']})")
+    return ["Where the engine loses to the solver (more than 0.01): " + ("; ".join(worse) if worse else "nowhere") + "."]
