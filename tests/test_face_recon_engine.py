@@ -14,7 +14,7 @@ from avatar_app.reconstruction import FaceReconstructor
 from avatar_app.reconstruction.engine import (EngineReconstructor, EngineReconstructorConfig,
                                               create_face_reconstructor, default_model_path,
                                               gaze_from_weights)
-from avatar_app.tracking.head_pose import focal_length_px
+from avatar_app.reconstruction.head_pose import focal_length_px
 
 SIZE = (640, 480)
 

@@ -12,7 +12,7 @@ from avatar_app.core.errors import InputError
 from avatar_app.core.rotations import euler_from_rotation, rotation_angle_deg, rotation_from_euler
 from avatar_app.reconstruction import normalise as N
 from avatar_app.reconstruction.auto_neutral import NeutralEstimator
-from avatar_app.tracking.head_pose import focal_length_px
+from avatar_app.reconstruction.head_pose import focal_length_px
 
 SIZE = (640, 480)
 F60 = focal_length_px(640, 60.0)

@@ -16,8 +16,8 @@ from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import FaceReconstructor, GeometricSolver
 from avatar_app.reconstruction.geometric import EYEBALL_RADIUS_M
 from avatar_app.tracking import FaceTracker, RunningMode
-from avatar_app.tracking import landmark_groups as lg
-from avatar_app.tracking.head_pose import focal_length_px, make_neutral_face
+from avatar_app.core import landmarks as lmk
+from avatar_app.reconstruction.head_pose import focal_length_px, make_neutral_face
 
 BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
 SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")
@@ -268,7 +268,7 @@ def moved(head_m, idx, delta_m) -> np.ndarray:
 def test_left_wink_is_the_subjects_left_eye(head_m):
     s = solver_on(head_m)
     face = head_m.copy()
-    up, lo = list(lg.LEFT_EYE_UPPER), list(lg.LEFT_EYE_LOWER)
+    up, lo = list(lmk.LEFT_EYE_UPPER), list(lmk.LEFT_EYE_LOWER)
     face[up] = face[lo] + np.array([0, 0.0005, 0])  # upper lid onto the lower lid
     w = s.reconstruct(project(face), 1.0).blendshapes
     assert w[B.eyeBlinkLeft] > 0.95
@@ -280,8 +280,8 @@ def test_left_wink_is_the_subjects_left_eye(head_m):
 def test_both_eyes_half_closing_are_linked(head_m):
     s = solver_on(head_m)
     face = head_m.copy()
-    for up, lo, frac in ((lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, 0.9),
-                         (lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, 0.3)):
+    for up, lo, frac in ((lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER, 0.9),
+                         (lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER, 0.3)):
         up, lo = list(up), list(lo)
         face[up] = face[up] + frac * (face[lo] - face[up])
     w = s.reconstruct(project(face), 1.0).blendshapes
@@ -321,7 +321,7 @@ def test_jaw_smile_pucker_brows(head_m):
 
 def test_gaze_from_the_irises(head_m):
     s = solver_on(head_m)
-    irises = lg.LEFT_IRIS + lg.RIGHT_IRIS
+    irises = lmk.LEFT_IRIS + lmk.RIGHT_IRIS
     # Both irises 3 mm toward the subject's left: positive yaw.
     p = s.reconstruct(project(moved(head_m, irises, [0.003, 0, 0])), 1.0)
     assert p.gaze[0] == pytest.approx(math.asin(0.003 / EYEBALL_RADIUS_M), abs=0.03)

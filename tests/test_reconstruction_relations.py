@@ -103,7 +103,7 @@ def test_raw_output_is_stable_under_jpeg_and_subpixel_shifts(tracker, testdata):
 def test_expressions_do_not_move_the_head_pose(tracker, testdata):
     """The face model's own shapes on a real face, projected frontally: the head pose stays put."""
     from avatar_app.avatar.face_model import load_face_model
-    from avatar_app.tracking.head_pose import make_neutral_face
+    from avatar_app.reconstruction.head_pose import make_neutral_face
     from tests.test_reconstruction_geometric import project
 
     lm = tracker.process_image(_img(testdata, "london_005_03_neutral.jpg"))

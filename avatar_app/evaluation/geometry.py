@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.tracking import landmark_groups as lg
+from avatar_app.core import landmarks as lmk
 
 #: Expression features, in the column order of :func:`shape_features`.
 SHAPE_FEATURES: tuple[str, ...] = (
@@ -55,8 +55,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 _BRIDGE = 197  # the nose ridge: no brow, eye or mouth shape of the face model moves it
-_EYES = {"l": (263, 362, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, lg.LEFT_BROW),
-         "r": (33, 133, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, lg.RIGHT_BROW)}
+_EYES = {"l": (263, 362, lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER, lmk.LEFT_BROW_UPPER),
+         "r": (33, 133, lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER, lmk.RIGHT_BROW_UPPER)}
 
 
 def shape_features(points: np.ndarray) -> np.ndarray:
@@ -80,10 +80,10 @@ def shape_features(points: np.ndarray) -> np.ndarray:
         out[f"eye_aperture_{s}"] = gap / width
         out[f"brow_height_{s}"] = (p[..., list(brow), 1].mean(-1) - p[..., _BRIDGE, 1]) / span
     out["lip_gap"] = np.linalg.norm(
-        p[..., list(lg.LIP_INNER_UPPER), :] - p[..., list(lg.LIP_INNER_LOWER), :], axis=-1).mean(-1) / span
-    cr, cl = p[..., lg.FacePoint.MOUTH_RIGHT, :], p[..., lg.FacePoint.MOUTH_LEFT, :]
+        p[..., list(lmk.LIP_GAP_UPPER), :] - p[..., list(lmk.LIP_GAP_LOWER), :], axis=-1).mean(-1) / span
+    cr, cl = p[..., lmk.FacePoint.MOUTH_RIGHT, :], p[..., lmk.FacePoint.MOUTH_LEFT, :]
     out["mouth_width"] = np.linalg.norm(cl - cr, axis=-1) / span
-    mid_y = 0.5 * (p[..., lg.FacePoint.LIP_UPPER_INNER, 1] + p[..., lg.FacePoint.LIP_LOWER_INNER, 1])
+    mid_y = 0.5 * (p[..., lmk.FacePoint.LIP_UPPER_INNER, 1] + p[..., lmk.FacePoint.LIP_LOWER_INNER, 1])
     out["corner_height_l"] = (cl[..., 1] - mid_y) / span
     out["corner_height_r"] = (cr[..., 1] - mid_y) / span
     out["eye_asymmetry"] = out["eye_aperture_r"] - out["eye_aperture_l"]

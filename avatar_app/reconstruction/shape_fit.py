@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 
 #: Mouth shapes the fit may use, and their ridge weights (1 = the default prior).
@@ -42,9 +42,9 @@ BROW_SHAPES: dict[str, float] = {
     "browOuterUpRight": 1.0,
 }
 MOUTH_POINTS: tuple[int, ...] = tuple(sorted(set(
-    topo.LIP_OUTER_UPPER + topo.LIP_OUTER_LOWER + topo.LIP_INNER_UPPER + topo.LIP_INNER_LOWER + (152,))))
+    lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER + lmk.LIP_INNER_UPPER + lmk.LIP_INNER_LOWER + (152,))))
 BROW_POINTS: tuple[int, ...] = tuple(sorted(set(
-    topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER + topo.RIGHT_BROW_UPPER + topo.RIGHT_BROW_LOWER)))
+    lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER + lmk.RIGHT_BROW_UPPER + lmk.RIGHT_BROW_LOWER)))
 #: Rigid points of the nose ridge that no shape of the face model moves: displacements are
 #: measured relative to their mean (see GeometricSolver).
 ANCHOR_POINTS: tuple[int, ...] = (197, 195, 5, 4)

@@ -13,7 +13,7 @@ right-handed like camera space: x right, y up, z toward the camera, in pixels,
 origin at the image centre.
 
 *Head frame*: the user's neutral face in metres, origin at the centroid of the
-stable landmarks (:data:`~avatar_app.tracking.landmark_groups.STABLE`). The
+stable landmarks (:data:`~avatar_app.core.landmarks.STABLE`). The
 neutral face is treated as facing the camera, so its axes are the camera's:
 +x toward the subject's left, +y up, +z out of the face toward the camera.
 
@@ -31,7 +31,8 @@ interpupillary distance, 63 mm (N. A. Dodgson, "Variation and extrema of
 human interpupillary distance", Proc. SPIE 5291, 2004: mean 63 mm, s.d.
 ~3.5 mm), measured between the iris centres of the neutral face. Distance
 from the camera follows from a pinhole camera with an assumed horizontal field
-of view of 60 degrees (a typical webcam); both are parameters. Each landmark
+of view of 60 degrees (a typical webcam); both are parameters (defaults in
+:mod:`avatar_app.core.landmarks`). Each landmark
 is then un-projected at its own depth (pinhole camera), so the perspective
 magnification of near points (the nose at webcam distance) is not read as
 shape change.
@@ -41,32 +42,18 @@ Rigid fit: Kabsch (1976) with Umeyama's (1991) scale,
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.errors import InputError
+from avatar_app.core.landmarks import DEFAULT_HFOV_DEG, MEAN_IPD_M, focal_length_px
 from avatar_app.core.rotations import rigid_fit
 from avatar_app.core.types import Landmarks
-from avatar_app.tracking import landmark_groups as lg
 
-MEAN_IPD_M = 0.063
-"""Mean adult interpupillary distance in metres (Dodgson 2004)."""
-
-DEFAULT_HFOV_DEG = 60.0
-"""Assumed horizontal field of view of a webcam, degrees."""
-
-_STABLE = np.array(lg.STABLE, dtype=np.intp)
-# Eye corners and nose bridge are the most rigid; cheekbones move a little with smiles.
-_STABLE_WEIGHTS = np.array(
-    [1.0] * len(lg.STABLE_FOREHEAD)
-    + [1.0] * len(lg.STABLE_NOSE)
-    + [1.0] * len(lg.STABLE_EYE_CORNERS)
-    + [0.5] * len(lg.STABLE_CHEEKBONES)
-    + [0.5] * len(lg.STABLE_NOSE_WINGS),
-    dtype=np.float64,
-)
+_STABLE = np.array(lmk.STABLE, dtype=np.intp)
+_STABLE_WEIGHTS = lmk.STABLE_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -120,9 +107,9 @@ def check_landmarks(landmarks: Landmarks) -> np.ndarray:
     if not isinstance(landmarks, Landmarks):
         raise InputError(f"expected Landmarks, got {type(landmarks).__name__}")
     pts = np.asarray(landmarks.points)
-    if pts.shape != (lg.NUM_LANDMARKS, 3):
+    if pts.shape != (lmk.NUM_LANDMARKS, 3):
         raise InputError(
-            f"face landmarks must have shape ({lg.NUM_LANDMARKS}, 3) (MediaPipe face mesh with "
+            f"face landmarks must have shape ({lmk.NUM_LANDMARKS}, 3) (MediaPipe face mesh with "
             f"irises), got {pts.shape}"
         )
     if not np.all(np.isfinite(pts)):
@@ -131,24 +118,6 @@ def check_landmarks(landmarks: Landmarks) -> np.ndarray:
     if w <= 0 or h <= 0:
         raise InputError(f"landmarks carry an invalid image size {landmarks.image_size}")
     return pts
-
-
-def focal_length_px(image_width_px: float, hfov_deg: float = DEFAULT_HFOV_DEG) -> float:
-    """Pinhole focal length in pixels for a horizontal field of view.
-
-    Args:
-        image_width_px: image width, pixels.
-        hfov_deg: horizontal field of view, degrees (0 < hfov < 180).
-
-    Returns:
-        ``f = (W / 2) / tan(hfov / 2)`` in pixels.
-
-    Raises:
-        InputError: hfov outside (0, 180) degrees.
-    """
-    if not 0.0 < hfov_deg < 180.0:
-        raise InputError(f"horizontal field of view must be in (0, 180) degrees, got {hfov_deg}")
-    return 0.5 * image_width_px / math.tan(math.radians(hfov_deg) / 2.0)
 
 
 def landmarks_to_pixel_space(landmarks: Landmarks) -> np.ndarray:
@@ -236,8 +205,8 @@ def make_neutral_face(
         raise InputError(f"interpupillary distance must be positive, got {ipd_m}")
     p = landmarks_to_pixel_space(landmarks)
     f = focal_length_px(landmarks.image_size[0], hfov_deg)
-    iris_r = p[lg.FacePoint.RIGHT_IRIS_CENTER]
-    iris_l = p[lg.FacePoint.LEFT_IRIS_CENTER]
+    iris_r = p[lmk.FacePoint.RIGHT_IRIS_CENTER]
+    iris_l = p[lmk.FacePoint.LEFT_IRIS_CENTER]
     ipd_px = float(np.linalg.norm(iris_l - iris_r))
     if ipd_px <= 1e-6:
         raise InputError("neutral face landmarks are degenerate (the two iris centres coincide)")
@@ -245,8 +214,8 @@ def make_neutral_face(
     centroid = _STABLE_WEIGHTS @ pts[_STABLE] / _STABLE_WEIGHTS.sum()
     pts = pts - centroid
     if level_yaw_roll:
-        left = np.array([a for a, _ in lg.STABLE_SYMMETRIC_PAIRS])
-        right = np.array([b for _, b in lg.STABLE_SYMMETRIC_PAIRS])
+        left = np.array([a for a, _ in lmk.STABLE_SYMMETRIC_PAIRS])
+        right = np.array([b for _, b in lmk.STABLE_SYMMETRIC_PAIRS])
         axis = (pts[left] - pts[right]).sum(axis=0)
         axis /= np.linalg.norm(axis)
         pts = pts @ _minimal_rotation(axis, np.array([1.0, 0.0, 0.0])).T

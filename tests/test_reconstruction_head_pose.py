@@ -11,7 +11,7 @@ from avatar_app.core.errors import InputError
 from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import Landmarks
 from avatar_app.tracking import FaceTracker, RunningMode
-from avatar_app.tracking.head_pose import (
+from avatar_app.reconstruction.head_pose import (
     MEAN_IPD_M,
     NeutralFace,
     estimate_head_pose,
