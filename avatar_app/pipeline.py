@@ -324,11 +324,6 @@ class _RenderWorker:
             raise self.error
 
 
-def _silent(samples: np.ndarray, threshold: float = 10 ** (-70 / 20)) -> bool:
-    """True when the peak level is below -70 dBFS (digital silence or near it)."""
-    return samples.size == 0 or float(np.max(np.abs(samples))) < threshold
-
-
 def _default_reconstructor(on_fallback=None):
     """The face_recon engine (models/face_recon.onnx) if enabled and it loads, else the geometric
     solver; ``on_fallback(message)`` hears why when the engine was asked for but not usable."""
@@ -546,7 +541,7 @@ def render_file(
         RenderReport with counts, durations and stage timings.
 
     Raises:
-        InputError: the input or audio file is missing, unreadable or silent.
+        InputError: the input or audio file is missing or unreadable (a silent track only warns).
         NoFaceError: no face in any frame.
         RecordingError: the output (or its folder, which is created when missing)
             cannot be written.
@@ -556,6 +551,7 @@ def render_file(
     """
     from avatar_app.capture.audio_file import load_audio
     from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.speech.silence import drop_silent_speech
     from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
 
     options = options or RenderOptions()
@@ -580,12 +576,8 @@ def render_file(
                 rec_audio = src.read_audio()
                 speech_audio = src.read_audio(SPEECH_RATE)
                 what = f"audio track of {input_path}"
-            if rec_audio is not None and _silent(rec_audio.samples):
-                raise InputError(
-                    f"The {what} is silent: nothing can drive the mouth. "
-                    "Use --no-audio to render from the video alone.",
-                    options.audio_path or input_path,
-                )
+            if rec_audio is not None and drop_silent_speech(rec_audio.samples, what, report.warnings):
+                speech_audio = None  # a silent track: the face drives the mouth (issue 17 item 4)
             if rec_audio is None:
                 report.warnings.append(
                     f"{input_path} has no audio track: the output will be silent and the mouth "
