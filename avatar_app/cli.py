@@ -41,8 +41,11 @@ def _size(text: str) -> tuple[int, int]:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"size must look like 1280x720, not {text!r}") from None
-    if not (16 <= w <= 7680 and 16 <= h <= 4320) or w % 2 or h % 2:
+    if not (16 <= w <= 7680 and 16 <= h <= 4320):
         raise argparse.ArgumentTypeError(f"size {text} out of range (even numbers, 16..7680 x 16..4320)")
+    if w % 2 or h % 2:  # H.264 4:2:0 needs even sides
+        odd = " and ".join(f"{what} {v}" for what, v in (("width", w), ("height", h)) if v % 2)
+        raise argparse.ArgumentTypeError(f"size {text}: {odd} must be even (e.g. {w + w % 2}x{h + h % 2})")
     return w, h
 
 
@@ -144,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output size WxH in pixels, even numbers, width 16..7680 and height 16..4320 "
                              "(default 1280x720)")
         sp.add_argument("--fps", type=_fps, default=None,
-                        help="output frame rate (default: the input video's; demo: its own clip's)")
+                        help="output frame rate, 1..240 (default: the input video's; demo: its own clip's)")
         sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0, help="multisampling (default 0)")
         sp.add_argument("--background", type=_background, default=(0, 177, 64),
                         help="'transparent' or a hex colour (default 00b140, chroma green)")
@@ -158,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tracker", choices=("auto", "onnx", "mediapipe"), default="auto",
                    help="face landmarks from MediaPipe or from its models as engines (default auto: onnx "
                         "where an NVIDIA GPU backend runs, else mediapipe)")
+    r.add_argument("--remote", metavar="grpc://HOST:PORT", default=None,
+                   help="run the engines on an 'avatar-app serve' server (local engines when it does not answer)")
     common(r)
     d = sub.add_parser("demo", help="render a short demo clip from data the package carries")
     common(d)
@@ -170,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_engines_parser(sub)
+    try:
+        from avatar_app.serve.cli import add_serve_parser
+    except ImportError:  # serving not in this build
+        pass
+    else:
+        add_serve_parser(sub)
     return p
 
 
@@ -278,6 +289,7 @@ def _print_report(rep) -> None:
         f"wrote {rep.output_path} ({rep.frames_out} frames, {rep.duration_s:.2f} s video, "
         f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path.name}; "
         f"face in {rep.faces_found}/{rep.frames_in} frames ({rep.face_solver or 'geometric solver'}); "
+        f"mouth from {rep.speech_backend or 'the video alone'}; "
         f"{rep.fps:.1f} fps ({stages})"
     )
 
@@ -285,6 +297,12 @@ def _print_report(rep) -> None:
 def _cmd_render(args) -> int:
     from avatar_app.pipeline import render_file
 
+    if getattr(args, "remote", None):
+        from functools import partial
+
+        from avatar_app.serve.remote_render import render_file_remote
+
+        render_file = partial(render_file_remote, args.remote)
     if args.audio is not None and args.no_audio:
         raise InputError("--audio and --no-audio cannot be used together")
     prog = _Progress("rendering", not args.quiet and sys.stderr.isatty())
@@ -355,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
             from avatar_app.inference.cli import run_engines
 
             return run_engines(args)
+        if args.command == "serve":
+            from avatar_app.serve.cli import run_serve
+
+            return run_serve(args)
         return _cmd_window(args)
     except NoFaceError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,17 +11,13 @@ import pytest
 
 from avatar_app.core.blendshapes import Blendshape as B
 from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import FaceReconstructor, GeometricSolver
 from avatar_app.reconstruction.geometric import EYEBALL_RADIUS_M
 from avatar_app.tracking import FaceTracker, RunningMode
-from avatar_app.tracking import landmark_groups as lg
-from avatar_app.tracking.head_pose import (
-    euler_from_rotation,
-    focal_length_px,
-    make_neutral_face,
-    rotation_from_euler,
-)
+from avatar_app.core import landmarks as lmk
+from avatar_app.reconstruction.head_pose import focal_length_px, make_neutral_face
 
 BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
 SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")
@@ -272,7 +268,7 @@ def moved(head_m, idx, delta_m) -> np.ndarray:
 def test_left_wink_is_the_subjects_left_eye(head_m):
     s = solver_on(head_m)
     face = head_m.copy()
-    up, lo = list(lg.LEFT_EYE_UPPER), list(lg.LEFT_EYE_LOWER)
+    up, lo = list(lmk.LEFT_EYE_UPPER), list(lmk.LEFT_EYE_LOWER)
     face[up] = face[lo] + np.array([0, 0.0005, 0])  # upper lid onto the lower lid
     w = s.reconstruct(project(face), 1.0).blendshapes
     assert w[B.eyeBlinkLeft] > 0.95
@@ -284,8 +280,8 @@ def test_left_wink_is_the_subjects_left_eye(head_m):
 def test_both_eyes_half_closing_are_linked(head_m):
     s = solver_on(head_m)
     face = head_m.copy()
-    for up, lo, frac in ((lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, 0.9),
-                         (lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, 0.3)):
+    for up, lo, frac in ((lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER, 0.9),
+                         (lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER, 0.3)):
         up, lo = list(up), list(lo)
         face[up] = face[up] + frac * (face[lo] - face[up])
     w = s.reconstruct(project(face), 1.0).blendshapes
@@ -295,32 +291,37 @@ def test_both_eyes_half_closing_are_linked(head_m):
 
 
 def test_jaw_smile_pucker_brows(head_m):
+    """The face model's own shape offsets on a real neutral face come back as those shapes."""
+    from avatar_app.avatar.face_model import load_face_model
+
+    model = load_face_model()
     s = solver_on(head_m)
     t = iter(np.arange(1.0, 20.0))
-    # Jaw: chin and lower lip 10 mm down, the mouth corners half as much.
-    lower = [152, 14, 87, 317, 17, 148, 377, 175, 199, 200]
-    face = moved(moved(head_m, lower, [0, -0.010, 0]), [61, 291], [0, -0.005, 0])
-    w = s.reconstruct(project(face), next(t)).blendshapes
-    assert 0.25 < w[B.jawOpen] < 0.6 and w[B.mouthSmileLeft] < 0.1
-    # Smile: corners 5 mm up and 3 mm out, subject's left only.
-    w = s.reconstruct(project(moved(head_m, [291], [0.003, 0.005, 0])), next(t)).blendshapes
-    assert w[B.mouthSmileLeft] > 0.5 and w[B.mouthSmileRight] < 0.05
-    # Pucker: both corners 6 mm toward the midline.
-    face = moved(moved(head_m, [291], [-0.006, 0, 0]), [61], [0.006, 0, 0])
-    w = s.reconstruct(project(face), next(t)).blendshapes
-    assert w[B.mouthPucker] > 0.5 and w[B.mouthFunnel] < 0.1 and w[B.mouthSmileLeft] == 0
-    # Brows: inner ends 6 mm up; then the subject's right brow 5 mm down.
-    inner = lg.LEFT_BROW_INNER + lg.RIGHT_BROW_INNER
-    w = s.reconstruct(project(moved(head_m, inner, [0, 0.006, 0])), next(t)).blendshapes
-    assert w[B.browInnerUp] > 0.5 and w[B.browDownLeft] == 0
-    brow_r = set(lg.RIGHT_BROW + lg.RIGHT_BROW_INNER)
-    w = s.reconstruct(project(moved(head_m, brow_r, [0, -0.005, 0])), next(t)).blendshapes
-    assert w[B.browDownRight] > 0.7 and w[B.browDownLeft] < 0.05
+
+    def with_shapes(**weights) -> np.ndarray:
+        w = np.zeros(52, np.float32)
+        for k, v in weights.items():
+            w[B[k]] = v
+        return head_m + (model.evaluate(w) - model.neutral)
+
+    w = s.reconstruct(project(with_shapes(jawOpen=0.4)), next(t)).blendshapes
+    assert abs(w[B.jawOpen] - 0.4) < 0.1 and w[B.mouthSmileLeft] < 0.1 and w[B.mouthClose] < 0.1
+    w = s.reconstruct(project(with_shapes(mouthSmileLeft=0.7)), next(t)).blendshapes
+    assert w[B.mouthSmileLeft] > 0.5 and w[B.mouthSmileRight] < 0.05  # the subject's left only
+    w = s.reconstruct(project(with_shapes(mouthPucker=0.7)), next(t)).blendshapes
+    assert w[B.mouthPucker] > 0.5 and w[B.mouthSmileLeft] == 0
+    w = s.reconstruct(project(with_shapes(mouthUpperUpLeft=0.6, mouthUpperUpRight=0.6)), next(t)).blendshapes
+    assert w[B.mouthUpperUpLeft] > 0.4 and w[B.mouthUpperUpRight] > 0.4  # issue 17: no longer always 0
+    w = s.reconstruct(project(with_shapes(browInnerUp=0.6)), next(t)).blendshapes
+    # the forehead points of the head-pose fit rise with the inner brows, so a little browDown comes with it
+    assert w[B.browInnerUp] > 0.45 and w[B.browDownLeft] < 0.15
+    w = s.reconstruct(project(with_shapes(browDownRight=0.8)), next(t)).blendshapes
+    assert w[B.browDownRight] > 0.6 and w[B.browDownLeft] < 0.05
 
 
 def test_gaze_from_the_irises(head_m):
     s = solver_on(head_m)
-    irises = lg.LEFT_IRIS + lg.RIGHT_IRIS
+    irises = lmk.LEFT_IRIS + lmk.RIGHT_IRIS
     # Both irises 3 mm toward the subject's left: positive yaw.
     p = s.reconstruct(project(moved(head_m, irises, [0.003, 0, 0])), 1.0)
     assert p.gaze[0] == pytest.approx(math.asin(0.003 / EYEBALL_RADIUS_M), abs=0.03)
@@ -374,10 +375,15 @@ def test_automatic_calibration_is_deterministic(tracked):
 
 
 def test_automatic_calibration_learns_the_closed_mouth(head_m):
-    """A user who starts with the mouth open: jawOpen reads once the mouth has closed."""
+    """A user who starts with the mouth open is read open at once (touching lips have no gap,
+    whoever the user is) and exactly once the mouth has closed."""
+    from avatar_app.avatar.face_model import load_face_model
+
+    model = load_face_model()
+    w = np.zeros(52, np.float32)
+    w[B.jawOpen] = 0.4
     s = GeometricSolver()
-    lower = [152, 14, 87, 317, 17, 148, 377, 175, 199, 200]
-    open_face = project(moved(head_m, lower, [0, -0.010, 0]))
+    open_face = project(head_m + model.evaluate(w) - model.neutral)
     closed_face = project(head_m)
     t = 0.0
     for _ in range(15):  # 0.5 s mouth open
@@ -388,5 +394,5 @@ def test_automatic_calibration_learns_the_closed_mouth(head_m):
         s.reconstruct(closed_face, t)
     t += 1 / 30
     later = s.reconstruct(open_face, t).blendshapes[B.jawOpen]
-    assert first < 0.05  # nothing to compare with yet
-    assert later > 0.25
+    assert first > 0.05  # read open (weakly: 0.08 of 0.4, the chin has no reference yet) before any closed mouth
+    assert abs(later - 0.4) < 0.1
