@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         row = {name: {"ms_p50": round(float(np.median(t)), 3), "ms_p95": round(float(np.percentile(t, 95)), 3)}
                for name, t in best.items()}
         base = row["mediapipe"]["ms_p50"]
-        for name in row:
-            row[name]["vs_mediapipe"] = round(row[name]["ms_p50"] / base, 3)
+        for stats in row.values():
+            stats["vs_mediapipe"] = round(stats["ms_p50"] / base, 3)
         result["clips"][clip] = {"frames": len(frames), **row}
         print(clip, json.dumps(row), flush=True)
     for engines, _ in kinds.values():
