@@ -291,3 +291,49 @@ def test_render_with_the_onnx_tracker(testdata, tmp_path):
     assert "face in 75/75 frames" in p.stdout + p.stderr
     bad = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--tracker", "x")
     assert bad.returncode == 2 and "--tracker" in bad.stderr
+
+
+# -- the engines on the engine layer ------------------------------------------------------------
+
+def test_data_sets_made_on_this_machine_are_found(tmp_path, monkeypatch):
+    from avatar_app.inference.modelinfo import ModelInfo, data_set_path, local_data_sets_dir
+    from avatar_app.tracking.onnx_tracker import model_paths
+
+    monkeypatch.setenv("AVATAR_APP_DATA_DIR", str(tmp_path / "data"))
+    det = model_paths()[0]
+    assert data_set_path(det, "val") == det.with_name("face_detection.val.npz")  # nothing made yet
+    local_data_sets_dir().mkdir(parents=True)
+    np.savez(local_data_sets_dir() / "face_detection.val.npz", image=np.zeros((2, 3, 128, 128), np.uint8))
+    info = ModelInfo.from_onnx(det)
+    assert info.validation_path == local_data_sets_dir() / "face_detection.val.npz"
+    assert not info.calibration_path.is_file()  # each set on its own
+    beside = tmp_path / "m" / "face_recon.onnx"
+    beside.parent.mkdir()
+    (beside.parent / "face_recon.val.npz").write_bytes(b"x")
+    (local_data_sets_dir() / "face_recon.val.npz").write_bytes(b"y")
+    assert data_set_path(beside, "val") == beside.parent / "face_recon.val.npz"  # beside the model wins
+
+
+@pytest.mark.slow
+def test_fp16_engines_pass_verification_on_real_crops(testdata, tmp_path, monkeypatch):
+    """make_sets' real crops (a few per recording) verify FP16 engines of both models within the cards'
+    tolerances; the cards' tolerances are stricter than the defaults."""
+    from avatar_app.inference import EngineCache, EngineManager, Precision
+    from avatar_app.inference.modelinfo import local_data_sets_dir
+    from avatar_app.tracking.onnx_tracker import model_paths
+    from training.landmarks.make_sets import collect
+
+    monkeypatch.setenv("AVATAR_APP_DATA_DIR", str(tmp_path / "data"))
+    sets = collect(testdata, "val", 6, max_frames=20)
+    local_data_sets_dir().mkdir(parents=True)
+    for name, arr in sets.items():
+        assert arr.dtype == np.uint8 and len(arr) >= 4
+        np.savez(local_data_sets_dir() / f"{name}.val.npz", image=arr)
+    manager = EngineManager(EngineCache(tmp_path / "cache"), isolate=False)
+    for path in model_paths():
+        info = manager.model_info(path)
+        assert info.tolerances[Precision.FP16] == 5e-3
+        entry = manager.build(path, "ort_cpu", "fp16")
+        v = entry.manifest.verification_result
+        assert entry.manifest.status == "ok" and v.data_source == "file" and v.samples == len(sets[info.name])
+        assert v.max_abs_error <= 5e-3, v.summary()

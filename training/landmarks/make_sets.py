@@ -42,15 +42,21 @@ SOURCES = {
 COUNTS = {"val": 48, "calib": 96}
 
 
-def _frames(path: Path, step: int):
+def _frames(path: Path, step: int, limit: int | None = None):
     from avatar_app.tracking.agreement import video_frames
 
-    for i, (t, bgr) in enumerate(video_frames(path)):
-        yield i % step == 0, t, bgr
+    for i, (t, bgr) in enumerate(video_frames(path, limit)):
+        yield (i + 1) % step == 0, t, bgr  # the first one taken has a previous frame when step > 1
 
 
-def collect(testdata: Path, kind: str, count: int) -> dict[str, np.ndarray]:
+def collect(testdata: Path, kind: str, count: int, max_frames: int | None = None) -> dict[str, np.ndarray]:
     """Crops of one set: ``{"face_detection": (N, 3, 128, 128) uint8, "face_landmark": (M, 3, 192, 192) uint8}``.
+
+    Args:
+        testdata: the shared test-data folder.
+        kind: ``"val"`` or ``"calib"`` (:data:`SOURCES`).
+        count: crops wanted per model (at most).
+        max_frames: read at most this many frames of each clip (default: all).
 
     Raises:
         FileNotFoundError: a source recording is missing.
@@ -65,11 +71,11 @@ def collect(testdata: Path, kind: str, count: int) -> dict[str, np.ndarray]:
         path = testdata / "video" / name
         if not path.is_file():
             raise FileNotFoundError(path)
-        n_frames = sum(1 for _ in _frames(path, 1))
+        n_frames = sum(1 for _ in _frames(path, 1, max_frames))
         step = max(1, n_frames // per_clip)
         prev = None
         with FaceTracker(RunningMode.VIDEO) as tracker:
-            for take, t, bgr in _frames(path, step):
+            for take, t, bgr in _frames(path, step, max_frames):
                 rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
                 lm = tracker.process_video_frame(bgr, t)
                 if take:
