@@ -296,7 +296,11 @@ def test_render_with_the_onnx_tracker(testdata, tmp_path):
 # -- the engines on the engine layer ------------------------------------------------------------
 
 def test_data_sets_made_on_this_machine_are_found(tmp_path, monkeypatch):
-    from avatar_app.inference.modelinfo import ModelInfo, data_set_path, local_data_sets_dir
+    from avatar_app.inference.modelinfo import (
+        ModelInfo,
+        data_set_path,
+        local_data_sets_dir,
+    )
     from avatar_app.tracking.onnx_tracker import model_paths
 
     monkeypatch.setenv("AVATAR_APP_DATA_DIR", str(tmp_path / "data"))
