@@ -1,6 +1,6 @@
 """The mirror convention, end to end: camera image -> tracking -> tuning -> rendered viewport.
 
-Convention (avatar_app.ui.tuning.MIRROR_CONVENTION): raise the LEFT corner of your
+Convention (avatar_app.fusion.tuning.MIRROR_CONVENTION): raise the LEFT corner of your
 mouth. Mirror ON: the corner on the LEFT of the picture rises (the avatar is your
 reflection). Mirror OFF: the avatar's own left corner rises, on the RIGHT of the picture.
 

@@ -41,7 +41,7 @@ from avatar_app.ui.engines import EngineController
 from avatar_app.ui.panels import plain_error
 from avatar_app.ui.priority import ThreadPriorities
 from avatar_app.ui.recording import RECORD_FPS, RECORD_SIZE, RecordingController
-from avatar_app.ui.tuning import AvatarTuner, ExpressionLayer, TuningSettings, parse_mix
+from avatar_app.fusion.tuning import AvatarTuner, ExpressionLayer, TuningSettings, parse_mix
 from avatar_app.ui.viewport import AvatarViewportWidget
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, Blendshape
 from avatar_app.core.errors import InputError
-from avatar_app.ui.tuning import DEFAULT_SMOOTHING, EXPRESSION_PRESETS, REGIONS, TuningSettings
+from avatar_app.fusion.tuning import DEFAULT_SMOOTHING, EXPRESSION_PRESETS, REGIONS, TuningSettings
 
 log = logging.getLogger(__name__)
 

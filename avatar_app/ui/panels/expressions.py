@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QGroupBox, QKeySequenceEd
 from avatar_app.core.errors import AvatarError
 from avatar_app.ui import settings as store
 from avatar_app.ui.panels import Panel, hint
-from avatar_app.ui.tuning import EXPRESSION_PRESETS, format_mix, parse_mix
+from avatar_app.fusion.tuning import EXPRESSION_PRESETS, format_mix, parse_mix
 
 _MODIFIERS = (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.ControlModifier
               | Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.MetaModifier)

@@ -35,8 +35,8 @@ import numpy as np
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, Blendshape, mirror_index
 from avatar_app.core.errors import InputError
 from avatar_app.core.types import AvatarState
-from avatar_app.fusion import orthonormalise
-from avatar_app.tracking.filters import OneEuroFilter
+from avatar_app.fusion.mouth import orthonormalise
+from avatar_app.fusion.filters import OneEuroFilter
 
 #: The documented mirror convention (see the module docstring).
 MIRROR_CONVENTION = (

@@ -28,7 +28,7 @@ import numpy as np
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, MOUTH_BLENDSHAPES, NUM_BLENDSHAPES
 from avatar_app.core.types import FaceParams
-from avatar_app.tracking.filters import OneEuroFilter
+from avatar_app.fusion.filters import OneEuroFilter
 
 _MOUTH_MASK = np.array([n in MOUTH_BLENDSHAPES for n in BLENDSHAPE_NAMES])
 _JAW = BLENDSHAPE_NAMES.index("jawOpen")
