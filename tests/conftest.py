@@ -9,7 +9,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTDATA = Path(os.environ.get("AVATAR_TESTDATA", ROOT.parent / "shared" / "testdata"))
+
+
+def _testdata_path() -> Path:
+    """$AVATAR_TESTDATA, else ../shared/testdata beside the checkout (or beside the main checkout of a
+    git worktree, whose .git file points there)."""
+    if os.environ.get("AVATAR_TESTDATA"):
+        return Path(os.environ["AVATAR_TESTDATA"])
+    candidates = [ROOT.parent / "shared" / "testdata"]
+    git = ROOT / ".git"
+    if git.is_file() and git.read_text().startswith("gitdir:"):
+        common = Path(git.read_text().split(":", 1)[1].strip()).parents[1]  # <main>/.git/worktrees/<name>
+        candidates.append(common.parent.parent / "shared" / "testdata")
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+TESTDATA = _testdata_path()
 
 
 _WORKER_XVFB: subprocess.Popen | None = None

@@ -10,12 +10,17 @@ from avatar_app.core.errors import InputError, ModelLoadError, TrackingError
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.inference import EngineCache, EngineManager
 from avatar_app.reconstruction import FaceReconstructor
-from avatar_app.reconstruction.engine import (EngineReconstructor, EngineReconstructorConfig,
-                                              create_face_reconstructor, default_model_path,
+from avatar_app.pipeline.stages import StageChoice, build_reconstructor
+from avatar_app.reconstruction.engine import (EngineReconstructor, EngineReconstructorConfig, default_model_path,
                                               gaze_from_weights)
 from avatar_app.tracking.head_pose import euler_from_rotation, focal_length_px, rotation_from_euler
 
 SIZE = (640, 480)
+
+
+def create_face_reconstructor(model_path=None, manager=None, on_fallback=None):
+    """The stage factory's face stage for one model file (render's policy)."""
+    return build_reconstructor(StageChoice(face_model=model_path, manager=manager, on_fallback=on_fallback))
 
 
 def _lm(weights=None, ident=None, ypr=(0.0, 0.0, 0.0), t=(0.0, 0.0, -0.6)) -> Landmarks:
@@ -112,17 +117,16 @@ def test_missing_model_and_bad_config(tmp_path, manager):
 
 def test_pipeline_default_is_the_solver_until_the_user_opts_in(monkeypatch, tmp_path):
     """The engine does not beat the frozen solver on real recordings yet, so it is opt-in."""
-    from avatar_app import pipeline
     from avatar_app.reconstruction import engine as eng
     from avatar_app.reconstruction.geometric import GeometricSolver
 
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("AVATAR_APP_FACE_ENGINE", raising=False)
-    assert isinstance(pipeline._default_reconstructor(), GeometricSolver)
+    assert isinstance(build_reconstructor(StageChoice()), GeometricSolver)
     monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")
-    assert isinstance(pipeline._default_reconstructor(), EngineReconstructor)
+    assert isinstance(build_reconstructor(StageChoice()), EngineReconstructor)
     monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/no_such_model.onnx")
-    assert isinstance(pipeline._default_reconstructor(), GeometricSolver)
+    assert isinstance(build_reconstructor(StageChoice()), GeometricSolver)
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
@@ -139,10 +143,11 @@ def test_reduced_precision_passes_the_engine_layers_verification(manager, precis
 @pytest.mark.parametrize("value,opted_in", [("1", True), ("true", True), ("YES", True), (" on ", True),
                                             ("0", False), ("", False), ("no", False)])
 def test_opt_in_values(monkeypatch, value, opted_in):
-    from avatar_app.reconstruction.engine import face_engine_disabled_reason
+    from avatar_app.pipeline.stages import engine_disabled_reason
 
     monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", value)
-    assert (face_engine_disabled_reason() is None) == opted_in
+    assert (engine_disabled_reason("face_recon") is None) == opted_in
+    assert engine_disabled_reason("speech2face") is None
 
 
 def test_fallback_is_told_to_the_user(tmp_path, manager):

@@ -39,7 +39,7 @@ def _isolated_dirs(monkeypatch, tmp_path):
 
 @pytest.fixture
 def engine_window(qtbot, testdata, settings, tmp_path, monkeypatch):
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
     _isolated_dirs(monkeypatch, tmp_path)
@@ -66,7 +66,7 @@ def speech_window(qtbot, testdata, settings, tmp_path, monkeypatch):
 
     ``win.speech_counter`` (ServedCounter) counts the speech engine's calls per precision.
     """
-    from avatar_app.ui.engines import EngineController, default_model_path
+    from avatar_app.pipeline.engines import EngineController, default_model_path
     from avatar_app.ui.main_window import MainWindow, engine_speech_animator
 
     _isolated_dirs(monkeypatch, tmp_path)

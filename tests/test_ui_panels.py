@@ -206,7 +206,7 @@ def test_settings_survive_a_restart(qtbot, testdata, settings):
 
 def test_failed_source_shows_what_failed_not_a_remembered_file(qtbot, testdata, settings, tmp_path):
     """A failed --source: the file box shows nothing (not the remembered file) and says what failed."""
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
     settings.setValue("last_file", str(testdata / OTHER))  # remembered from an earlier session

@@ -23,7 +23,7 @@ VIDEO = "video/grid_s1_bbaf2n.mp4"
 
 
 def _engines():
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
 
     return EngineController(models={"face_recon": None, "speech2face": None})
 

@@ -22,7 +22,7 @@ OTHER = "video/grid_s2_swwp2s.mp4"
 
 
 def _engines():
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
 
     return EngineController(models={"face_recon": None, "speech2face": None})
 

@@ -1,4 +1,4 @@
-"""The studio's post-processing (ui.tuning) and settings models (ui.settings), without Qt widgets."""
+"""The post-processing chain (fusion.tuning, fusion.expressions) and the settings model (pipeline.settings), without Qt."""
 from __future__ import annotations
 
 import json
@@ -29,7 +29,7 @@ def _rot(yaw=0.0, roll=0.0):
 def _states(n, t0=1, **kw):
     base = AvatarState.neutral()
     for i in range(n):
-        yield replace(base, t_capture_ns=int(t0 * 1e9) + i * DT_NS, **kw)
+        yield replace(base, t_capture_ns=int(t0 * 1e9) + i * DT_NS, media_time_s=t0 + i * DT_NS / 1e9, **kw)
 
 
 def _no_smoothing(**kw) -> TuningSettings:
@@ -147,7 +147,7 @@ def test_invalid_tuning_settings_are_refused():
 def test_settings_json_round_trip_and_damaged_values(qapp, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from avatar_app.ui import settings as store
+    from avatar_app.pipeline import settings as store
 
     qs = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     t = TuningSettings(link_eyes=True, mirror=False)

@@ -119,7 +119,7 @@ def still_window(qtbot, settings, monkeypatch, head_images):
     import avatar_app.capture.mic as mic_mod
     import avatar_app.ui.devices as devices_mod
     from avatar_app.core.errors import CaptureError
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
     source = StillSource(head_images["neutral"])
@@ -313,7 +313,7 @@ def open_file_window(qtbot, source, settings, size=(640, 360)):
 
     The viewport gets a fixed device-independent size so screenshots compare across runs.
     """
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
     win = MainWindow(source=source, settings=settings,

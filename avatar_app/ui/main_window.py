@@ -36,8 +36,8 @@ from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMe
 # importing the package at the same time could see it half initialised (circular-import error)
 import avatar_app.capture  # noqa: F401,E402
 from avatar_app.core.errors import AvatarError
-from avatar_app.ui import settings as store
-from avatar_app.ui.engines import EngineController
+from avatar_app.pipeline import settings as store
+from avatar_app.pipeline.engines import EngineController
 from avatar_app.ui.panels import plain_error
 from avatar_app.ui.priority import ThreadPriorities
 from avatar_app.ui.recording import RECORD_FPS, RECORD_SIZE, RecordingController

@@ -8,7 +8,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QButtonGroup, QColorDialog, QComboBox, QFileDialog, QFormLayout, QGroupBox,
                                QHBoxLayout, QLabel, QPushButton, QRadioButton, QVBoxLayout)
 
-from avatar_app.ui import settings as store
+from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, hint
 
 CHROMA_GREEN = [0, 177, 64]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QProgressBar, QVBoxLayout
 
-from avatar_app.ui.engines import BACKEND_LABELS, PRECISIONS
+from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
 from avatar_app.ui.panels import Panel, hint, item_enabled, set_item_enabled
 
 
@@ -83,7 +83,7 @@ class _EngineBox(QGroupBox):
             self.model_label.setText(f"Model: {e.model_path.name}")
             self.model_label.setToolTip(str(e.model_path))
         else:
-            from avatar_app.ui.engines import FALLBACKS
+            from avatar_app.pipeline.engines import FALLBACKS
 
             fallback = FALLBACKS.get(self.name, "built-in fallback")
             off = ctl.disabled.get(self.name)

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QGroupBox, QKeySequenceEd
                                QVBoxLayout)
 
 from avatar_app.core.errors import AvatarError
-from avatar_app.ui import settings as store
+from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, hint
 from avatar_app.fusion.tuning import EXPRESSION_PRESETS, format_mix, parse_mix
 

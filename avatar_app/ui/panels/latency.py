@@ -5,7 +5,7 @@ import numpy as np
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout
 
-from avatar_app.ui import settings as store
+from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, legend_label, pyqtgraph, set_legend
 
 #: Colours of the stage curves (colour-blind-safe Okabe-Ito palette).
