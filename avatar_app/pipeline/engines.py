@@ -24,10 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from avatar_app.core.errors import AvatarError
 from avatar_app.core.events import Event
-from avatar_app.inference import (BackendStatus, CalibrationStore, EngineManager, EngineSlot, ModelInfo,
-                                  Precision, backend_statuses)
+from avatar_app.inference import (
+    BackendStatus,
+    CalibrationStore,
+    EngineManager,
+    EngineSlot,
+    ModelInfo,
+    Precision,
+    backend_statuses,
+)
 
 log = logging.getLogger(__name__)
 

@@ -176,7 +176,7 @@ def build_speech(choice: StageChoice):
 
 
 def build_stages(choice: StageChoice | None = None, expressions=None, reconstructor=None,
-                 speech=None) -> Stages:
+                 speech=None, chain: PostChain | None = None) -> Stages:
     """Build the stages of one stream (see the module docstring for the policy).
 
     Args:
@@ -184,6 +184,8 @@ def build_stages(choice: StageChoice | None = None, expressions=None, reconstruc
         expressions: the ExpressionLayer to share with hotkeys (studio), or None.
         reconstructor: a FaceReconstructor to use instead of the policy's (tests, benchmarks).
         speech: a SpeechAnimator to use instead of the policy's.
+        chain: an existing PostChain to run (the studio keeps one across sources) instead of
+            a new one made from ``choice.chain``.
 
     Returns:
         :class:`Stages`; call ``close()`` when done.
@@ -199,4 +201,4 @@ def build_stages(choice: StageChoice | None = None, expressions=None, reconstruc
         from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
 
         tracker = FaceTracker(RunningMode.LIVE if choice.live else RunningMode.VIDEO)
-    return Stages(tracker, recon, speech, PostChain(choice.chain, expressions))
+    return Stages(tracker, recon, speech, chain if chain is not None else PostChain(choice.chain, expressions))

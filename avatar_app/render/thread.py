@@ -92,6 +92,8 @@ class RenderThread:
         avatar: an AvatarMesh (default: the default head).
         queue_size: ORDERED: how many states may wait before :meth:`submit` blocks.
         name: the thread's name.
+        on_failed: ``on_failed(message)`` on the render thread when the context or the
+            avatar could not be set up (the thread ends; :attr:`error` holds why).
 
     Attributes:
         error: the exception that stopped the thread (or kept it from starting), or None.
@@ -107,9 +109,11 @@ class RenderThread:
 
     def __init__(self, policy: RenderPolicy, on_frame: Callable[[RenderedFrame], None],
                  size: tuple[int, int] = (1280, 720), background=(0, 177, 64), lighting="studio", msaa: int = 0,
-                 avatar=None, queue_size: int = 8, name: str = "render"):
+                 avatar=None, queue_size: int = 8, name: str = "render",
+                 on_failed: Callable[[str], None] | None = None):
         self.policy = RenderPolicy(policy)
         self.on_frame = on_frame
+        self.on_failed = on_failed
         self._size = check_size(*size)
         self._settings = {"background": background, "lighting": lighting, "msaa": int(msaa), "avatar": avatar}
         self._queue_size = max(1, int(queue_size))
@@ -207,7 +211,7 @@ class RenderThread:
             self._stopping = True
             self._pending.clear()
             self._cond.notify_all()
-        if self._thread.ident is not None:
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 
     # -- the thread ---------------------------------------------------------------------
@@ -241,16 +245,18 @@ class RenderThread:
     def _run(self) -> None:
         try:
             ctx, renderer, finish = self._setup()
-        except BaseException:  # noqa: BLE001 - reported through .error (start(wait=True) re-raises)
+        except BaseException:  # reported through .error (start(wait=True) re-raises)
             log.debug("render thread could not start: %s", self.error_message, exc_info=True)
             self.ready.set()
+            if self.on_failed is not None:
+                self.on_failed(self.error_message)
             return
         self.renderer = renderer
         self.ready.set()
         targets = _Targets(ctx)
         try:
             self._loop(renderer, targets, finish)
-        except BaseException as exc:  # noqa: BLE001 - re-raised to the caller by submit/finish
+        except BaseException as exc:  # re-raised to the caller by submit/finish
             self.error, self.error_message = exc, f"Rendering failed: {exc}"
             log.debug("render thread failed: %s", exc, exc_info=True)
         finally:

@@ -22,14 +22,11 @@ from PySide6.QtWidgets import QLabel, QPushButton
 
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError
+from avatar_app.pipeline.outputs import RECORD_FPS, RECORD_SIZE
 from avatar_app.ui.panels import plain_error
 
 log = logging.getLogger(__name__)
 
-#: Size of window recordings (and of the virtual camera's frames), pixels (width, height).
-RECORD_SIZE = (1280, 720)
-#: Frame rate of window recordings, Hz; a lower frame-rate cap lowers it (see RecordingController.record_fps).
-RECORD_FPS = 30.0
 #: Alpha formats for live recording from the window, fastest first. Measured at 1280x720 on the
 #: 2-core development machine (encoder only, 2 threads, moving avatar frames): VP9 realtime
 #: (libvpx-vp9, cpu-used 8, row-mt) 9 ms CPU a frame; ProRes 4444 prores_aw 12 ms; prores_ks 66-82 ms;
@@ -48,14 +45,17 @@ class RecordingController(QObject):
     The window owns one and forwards to it: the record button's toggles, Ctrl+R,
     the viewport's captured frames (:meth:`on_frame_captured`), the slow status
     tick (:meth:`update_status`) and a failing source (:meth:`stop_because`).
-    It reads from the window: ``pipeline`` (its ``ring`` is the audio),
-    ``viewport``, ``output_settings``, ``avatar_settings``, ``settings``,
-    ``status``, ``status_labels["rec"]``, ``effective_fps_cap()``, ``_last_state``,
-    ``_update_capture()``, ``_show_error()`` and the ``_worker`` executor.
+    It reads from the session: ``pipeline`` (its ``ring`` is the audio), the
+    output and avatar settings, the store (the recording folder), the frame-rate
+    cap, the newest state and the worker executor; it asks the viewport for
+    1280x720 renders.
 
     Args:
-        win: the MainWindow (also the QObject parent).
+        session: the StudioSession.
+        viewport: the AvatarViewportWidget (renders the recording's frames).
+        notifier: the window's Notifier (status bar, message boxes).
         audio_rate: sample rate of the source's audio ring, Hz (the clip's audio rate).
+        parent: the QObject parent.
 
     Attributes:
         record_button: the checkable "● Record" / "■ Stop" toolbar button.
@@ -69,15 +69,25 @@ class RecordingController(QObject):
             ("Saved …" or what went wrong).
         record_drop_warning: the last "encoder cannot keep up" warning of the
             running or last recording ("" if none).
+        status_label: the status bar's REC label (the window adds it).
+
+    Signals:
+        format_note_changed(str): which format recordings really use ("" = the chosen one).
 
     Thread: GUI thread only.
     """
 
     _recording_closed = Signal(object, object, object)
+    format_note_changed = Signal(str)
 
-    def __init__(self, win, audio_rate: int):
-        super().__init__(win)
-        self.win = win
+    def __init__(self, session, viewport, notifier, audio_rate: int, parent=None):
+        super().__init__(parent)
+        self.session = session
+        self.viewport = viewport
+        self.notifier = notifier
+        self.status_label = QLabel("")
+        self.status_label.setToolTip("Recording time, and frames the recording dropped because the encoder "
+                                     "could not keep up")
         self.audio_rate = int(audio_rate)
         self.recorder = None
         self.record_path: Path | None = None
@@ -109,7 +119,7 @@ class RecordingController(QObject):
     def record_folder(self) -> Path:
         """Folder recordings go to (persisted; default: the user's Videos folder / avatar_app)."""
         default = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.MoviesLocation) or str(Path.home())
-        return Path(self.win.settings.value("record_folder", str(Path(default) / "avatar_app"), type=str))
+        return Path(self.session.store.value("record_folder", str(Path(default) / "avatar_app"), type=str))
 
     def set_record_folder(self, folder: Path) -> None:
         """Persist the recording folder.
@@ -117,7 +127,7 @@ class RecordingController(QObject):
         Args:
             folder: where the next recordings go (created when a recording starts).
         """
-        self.win.settings.setValue("record_folder", str(folder))
+        self.session.store.setValue("record_folder", str(folder))
 
     # ================================================================== button, shortcut
     def _on_record_toggled(self, on: bool) -> None:
@@ -135,7 +145,7 @@ class RecordingController(QObject):
 
     def record_blocker(self) -> str:
         """Why a recording cannot start now, as the user should read it; "" when it can."""
-        pipe = self.win.pipeline
+        pipe = self.session.pipeline
         if pipe is None:
             return NO_SOURCE_TO_RECORD
         if not pipe.running:
@@ -172,10 +182,10 @@ class RecordingController(QObject):
         from avatar_app.record.formats import choose_alpha_format, format_by_key
 
         try:
-            fmt = format_by_key(self.win.output_settings.format)
+            fmt = format_by_key(self.session.settings.output.format)
         except AvatarError:
             fmt = format_by_key("h264-mp4")
-        if self.win.avatar_settings.background != "transparent" or fmt.alpha:
+        if self.session.settings.avatar.background != "transparent" or fmt.alpha:
             return fmt, ""
         try:
             alpha = self._live_alpha_format() or choose_alpha_format()
@@ -193,10 +203,18 @@ class RecordingController(QObject):
         have = {f.key: f for f in available_formats(alpha=True)}
         return next((have[k] for k in LIVE_ALPHA_ORDER if k in have), None)
 
+    def update_capture(self) -> None:
+        """Have the viewport render 1280x720 frames while recording or feeding the virtual camera."""
+        vp = self.viewport
+        vp.capture_size = RECORD_SIZE
+        if self.recorder is None:
+            vp.capture_components = 3
+        vp.capture_frames = self.recorder is not None or self.session.outputs.capturing
+
     def update_format_note(self) -> None:
         """Show in the Output panel which format the recording will really use."""
         _, note = self.recording_format()
-        self.win.output_panel.set_format_note(note)
+        self.format_note_changed.emit(note)
 
     def record_fps(self) -> float:
         """Frame rate of the next recording, Hz: RECORD_FPS, or the frame-rate cap when lower.
@@ -205,7 +223,7 @@ class RecordingController(QObject):
         fill it), so the encoder's work follows this rate, not the source's: a lower
         cap (Output › Performance) is what lets a slow encoder keep up.
         """
-        cap = self.win.effective_fps_cap()
+        cap = self.session.effective_fps_cap()
         return float(min(RECORD_FPS, cap)) if cap > 0 else RECORD_FPS
 
     # ================================================================== drops, REC timer
@@ -227,7 +245,7 @@ class RecordingController(QObject):
         full = getattr(rec, "dropped_queue_full", None)
         if full is None:  # an older AsyncRecorder: its total
             full = getattr(rec, "dropped_frames", 0)
-        return int(full), max(0, self.win.viewport.captures_skipped - self._rec_skip0)
+        return int(full), max(0, self.viewport.captures_skipped - self._rec_skip0)
 
     def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True) -> str:
         """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
@@ -268,7 +286,7 @@ class RecordingController(QObject):
             self._rec_drops_warned = (dropped, now, encoder)
             self.record_drop_warning = self.recording_drop_message(dropped, encoder=encoder)
             log.warning("%s", self.record_drop_warning)
-            self.win.status.showMessage(self.record_drop_warning, 10000)
+            self.notifier.status(self.record_drop_warning, 10000)
 
     def update_status(self) -> None:
         """Show the REC timer (seconds since the start) and the frames dropped so far; warn about drops.
@@ -280,9 +298,9 @@ class RecordingController(QObject):
         if rec and dropped:
             rec += f" · recording dropped {dropped}"
             self._warn_recording_drops(dropped)
-        for lab in (self.win.status_labels["rec"], self.record_time_label):
+        for lab in (self.status_label, self.record_time_label):
             lab.setStyleSheet("color: #c0392b;" if rec and dropped else "")
-        self.win.status_labels["rec"].setText(rec)
+        self.status_label.setText(rec)
         self.record_time_label.setText(f"  {rec}" if rec else "")
 
     # ================================================================== start, stop
@@ -307,14 +325,13 @@ class RecordingController(QObject):
         from avatar_app.record import AsyncRecorder, SyncedRecorder
         from avatar_app.record.formats import open_recorder
 
-        win = self.win
         if self.recorder is not None:
             return None
         why = self.record_blocker()
         if why:  # never a recording without a running source: it would save nothing
             self._reset_record_button()
             self.update_enabled()
-            win._show_error(why)
+            self.notifier.error(why)
             return None
         fmt, note = self.recording_format()
         if path is None:
@@ -322,34 +339,34 @@ class RecordingController(QObject):
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                win._show_error(f"Cannot create the recording folder {folder}: {exc}")
+                self.notifier.error(f"Cannot create the recording folder {folder}: {exc}")
                 self._reset_record_button()
                 return None
             path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
-        ring = win.pipeline.ring if win.pipeline is not None else None
+        ring = self.session.pipeline.ring if self.session.pipeline is not None else None
         fps = self.record_fps()
         try:
             rec = open_recorder(path, *RECORD_SIZE, fps,
                                 audio_sample_rate=self.audio_rate if ring is not None else None, fmt=fmt)
             self.recorder = AsyncRecorder(SyncedRecorder(rec))
         except AvatarError as exc:
-            win._show_error(str(exc))
+            self.notifier.error(str(exc))
             self._reset_record_button()
             return None
         self.record_path = path
         self._record_stop_reason = ""
         self._rec_t0_ns = now_ns()
         self._rec_fps, self._rec_format = fps, fmt
-        self._rec_skip0 = win.viewport.captures_skipped
+        self._rec_skip0 = self.viewport.captures_skipped
         self._rec_drops_warned = (0, 0.0, False)
         self.record_drop_warning = ""
         # audio from the newest video frame's capture on (the clip starts with its first frame)
-        st = win._last_state
+        st = self.session.latest_state()
         self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
             else self._rec_t0_ns
         self._open_sidecar(path, self._rec_audio_end_ns if ring is not None else None)
-        win.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
-        win._update_capture()
+        self.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
+        self.update_capture()
         if ring is not None:
             self.audio_timer.start()
         if not self.record_button.isChecked():
@@ -358,7 +375,7 @@ class RecordingController(QObject):
             self.record_button.blockSignals(False)
         self.record_button.setText("■ Stop")
         self.update_enabled()
-        win.status.showMessage(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
+        self.notifier.status(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
         return path
 
     def _open_sidecar(self, clip_path: Path, audio_start_ns: int | None) -> None:
@@ -403,25 +420,24 @@ class RecordingController(QObject):
             wait: finish writing on this thread (True) or on a worker (False: the
                 "Saved" message comes when the file is complete).
         """
-        win = self.win
         behind = self._recording_drop_counts()  # final: nothing is written after this
         dropped = sum(behind)
         rec, self.recorder = self.recorder, None
         sidecar, self.sidecar = self.sidecar, None
         sidecar_path = self.sidecar_path
         reason, self._record_stop_reason = self._record_stop_reason, ""
-        win._update_capture()
+        self.update_capture()
         self.audio_timer.stop()
         self._reset_record_button()
         self.update_enabled()
-        for lab in (win.status_labels["rec"], self.record_time_label):
+        for lab in (self.status_label, self.record_time_label):
             lab.setText("")
             lab.setStyleSheet("")
         if rec is None:
             return
         # audio up to the end of the last frame's slot, so that both tracks end together
-        st = win.viewport.captured_state
-        ring = win.pipeline.ring if win.pipeline is not None else None
+        st = self.viewport.captured_state
+        ring = self.session.pipeline.ring if self.session.pipeline is not None else None
         until = None
         if st is not None and ring is not None and ring.latest_t_ns is not None:
             until = min(st.t_capture_ns + int(1e9 / self._rec_fps), ring.latest_t_ns)
@@ -449,7 +465,7 @@ class RecordingController(QObject):
         if wait:
             self._on_recording_closed(path, *finish())
         else:
-            win._worker.submit(lambda: self._recording_closed.emit(path, *finish()))
+            self.session.worker.submit(lambda: self._recording_closed.emit(path, *finish()))
 
     def _on_recording_closed(self, path, error, info=None) -> None:
         """Say what the finished recording holds; "Saved" only for a file with video frames in it.
@@ -462,7 +478,6 @@ class RecordingController(QObject):
                 "fps": the clip's frame rate, "dropped": frames lost because the encoder could
                 not keep up (see :meth:`recording_dropped`), "format": its RecordingFormat}.
         """
-        win = self.win
         info = info or {}
         frames = int(info.get("frames", 0))
         dropped = int(info.get("dropped", 0) or 0)
@@ -484,7 +499,7 @@ class RecordingController(QObject):
             why = f" ({plain_error(str(error))})" if error is not None else ""
             self.last_record_message = (f"{stopped}Nothing was recorded: no avatar frame reached the recording"
                                         f"{why}, so no file was saved.")
-            win._show_error(self.last_record_message)
+            self.notifier.error(self.last_record_message)
             return
         saved = f"Saved {path} ({frames / fps:.1f} s)"
         if dropped:
@@ -494,13 +509,13 @@ class RecordingController(QObject):
         if error is not None:
             self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "
                                         f"What was written is kept: {path}.")
-            win._show_error(self.last_record_message)
+            self.notifier.error(self.last_record_message)
         elif reason:
             self.last_record_message = f"{stopped}{saved}."
-            win._show_error(self.last_record_message)
+            self.notifier.error(self.last_record_message)
         else:
             self.last_record_message = saved
-            win.status.showMessage(saved, 10000)
+            self.notifier.status(saved, 10000)
 
     def stop_because(self, reason: str) -> None:
         """Finish the running recording (the clip is kept) and tell the user why it stopped.
@@ -527,12 +542,11 @@ class RecordingController(QObject):
         rec = self.recorder
         if rec is None:
             return
-        win = self.win
-        if win.output_settings.overlay_in_recording and win.pipeline is not None:
+        if self.session.settings.output.overlay_in_recording and self.session.pipeline is not None:
             from avatar_app.pipeline import draw_overlay
 
-            rgb = draw_overlay(rgb, win.pipeline.stats.summary().lines())
-        st = win.viewport.captured_state
+            rgb = draw_overlay(rgb, self.session.pipeline.stats.summary().lines())
+        st = self.viewport.captured_state
         t_capture_ns = st.t_capture_ns if st is not None and st.t_capture_ns > 0 else t_ns
         try:
             queued = rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
@@ -552,7 +566,7 @@ class RecordingController(QObject):
                 late blocks have arrived).
         """
         rec = rec or self.recorder
-        pipe = self.win.pipeline
+        pipe = self.session.pipeline
         ring = pipe.ring if pipe is not None else None
         if rec is None or ring is None:
             return
@@ -568,7 +582,7 @@ class RecordingController(QObject):
             # SyncedRecorder: the capture time of the first sample on the shared clock
             rec.write_audio(samples, self._rec_audio_end_ns / 1e9)
         except AvatarError as exc:
-            self.win._show_error(str(exc))
+            self.notifier.error(str(exc))
         self._rec_audio_end_ns = end
 
 

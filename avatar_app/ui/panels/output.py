@@ -5,8 +5,20 @@ from pathlib import Path
 
 from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+)
 
 from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, hint, set_item_enabled
@@ -25,16 +37,17 @@ class OutputPanel(Panel):
     latency plots.
     """
 
-    def __init__(self, win):
-        super().__init__(win)
-        o = win.output_settings
+    def __init__(self, session, bridge=None, notifier=None, recording=None):
+        super().__init__(session, bridge, notifier)
+        self.recording = recording
+        o = session.settings.output
         lay = QVBoxLayout(self)
         rg = QGroupBox("Recording")
         form = QFormLayout(rg)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         frow = QHBoxLayout()
-        self.folder_edit = QLineEdit(str(win.record_folder()))
-        self.folder_edit.editingFinished.connect(lambda: win.set_record_folder(Path(self.folder_edit.text())))
+        self.folder_edit = QLineEdit(str(recording.record_folder()))
+        self.folder_edit.editingFinished.connect(lambda: recording.set_record_folder(Path(self.folder_edit.text())))
         browse = QPushButton("Browse…")
         browse.clicked.connect(self.choose_folder)
         frow.addWidget(self.folder_edit, 1)
@@ -128,7 +141,8 @@ class OutputPanel(Panel):
         self.vmc_port.editingFinished.connect(self._changed)
         self.vmc_names.currentIndexChanged.connect(self._changed)
         self.vcam_probed.connect(self._on_vcam_probed)
-        win._worker.submit(self._probe_vcam)
+        recording.format_note_changed.connect(self.set_format_note)
+        session.worker.submit(self._probe_vcam)
 
     vcam_probed = Signal(bool, str)
 
@@ -168,7 +182,7 @@ class OutputPanel(Panel):
 
     def _changed(self, *_):
         if not self._loading:
-            self.win.set_output_settings(self.current())
+            self.session.set_output_settings(self.current())
 
     def set_format_note(self, text: str) -> None:
         """Show (or hide, with "") the note on the format recordings really use."""
@@ -181,19 +195,19 @@ class OutputPanel(Panel):
         Returns:
             Whether a file manager opened it.
         """
-        folder = self.win.record_folder()
+        folder = self.recording.record_folder()
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            self.win._show_error(f"Cannot create the recording folder {folder}: {exc}")
+            self.notifier.error(f"Cannot create the recording folder {folder}: {exc}")
             return False
         if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
             return True
-        self.win._show_info(f"No file manager could be opened on this system. Your recordings are in:\n{folder}")
+        self.notifier.info(f"No file manager could be opened on this system. Your recordings are in:\n{folder}")
         return False
 
     def choose_folder(self) -> None:
-        d = QFileDialog.getExistingDirectory(self, "Recording folder", str(self.win.record_folder()))
+        d = QFileDialog.getExistingDirectory(self, "Recording folder", str(self.recording.record_folder()))
         if d:
-            self.win.set_record_folder(Path(d))
+            self.recording.set_record_folder(Path(d))
             self.folder_edit.setText(d)
