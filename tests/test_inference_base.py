@@ -16,7 +16,7 @@ from avatar_app.inference.backends import backend_names, get_backend, unregister
 from avatar_app.inference.base import BaseRunner
 from avatar_app.inference.ort import OrtRunner
 
-from inference_fixtures import CrashingBackend, tiny_models  # noqa: F401
+from inference_helpers import CrashingBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 from avatar_app.inference.cli import add_engines_parser, resolve_model, run_engines
 from avatar_app.core.errors import InputError
 
-from inference_fixtures import HAS_TRT_RTX, tiny_models, user_dirs  # noqa: F401
+from inference_helpers import HAS_TRT_RTX
 
 
 def _run(*argv) -> tuple[int, str]:

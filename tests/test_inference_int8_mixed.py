@@ -18,7 +18,6 @@ from avatar_app.inference.precision import (META_INT8, WEIGHTED_OP_TYPES, FeedSe
 from avatar_app.inference.swap import EngineSlot
 from avatar_app.resources import resource_path
 
-from inference_fixtures import manager, user_dirs  # noqa: F401
 
 TOL = DEFAULT_TOLERANCES[Precision.INT8]
 

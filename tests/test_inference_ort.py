@@ -9,7 +9,7 @@ from avatar_app.inference import ort as ort_mod
 from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
 from avatar_app.inference.ort import OrtRunner, SessionFromOnnx, ThreadSettings
 
-from inference_fixtures import manager, numpy_reference, tiny_models, user_dirs  # noqa: F401
+from inference_helpers import numpy_reference
 
 
 @pytest.mark.parametrize("name", ["conv", "matmul", "layernorm", "gru"])

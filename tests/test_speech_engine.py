@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from avatar_app.speech import SPEECH_MASK, LoudnessSpeechAnimator, SpeechAnimato
 from avatar_app.pipeline.stages import StageChoice, build_speech
 from avatar_app.speech.engine_animator import EngineSpeechAnimator, default_model_path, infer_features
 from avatar_app.speech.mel import log_mel
-from tests.test_speech_loudness import keyboard_clicks, load_mono16k, pink_noise, words_indicator
+from tests.helpers import keyboard_clicks, load_mono16k, pink_noise, words_indicator
 
 SR = 16000
 JAW = Blendshape.jawOpen

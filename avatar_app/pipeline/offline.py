@@ -289,6 +289,42 @@ class OfflineRun:
             yield self.proc.process(frame, window)
 
 
+def offline_states(path: Path, settings: ChainSettings | None = None,
+                   on_state: Callable[[AvatarState], None] | None = None,
+                   stop: threading.Event | None = None) -> list[AvatarState]:
+    """The states :func:`render_file` renders, without rendering: every frame of ``path`` in media time.
+
+    The video's own audio track drives speech, as in ``render`` without ``--audio``.
+
+    Args:
+        path: the video.
+        settings: the post-processing chain's settings (default: a fresh studio's).
+        on_state: called with each state, in order.
+        stop: ends the run before the next frame when set.
+
+    Returns:
+        One AvatarState per decoded frame.
+
+    Raises:
+        InputError: the file cannot be read, or its audio is silent.
+    """
+    from avatar_app.capture.video_file import VideoFileSource
+
+    options = RenderOptions(settings=settings or ChainSettings())
+    out: list[AvatarState] = []
+    with VideoFileSource(path) as src:
+        _, speech_audio = open_audio(src, Path(path), options, RenderReport(Path(path), sidecar_path_for(path)))
+        stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings))
+        try:
+            for state in OfflineRun(src, make_offline_processor(stages), speech_audio, stop):
+                out.append(state)
+                if on_state is not None:
+                    on_state(state)
+        finally:
+            stages.close()
+    return out
+
+
 def open_audio(src, input_path: Path, options: RenderOptions, report: RenderReport):
     """The audio phase: the track for the clip (native rate) and for speech (16 kHz).
 

@@ -662,7 +662,8 @@ class StudioSession:
         """Every frame of a video in media time through the studio's stages and chain (no drops).
 
         The same stage factory, processor and chain settings as ``avatar-app render
-        --settings`` with this session's exported settings, so both give the same states.
+        --settings`` with this session's exported settings
+        (:func:`~avatar_app.pipeline.offline.offline_states`), so both give the same states.
 
         Args:
             path: the video.
@@ -675,29 +676,10 @@ class StudioSession:
         Raises:
             InputError: the file cannot be read, or its audio is silent.
         """
-        from avatar_app.capture.video_file import VideoFileSource
-        from avatar_app.pipeline.offline import (
-            OfflineRun,
-            RenderOptions,
-            RenderReport,
-            make_offline_processor,
-            open_audio,
-        )
+        from avatar_app.pipeline.offline import offline_states
 
         self.settings.tuning = self.chain.tuner.settings
-        options = RenderOptions(settings=self.settings.chain())
-        out: list[AvatarState] = []
-        with VideoFileSource(path) as src:
-            _, speech_audio = open_audio(src, Path(path), options, RenderReport(Path(path), Path(path)))
-            stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings))
-            try:
-                for state in OfflineRun(src, make_offline_processor(stages), speech_audio, stop):
-                    out.append(state)
-                    if on_state is not None:
-                        on_state(state)
-            finally:
-                stages.close()
-        return out
+        return offline_states(Path(path), self.settings.chain(), on_state, stop)
 
     # ================================================================== close
     def close(self) -> None:
