@@ -41,8 +41,11 @@ def _size(text: str) -> tuple[int, int]:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"size must look like 1280x720, not {text!r}") from None
-    if not (16 <= w <= 7680 and 16 <= h <= 4320) or w % 2 or h % 2:
+    if not (16 <= w <= 7680 and 16 <= h <= 4320):
         raise argparse.ArgumentTypeError(f"size {text} out of range (even numbers, 16..7680 x 16..4320)")
+    if w % 2 or h % 2:  # H.264 4:2:0 needs even sides
+        odd = " and ".join(f"{what} {v}" for what, v in (("width", w), ("height", h)) if v % 2)
+        raise argparse.ArgumentTypeError(f"size {text}: {odd} must be even (e.g. {w + w % 2}x{h + h % 2})")
     return w, h
 
 
@@ -144,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output size WxH in pixels, even numbers, width 16..7680 and height 16..4320 "
                              "(default 1280x720)")
         sp.add_argument("--fps", type=_fps, default=None,
-                        help="output frame rate (default: the input video's; demo: its own clip's)")
+                        help="output frame rate, 1..240 (default: the input video's; demo: its own clip's)")
         sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0, help="multisampling (default 0)")
         sp.add_argument("--background", type=_background, default=None,
                         help="'transparent' or a hex colour (default: the settings file's, else 00b140, "

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from avatar_app.avatar.default_head import build_default_head  # noqa: E402
 from avatar_app.core.blendshapes import Blendshape  # noqa: E402
+from avatar_app.core.rotations import rot_x, rot_y, rot_z  # noqa: E402
 from avatar_app.core.types import AvatarState  # noqa: E402
 from avatar_app.render.headless import HeadlessRenderer  # noqa: E402
 
@@ -46,12 +47,7 @@ DEFAULT_ICT = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "ava
 
 
 def rotation(yaw: float, pitch: float, roll: float = 0.0) -> np.ndarray:
-    cy, sy, cp, sp, cr, sr = (math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch),
-                              math.cos(roll), math.sin(roll))
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
-    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
-    return (ry @ rx @ rz).astype(np.float32)
+    return (rot_y(yaw) @ rot_x(pitch) @ rot_z(roll)).astype(np.float32)
 
 
 def animated_states(n: int) -> list[AvatarState]:

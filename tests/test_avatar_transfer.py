@@ -10,8 +10,6 @@ from avatar_app.avatar.transfer import (
     ThinPlateWarp,
     contour_weights,
     fit_correspondence,
-    rigid_fit,
-    similarity_fit,
     weld_nodes,
 )
 from avatar_app.core.errors import InputError
@@ -20,18 +18,6 @@ from avatar_app.core.errors import InputError
 def _rotation(rng) -> np.ndarray:
     q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
     return q * np.sign(np.linalg.det(q))
-
-
-def test_similarity_and_rigid_fits_recover_known_transforms():
-    rng = np.random.default_rng(0)
-    src = rng.normal(size=(30, 3))
-    rot, t = _rotation(rng), rng.normal(size=3)
-    s, r, tt = similarity_fit(src, 1.7 * src @ rot.T + t)
-    assert s == pytest.approx(1.7) and np.allclose(r, rot) and np.allclose(tt, t)
-    r2, t2 = rigid_fit(src, src @ rot.T + t, weights=rng.random(30) + 0.1)
-    assert np.allclose(r2, rot) and np.allclose(t2, t)
-    with pytest.raises(InputError, match="N >= 3"):
-        similarity_fit(src[:2], src[:2])
 
 
 def test_thin_plate_warp_interpolates_its_anchors_and_keeps_affine_maps():

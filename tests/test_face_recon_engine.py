@@ -7,13 +7,14 @@ import pytest
 from avatar_app.avatar.face_model import load_face_model, synthetic_landmarks
 from avatar_app.core.blendshapes import Blendshape as B
 from avatar_app.core.errors import InputError, ModelLoadError, TrackingError
+from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.inference import EngineCache, EngineManager
 from avatar_app.reconstruction import FaceReconstructor
 from avatar_app.pipeline.stages import StageChoice, build_reconstructor
 from avatar_app.reconstruction.engine import (EngineReconstructor, EngineReconstructorConfig, default_model_path,
                                               gaze_from_weights)
-from avatar_app.tracking.head_pose import euler_from_rotation, focal_length_px, rotation_from_euler
+from avatar_app.reconstruction.head_pose import focal_length_px
 
 SIZE = (640, 480)
 

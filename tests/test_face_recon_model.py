@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, mirror_index
+from avatar_app.core.rotations import rotation_angle_deg
 from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
 from avatar_app.reconstruction import normalise as N
 from avatar_app.resources import resource_path
@@ -116,7 +117,7 @@ def test_heldout_synthetic_accuracy(card):
     m = D.metrics(bs, raw["weights"], const)
     _, r0, t0 = N.align(raw["landmarks"], raw["image_size"])
     rot, _ = N.compose_pose(r0, t0, rot6, dt)
-    err = np.median(N.rotation_angle_deg(rot, raw["rotation"]))
+    err = np.median(rotation_angle_deg(rot, raw["rotation"]))
     print(f"held-out synthetic: MAE {m['mae']:.4f} (constant {m['const_mae']:.4f}), rotation {err:.2f} deg")
     assert m["mae"] <= 0.03
     assert m["mae"] <= 0.5 * m["const_mae"]

@@ -9,9 +9,10 @@ import pytest
 from avatar_app.avatar.face_model import load_face_model, synthetic_landmarks
 from avatar_app.core.blendshapes import Blendshape as B
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import euler_from_rotation, rotation_angle_deg, rotation_from_euler
 from avatar_app.reconstruction import normalise as N
 from avatar_app.reconstruction.auto_neutral import NeutralEstimator
-from avatar_app.tracking.head_pose import euler_from_rotation, focal_length_px, rotation_from_euler
+from avatar_app.reconstruction.head_pose import focal_length_px
 
 SIZE = (640, 480)
 F60 = focal_length_px(640, 60.0)
@@ -30,7 +31,7 @@ def test_align_recovers_pose_and_shape():
     lm, pts = _observe(w, ypr=(0.7, -0.3, 0.4), t=(0.05, -0.03, -0.9))
     head, rot, trans = N.align(lm, SIZE)
     assert head.shape == (1, 478, 3) and head.dtype == np.float32
-    assert N.rotation_angle_deg(rot[0], rotation_from_euler(0.7, -0.3, 0.4)) < 0.05
+    assert rotation_angle_deg(rot[0], rotation_from_euler(0.7, -0.3, 0.4)) < 0.05
     assert np.allclose(trans[0], [0.05, -0.03, -0.9], atol=1e-3)
     assert np.abs(head[0] - pts).max() < 1e-4  # the expression survives, the pose is gone
 
@@ -49,7 +50,7 @@ def test_image_rescale_changes_only_the_distance():
     h1, r1, t1 = N.align(lm, (640, 480))
     h2, r2, t2 = N.align(lm, (320, 240))  # the same normalised points in a half-size image
     assert np.abs(h1 - h2).max() < 1e-6
-    assert N.rotation_angle_deg(r1[0], r2[0]) < 1e-4
+    assert rotation_angle_deg(r1[0], r2[0]) < 1e-4
     assert t2[0, 2] == pytest.approx(t1[0, 2], rel=1e-6)  # focal length and face both halve
 
 
@@ -67,7 +68,7 @@ def test_in_plane_rotation_changes_roll_only():
     assert np.abs(h1 - h2).max() < 2e-4
     # an image rotated clockwise by 15 degrees (y down) is a camera roll of -15 degrees about -Z
     r_expected = rotation_from_euler(0.0, 0.0, -a) @ r1[0]
-    assert N.rotation_angle_deg(r2[0], r_expected) < 0.05
+    assert rotation_angle_deg(r2[0], r_expected) < 0.05
 
 
 def test_network_inputs_and_mirror():

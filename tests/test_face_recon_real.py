@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from avatar_app.core.blendshapes import Blendshape as B, mirror_index
+from avatar_app.core.rotations import euler_from_rotation
 from avatar_app.inference import EngineCache, EngineManager
 from avatar_app.reconstruction.engine import EngineReconstructor, default_model_path
 from avatar_app.reconstruction.geometric import GeometricSolver
 from avatar_app.tracking import FaceTracker, RunningMode
-from avatar_app.tracking.head_pose import euler_from_rotation
 from training.face_recon import evaluate as E
 
 pytestmark = pytest.mark.slow

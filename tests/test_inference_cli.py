@@ -16,8 +16,8 @@ from inference_helpers import HAS_TRT_RTX
 def _run(*argv) -> tuple[int, str]:
     parser = argparse.ArgumentParser(prog="avatar-app")
     add_engines_parser(parser.add_subparsers(dest="command"))
-    out = io.StringIO()
-    return run_engines(parser.parse_args(list(argv)), out), out.getvalue()
+    out = io.StringIO()  # reports and the error line together (test_cli_hardening keeps them apart)
+    return run_engines(parser.parse_args(list(argv)), out, out), out.getvalue()
 
 
 def test_build_list_clear(tiny_models, user_dirs):
@@ -63,12 +63,18 @@ def test_calibrate_add_and_clear(tiny_models, user_dirs, tmp_path):
 
 
 def test_errors_are_messages(user_dirs):
-    rc, text = _run("engines", "build", "--model", "no_such_model", "--inline")
-    assert rc == 1 and "model 'no_such_model' not found" in text and "shipped models: face_recon, speech2face" in text
+    err = io.StringIO()
+    parser = argparse.ArgumentParser(prog="avatar-app")
+    add_engines_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["engines", "build", "--model", "no_such_model", "--inline"])
+    assert run_engines(args, io.StringIO(), err) == 1
+    text = err.getvalue()
+    assert "model 'no_such_model' not found" in text and "shipped models: face_recon, speech2face" in text
     with pytest.raises(InputError):
         resolve_model("no_such_model")
-    rc, text = _run("engines", "build", "--model", __file__, "--backend", "nope", "--inline")
-    assert rc == 1 and "error:" in text
+    args = parser.parse_args(["engines", "build", "--model", __file__, "--backend", "nope", "--inline"])
+    err = io.StringIO()
+    assert run_engines(args, io.StringIO(), err) == 1 and "is not a readable ONNX file" in err.getvalue()
 
 
 def test_list_tells_cache_entries_of_the_shipped_model_apart(user_dirs):

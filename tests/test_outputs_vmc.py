@@ -33,7 +33,8 @@ from pythonosc import osc_bundle, osc_server
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import InputError
 from avatar_app.core.types import AvatarState
-from avatar_app.outputs.rotations import quat_from_matrix, quat_to_unity, rot_x, rot_y, rot_z
+from avatar_app.core.rotations import quat_from_matrix, rot_x, rot_y, rot_z
+from avatar_app.outputs.rotations import quat_to_unity
 from avatar_app.outputs.vmc import DEFAULT_PORT, VmcSender, VmcSettings, blend_names
 
 
@@ -103,7 +104,7 @@ def test_quaternion_conversion_matches_mirrored_matrix():
     for _ in range(20):
         q = rng.normal(size=4)
         q /= np.linalg.norm(q)
-        from avatar_app.outputs.rotations import matrix_from_quat
+        from avatar_app.core.rotations import matrix_from_quat
 
         r = matrix_from_quat(q)
         qu = quat_to_unity(quat_from_matrix(r))

@@ -11,17 +11,13 @@ import pytest
 
 from avatar_app.core.blendshapes import Blendshape as B
 from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import FaceReconstructor, GeometricSolver
 from avatar_app.reconstruction.geometric import EYEBALL_RADIUS_M
 from avatar_app.tracking import FaceTracker, RunningMode
-from avatar_app.tracking import landmark_groups as lg
-from avatar_app.tracking.head_pose import (
-    euler_from_rotation,
-    focal_length_px,
-    make_neutral_face,
-    rotation_from_euler,
-)
+from avatar_app.core import landmarks as lmk
+from avatar_app.reconstruction.head_pose import focal_length_px, make_neutral_face
 
 BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
 SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")
@@ -272,7 +268,7 @@ def moved(head_m, idx, delta_m) -> np.ndarray:
 def test_left_wink_is_the_subjects_left_eye(head_m):
     s = solver_on(head_m)
     face = head_m.copy()
-    up, lo = list(lg.LEFT_EYE_UPPER), list(lg.LEFT_EYE_LOWER)
+    up, lo = list(lmk.LEFT_EYE_UPPER), list(lmk.LEFT_EYE_LOWER)
     face[up] = face[lo] + np.array([0, 0.0005, 0])  # upper lid onto the lower lid
     w = s.reconstruct(project(face), 1.0).blendshapes
     assert w[B.eyeBlinkLeft] > 0.95
@@ -284,8 +280,8 @@ def test_left_wink_is_the_subjects_left_eye(head_m):
 def test_both_eyes_half_closing_are_linked(head_m):
     s = solver_on(head_m)
     face = head_m.copy()
-    for up, lo, frac in ((lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, 0.9),
-                         (lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, 0.3)):
+    for up, lo, frac in ((lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER, 0.9),
+                         (lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER, 0.3)):
         up, lo = list(up), list(lo)
         face[up] = face[up] + frac * (face[lo] - face[up])
     w = s.reconstruct(project(face), 1.0).blendshapes
@@ -310,17 +306,17 @@ def test_jaw_smile_pucker_brows(head_m):
     w = s.reconstruct(project(face), next(t)).blendshapes
     assert w[B.mouthPucker] > 0.5 and w[B.mouthFunnel] < 0.1 and w[B.mouthSmileLeft] == 0
     # Brows: inner ends 6 mm up; then the subject's right brow 5 mm down.
-    inner = lg.LEFT_BROW_INNER + lg.RIGHT_BROW_INNER
+    inner = lmk.LEFT_BROW_INNER + lmk.RIGHT_BROW_INNER
     w = s.reconstruct(project(moved(head_m, inner, [0, 0.006, 0])), next(t)).blendshapes
     assert w[B.browInnerUp] > 0.5 and w[B.browDownLeft] == 0
-    brow_r = set(lg.RIGHT_BROW + lg.RIGHT_BROW_INNER)
+    brow_r = set(lmk.RIGHT_BROW_UPPER + lmk.RIGHT_BROW_INNER)
     w = s.reconstruct(project(moved(head_m, brow_r, [0, -0.005, 0])), next(t)).blendshapes
     assert w[B.browDownRight] > 0.7 and w[B.browDownLeft] < 0.05
 
 
 def test_gaze_from_the_irises(head_m):
     s = solver_on(head_m)
-    irises = lg.LEFT_IRIS + lg.RIGHT_IRIS
+    irises = lmk.LEFT_IRIS + lmk.RIGHT_IRIS
     # Both irises 3 mm toward the subject's left: positive yaw.
     p = s.reconstruct(project(moved(head_m, irises, [0.003, 0, 0])), 1.0)
     assert p.gaze[0] == pytest.approx(math.asin(0.003 / EYEBALL_RADIUS_M), abs=0.03)

@@ -10,11 +10,11 @@ import pytest
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.rotations import rotation_from_euler
 from avatar_app.core.types import FaceParams
 from avatar_app.reconstruction import GeometricSolver, HoldState, NoFaceHold
 from avatar_app.reconstruction.hold import smoothstep
 from avatar_app.tracking import FaceTracker, RunningMode
-from avatar_app.tracking.head_pose import rotation_from_euler
 
 
 def rotation_angle(r: np.ndarray) -> float:

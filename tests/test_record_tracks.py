@@ -11,14 +11,8 @@ import pytest
 from avatar_app.avatar.mesh import AvatarMesh, Material, MeshPrimitive
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import gaze_rotation, matrix_from_quat, rot_x, rot_y, rot_z
 from avatar_app.core.types import AvatarState
-from avatar_app.outputs.rotations import (
-    gaze_rotation,
-    matrix_from_quat,
-    rot_x,
-    rot_y,
-    rot_z,
-)
 from avatar_app.record import SidecarWriter
 from avatar_app.record.tracks import (
     LIVE_LINK_ANGLES,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 
 from avatar_app.avatar.loader import load_avatar
 from avatar_app.core.blendshapes import Blendshape
+from avatar_app.core.rotations import rot_x, rot_y
 from avatar_app.core.types import AvatarState
 from tests.gltf_helpers import GltfBuilder, quad
 
@@ -24,8 +24,7 @@ def state(yaw: float = 0.0, pitch: float = 0.0, **weights) -> AvatarState:
     w = np.zeros(52, np.float32)
     for k, v in weights.items():
         w[Blendshape[k]] = v
-    cy, sy, cp, sp = math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch)
-    rot = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]]) @ np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+    rot = rot_y(yaw) @ rot_x(pitch)
     return dataclasses.replace(AvatarState.neutral(), weights=w, rotation=rot.astype(np.float32))
 
 

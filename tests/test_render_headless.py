@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 
 import cv2
@@ -17,6 +16,7 @@ import pytest
 from avatar_app.avatar import default_head as dh
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.errors import BackendUnavailableError, InputError
+from avatar_app.core.rotations import rot_x, rot_y
 from avatar_app.core.types import AvatarState
 from avatar_app.render import headless
 from avatar_app.render.headless import HeadlessRenderer
@@ -50,8 +50,7 @@ def state(yaw: float = 0.0, pitch: float = 0.0, gaze=(0.0, 0.0), **weights) -> A
     w = np.zeros(52, np.float32)
     for name, value in weights.items():
         w[Blendshape[name]] = value
-    cy, sy, cp, sp = math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch)
-    rot = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]]) @ np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+    rot = rot_y(yaw) @ rot_x(pitch)
     return dataclasses.replace(AvatarState.neutral(), weights=w, rotation=rot.astype(np.float32),
                                gaze=np.array(gaze, np.float32))
 

@@ -31,6 +31,7 @@ from avatar_app.avatar.face_model import FORMAT_VERSION, save_face_model  # noqa
 from avatar_app.avatar.face_model_identity import build_identity  # noqa: E402
 from avatar_app.avatar.face_model_neutral import build_neutral  # noqa: E402
 from avatar_app.avatar.face_model_shapes import build_blendshapes  # noqa: E402
+from avatar_app.core import landmarks as lmk  # noqa: E402
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES  # noqa: E402
 
 _log = logging.getLogger("build_face_model")
@@ -59,7 +60,7 @@ def build_arrays() -> dict[str, np.ndarray]:
     tris = topo.tessellation_triangles()
     neutral, mirror, _ = build_neutral(tris)
     # Wind triangles so their normals point out of the face (+z on average).
-    v = neutral[:topo.NUM_MESH]
+    v = neutral[:lmk.NUM_MESH]
     n = np.cross(v[tris[:, 1]] - v[tris[:, 0]], v[tris[:, 2]] - v[tris[:, 0]])
     if n[:, 2].sum() < 0:
         tris = tris[:, ::-1].copy()

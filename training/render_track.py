@@ -32,8 +32,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from avatar_app.avatar import face_model_topology as topo  # noqa: E402
+from avatar_app.core import landmarks as lmk  # noqa: E402
 from avatar_app.avatar.face_model import FaceModel, load_face_model, project  # noqa: E402
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES  # noqa: E402
+from avatar_app.core.rotations import rot_y  # noqa: E402
 
 _log = logging.getLogger("render_track")
 
@@ -68,22 +70,22 @@ void main() {
 def _region_colours(model: FaceModel) -> np.ndarray:
     """(F, 3) colour per face-mesh triangle: skin, lips (between the lip contours), brows."""
     tris = model.triangles
-    lips = set(topo.LIP_OUTER_UPPER + topo.LIP_OUTER_LOWER + topo.LIP_INNER_UPPER + topo.LIP_INNER_LOWER)
+    lips = set(lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER + lmk.LIP_INNER_UPPER + lmk.LIP_INNER_LOWER)
     # vertices strictly between the contours: flood from the inner contour without crossing the outer
     adj: dict[int, set[int]] = {}
     for a, b in topo.edges(tris):
         adj.setdefault(int(a), set()).add(int(b))
         adj.setdefault(int(b), set()).add(int(a))
-    outer = set(topo.LIP_OUTER_UPPER + topo.LIP_OUTER_LOWER)
-    stack = list(topo.LIP_INNER_UPPER + topo.LIP_INNER_LOWER)
+    outer = set(lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER)
+    stack = list(lmk.LIP_INNER_UPPER + lmk.LIP_INNER_LOWER)
     while stack:
         v = stack.pop()
         for n in adj[v]:
             if n not in lips and n not in outer:
                 lips.add(n)
                 stack.append(n)
-    brows = set(topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER + topo.RIGHT_BROW_UPPER
-                + topo.RIGHT_BROW_LOWER + (46, 276, 70, 300))
+    brows = set(lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER + lmk.RIGHT_BROW_UPPER
+                + lmk.RIGHT_BROW_LOWER + (46, 276, 70, 300))
     col = np.tile(np.array(SKIN), (len(tris), 1))
     for i, t in enumerate(tris):
         if all(int(v) in lips for v in t):
@@ -200,11 +202,6 @@ class FaceRenderer:
         self.ctx.release()
 
 
-def _yaw(rad: float) -> np.ndarray:
-    c, s = np.cos(rad), np.sin(rad)
-    return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
-
-
 def _aperture(px: np.ndarray, upper, lower) -> float:
     return float(np.mean(np.linalg.norm(px[list(upper)] - px[list(lower)], axis=-1)))
 
@@ -212,7 +209,6 @@ def _aperture(px: np.ndarray, upper, lower) -> float:
 def run(out_dir: Path | None = None) -> dict:
     """Render the standard cases, track each, and return the report."""
     import mediapipe as mp
-    from avatar_app.tracking import landmark_groups as lg
 
     model = load_face_model()
     renderer = FaceRenderer()
@@ -233,15 +229,15 @@ def run(out_dir: Path | None = None) -> dict:
             for k, v in ws.items():
                 wv[BLENDSHAPE_NAMES.index(k)] = v
             pts = model.evaluate(wv)
-            rot = _yaw(yaw)
+            rot = rot_y(yaw)
             img = renderer.render(model, pts, rot, t)
             proj = project(pts, rot, t, renderer.focal_px, (w, h))
             res = mesh.process(img)
             entry = {"tracked": bool(res.multi_face_landmarks)}
             rend = {
-                "left_eye_px": _aperture(proj, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER),
-                "right_eye_px": _aperture(proj, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER),
-                "lip_gap_px": _aperture(proj, lg.LIP_INNER_UPPER, lg.LIP_INNER_LOWER),
+                "left_eye_px": _aperture(proj, lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER),
+                "right_eye_px": _aperture(proj, lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER),
+                "lip_gap_px": _aperture(proj, lmk.LIP_GAP_UPPER, lmk.LIP_GAP_LOWER),
             }
             entry["rendered"] = {k: round(v, 2) for k, v in rend.items()}
             if res.multi_face_landmarks:
@@ -249,9 +245,9 @@ def run(out_dir: Path | None = None) -> dict:
                 trk = np.array([[q.x * w, q.y * h] for q in lm])
                 entry["mean_error_px"] = round(float(np.linalg.norm(trk - proj, axis=1).mean()), 2)
                 entry["tracked_measures"] = {
-                    "left_eye_px": round(_aperture(trk, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER), 2),
-                    "right_eye_px": round(_aperture(trk, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER), 2),
-                    "lip_gap_px": round(_aperture(trk, lg.LIP_INNER_UPPER, lg.LIP_INNER_LOWER), 2),
+                    "left_eye_px": round(_aperture(trk, lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER), 2),
+                    "right_eye_px": round(_aperture(trk, lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER), 2),
+                    "lip_gap_px": round(_aperture(trk, lmk.LIP_GAP_UPPER, lmk.LIP_GAP_LOWER), 2),
                 }
                 if out_dir is not None:
                     import cv2

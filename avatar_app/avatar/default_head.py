@@ -54,14 +54,13 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-from typing import TYPE_CHECKING
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.glb_writer import quantise_colors
 from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
 from avatar_app.avatar.procedural import (
@@ -82,11 +81,14 @@ from avatar_app.avatar.procedural import (
     smoothstep,
     sphere_dirs,
 )
+from avatar_app.core import landmarks as lmk
+
 # avatar_app.avatar.transfer needs scipy: imported only where the head is BUILT, so loading
 # the shipped glb (the normal start-up path, also in the frozen bundle) does not need scipy.
 if TYPE_CHECKING:
     from avatar_app.avatar.transfer import Correspondence
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+from avatar_app.core.rotations import rigid_fit
 
 logger = logging.getLogger(__name__)
 
@@ -846,8 +848,8 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     side_of = np.sign(sb.cols)
     zero: list[int] = []
     # eyes: lid contours (outer corner first) on the lid edges; irises on the eyeball fronts
-    for side, upper, lower, iris in ((1, topo.LEFT_EYE_UPPER_LID, topo.LEFT_EYE_LOWER_LID, 473),
-                                     (-1, topo.RIGHT_EYE_UPPER_LID, topo.RIGHT_EYE_LOWER_LID, 468)):
+    for side, upper, lower, iris in ((1, lmk.LEFT_EYE_UPPER_LID, lmk.LEFT_EYE_LOWER_LID, 473),
+                                     (-1, lmk.RIGHT_EYE_UPPER_LID, lmk.RIGHT_EYE_LOWER_LID, 468)):
         x_out, x_in = abs(rig[upper[0], 0]), abs(rig[upper[-1], 0])
         corner_cols = []
         for contour, row in ((upper, up_edge), (lower, lo_edge)):
@@ -874,14 +876,14 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     # every vertex where the lips meet is a handle, interpolated along the rig's inner contour
     edge_cols = np.union1d(np.flatnonzero(sb.mouth_cols), [lip_col(-1.0, True), lip_col(1.0, True)])
     contours = []
-    for contour, row in ((topo.LIP_INNER_UPPER, m_up), (topo.LIP_INNER_LOWER, m_lo)):
+    for contour, row in ((lmk.LIP_INNER_UPPER, m_up), (lmk.LIP_INNER_LOWER, m_lo)):
         x_c = abs(rig[contour[-1], 0])
         for k, lm in enumerate(contour):
             put(lm, row, lip_col(rig[lm, 0] / x_c, k in (0, len(contour) - 1)), attach=False)
         lp = rig[list(contour), 0] / x_c
         contours.append((contour, row * C + edge_cols, contour_weights(lp, np.clip(xm[edge_cols], -1, 1))))
     # ... and every vertex of the lips' colour border, along the rig's outer contour
-    for contour, step in ((topo.LIP_OUTER_UPPER, -1), (topo.LIP_OUTER_LOWER, 1)):
+    for contour, step in ((lmk.LIP_OUTER_UPPER, -1), (lmk.LIP_OUTER_LOWER, 1)):
         x_c = abs(rig[contour[-1], 0])
         border = []
         for c in edge_cols:
@@ -904,8 +906,8 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     from scipy.spatial import cKDTree
 
     tree = cKDTree(pos[tree_ok])
-    for side, upper, lower in ((1, topo.LEFT_BROW_UPPER, topo.LEFT_BROW_LOWER),
-                               (-1, topo.RIGHT_BROW_UPPER, topo.RIGHT_BROW_LOWER)):
+    for side, upper, lower in ((1, lmk.LEFT_BROW_UPPER, lmk.LEFT_BROW_LOWER),
+                               (-1, lmk.RIGHT_BROW_UPPER, lmk.RIGHT_BROW_LOWER)):
         for contour, cc in ((upper, 1.0), (lower, -1.0)):
             x_out, x_in = abs(rig[contour[0], 0]), abs(rig[contour[-1], 0])
             s = np.array([(abs(rig[lm, 0]) - x_in) / (x_out - x_in) for lm in contour])
@@ -920,15 +922,15 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
     prof = grid[:, c0]
     rr = np.arange(R)
     tip = int(np.argmax(np.where((rr > lo_edge) & (rr < m_up), prof[:, 2], -np.inf)))
-    put(topo.NOSE_TIP, tip, c0)
+    put(lmk.FacePoint.NOSE_TIP, tip, c0)
     below_nose = (rr > tip) & (rr < m_up) & (prof[:, 1] > MOUTH_Y + 0.009)
-    put(topo.SUBNASALE, int(np.argmin(np.where(below_nose, prof[:, 2], np.inf))), c0)
+    put(lmk.FacePoint.SUBNASALE, int(np.argmin(np.where(below_nose, prof[:, 2], np.inf))), c0)
     bridge = (rr < tip) & (prof[:, 1] > -0.005) & (prof[:, 1] < 0.03) & (prof[:, 2] > 0.05)
-    put(topo.NASION, int(np.argmin(np.where(bridge, prof[:, 2], np.inf))), c0)
+    put(lmk.FacePoint.NASION, int(np.argmin(np.where(bridge, prof[:, 2], np.inf))), c0)
     chin_rows = (rr > m_lo) & (prof[:, 2] > prof[m_lo:, 2].max() - 0.012)
-    put(topo.CHIN, int(np.argmin(np.where(chin_rows, prof[:, 1], np.inf))), c0)
+    put(lmk.FacePoint.CHIN, int(np.argmin(np.where(chin_rows, prof[:, 1], np.inf))), c0)
     # face sides: in front of the ears, jaw angles (anchors only)
-    for lm_ear, lm_jaw, sx in ((topo.CHEEK_EAR_LEFT, 397, 1.0), (topo.CHEEK_EAR_RIGHT, 172, -1.0)):
+    for lm_ear, lm_jaw, sx in ((lmk.FacePoint.CHEEK_EAR_LEFT, 397, 1.0), (lmk.FacePoint.CHEEK_EAR_RIGHT, 172, -1.0)):
         for lm, target in ((lm_ear, (0.070 * sx, -0.018, 0.004)), (lm_jaw, (0.050 * sx, -0.082, 0.0))):
             d = np.asarray(target) - ORIGIN
             d = (d / np.linalg.norm(d))[None]
@@ -944,22 +946,22 @@ def _skin_correspondence(skin: _Skin, model) -> tuple[Correspondence, np.ndarray
         for b_v, e_v in zip(border, edge):
             lo_r, hi_r = sorted((b_v // C, e_v // C))
             ok[np.arange(lo_r, hi_r + 1) * C + b_v % C] = False
-    jaw_w = model.blendshapes[BLENDSHAPE_NAMES.index("jawForward"), :topo.NUM_MESH, 2]
+    jaw_w = model.blendshapes[BLENDSHAPE_NAMES.index("jawForward"), :lmk.NUM_MESH, 2]
     jaw_w = jaw_w / jaw_w.max()
-    lids = set(topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID + topo.RIGHT_EYE_UPPER_LID
-               + topo.RIGHT_EYE_LOWER_LID)
-    free = np.array([i for i in range(topo.NUM_MESH) if i not in lids and i not in attached])
+    lids = set(lmk.LEFT_EYE_UPPER_LID + lmk.LEFT_EYE_LOWER_LID + lmk.RIGHT_EYE_UPPER_LID
+               + lmk.RIGHT_EYE_LOWER_LID)
+    free = np.array([i for i in range(lmk.NUM_MESH) if i not in lids and i not in attached])
     regions = [(free[jaw_w[free] < 0.5], np.flatnonzero(ok & (row_of <= m_up))),
                (free[jaw_w[free] >= 0.5], np.flatnonzero(ok & (row_of >= m_lo)))]
     corr = fit_correspondence(rig, pos, anchors, attached, regions, contours, max_distance_m=0.006)
     # every landmark's own vertex: attached, snapped, or nearest to its anchor
-    lookup = {lm: v for lm, v in placed.items() if lm < topo.NUM_MESH}
+    lookup = {lm: v for lm, v in placed.items() if lm < lmk.NUM_MESH}
     lookup.update(attached)
     single = corr.mix.max(axis=1) > 0.999
     for row in np.flatnonzero(single):
         lookup.setdefault(int(corr.landmarks[np.argmax(corr.mix[row])]), int(corr.vertices[row]))
     for lm, point in anchors.items():
-        if lm not in lookup and lm < topo.NUM_MESH:
+        if lm not in lookup and lm < lmk.NUM_MESH:
             lookup[lm] = int(tree_ok[tree.query(point)[1]])
     return corr, zero_a, lookup
 
@@ -997,8 +999,8 @@ def _transfer_skin(skin: _Skin, model, corr: Correspondence, zero: np.ndarray,
     # The rig spreads its lid motion over a 14 mm radius; on the avatar the band does that.
     rig = model.neutral
     near_eye = {}
-    for side, lids in ((1, topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID),
-                       (-1, topo.RIGHT_EYE_UPPER_LID + topo.RIGHT_EYE_LOWER_LID)):
+    for side, lids in ((1, lmk.LEFT_EYE_UPPER_LID + lmk.LEFT_EYE_LOWER_LID),
+                       (-1, lmk.RIGHT_EYE_UPPER_LID + lmk.RIGHT_EYE_LOWER_LID)):
         dist = np.linalg.norm(rig[corr.landmarks, None] - rig[None, list(lids)], axis=-1).min(axis=1)
         near_eye[side] = corr.mix @ (dist < EYE_REGION_RIG_M) > 0
     weight = _jaw_weight(pos).reshape(R, C)
@@ -1011,9 +1013,9 @@ def _transfer_skin(skin: _Skin, model, corr: Correspondence, zero: np.ndarray,
     from avatar_app.avatar.face_model_shapes import lip_regions
 
     upper, lower = lip_regions(np.asarray(model.triangles))
-    lips = np.zeros(topo.NUM_POINTS, bool)
+    lips = np.zeros(lmk.NUM_LANDMARKS, bool)
     lips[sorted(upper | lower)] = True
-    lips[list(topo.MOUTH_CORNER_ROW_LEFT + topo.MOUTH_CORNER_ROW_RIGHT)] = True
+    lips[list(lmk.MOUTH_CORNER_ROW_LEFT + lmk.MOUTH_CORNER_ROW_RIGHT)] = True
     on_lips = corr.mix @ lips[corr.landmarks] > 0.5
     for k, name in enumerate(BLENDSHAPE_NAMES):
         for side in lid_sides.get(name, ()):
@@ -1068,15 +1070,14 @@ def _jaw_motions(skin: _Skin, model, corr: Correspondence) -> dict[str, tuple[np
     Fitted (Kabsch) to the transferred motion of the skin points whose rig landmarks
     move fully with the rig's jaw (the rig's jawForward weight above 0.95).
     """
-    from avatar_app.avatar.transfer import rigid_fit
-
     jf = model.blendshapes[BLENDSHAPE_NAMES.index("jawForward"), :, 2]
     on_jaw = corr.mix @ (jf[corr.landmarks] / jf.max() > 0.95) > 0.999
     p = skin.pos[corr.vertices[on_jaw]]
     out = {}
     for name in JAW_SHAPES:
         d = corr.map_offsets(model.blendshapes[BLENDSHAPE_NAMES.index(name)])[on_jaw]
-        out[name] = rigid_fit(p, p + d)
+        rot, t, _ = rigid_fit(p, p + d)
+        out[name] = (rot, t)
     return out
 
 

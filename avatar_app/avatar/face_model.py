@@ -36,39 +36,38 @@ from types import MappingProxyType
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, ModelLoadError
 from avatar_app.resources import resource_path
-from avatar_app.tracking import landmark_groups as lg
 
 logger = logging.getLogger(__name__)
 
 FACE_MODEL_ASSET = "assets/face_model.npz"
 FORMAT_VERSION = 1
-NUM_POINTS = topo.NUM_POINTS
+NUM_POINTS = lmk.NUM_LANDMARKS
 
-#: Named landmark index sets of the rig (subject's own Left/Right). Reuses
-#: :mod:`avatar_app.tracking.landmark_groups` and adds full contours.
+#: Named landmark index sets of the rig (subject's own Left/Right): the sets of
+#: :mod:`avatar_app.core.landmarks` by name.
 LANDMARK_GROUPS: MappingProxyType = MappingProxyType({
-    "left_eye_upper_lid": topo.LEFT_EYE_UPPER_LID,
-    "left_eye_lower_lid": topo.LEFT_EYE_LOWER_LID,
-    "right_eye_upper_lid": topo.RIGHT_EYE_UPPER_LID,
-    "right_eye_lower_lid": topo.RIGHT_EYE_LOWER_LID,
-    "left_eye_aperture_upper": lg.LEFT_EYE_UPPER,
-    "left_eye_aperture_lower": lg.LEFT_EYE_LOWER,
-    "right_eye_aperture_upper": lg.RIGHT_EYE_UPPER,
-    "right_eye_aperture_lower": lg.RIGHT_EYE_LOWER,
-    "left_iris": lg.LEFT_IRIS,
-    "right_iris": lg.RIGHT_IRIS,
-    "left_brow": topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER,
-    "right_brow": topo.RIGHT_BROW_UPPER + topo.RIGHT_BROW_LOWER,
-    "lip_outer_upper": topo.LIP_OUTER_UPPER,
-    "lip_outer_lower": topo.LIP_OUTER_LOWER,
-    "lip_inner_upper": topo.LIP_INNER_UPPER,
-    "lip_inner_lower": topo.LIP_INNER_LOWER,
-    "face_oval": topo.FACE_OVAL,
-    "stable": lg.STABLE,
+    "left_eye_upper_lid": lmk.LEFT_EYE_UPPER_LID,
+    "left_eye_lower_lid": lmk.LEFT_EYE_LOWER_LID,
+    "right_eye_upper_lid": lmk.RIGHT_EYE_UPPER_LID,
+    "right_eye_lower_lid": lmk.RIGHT_EYE_LOWER_LID,
+    "left_eye_aperture_upper": lmk.LEFT_EYE_UPPER,
+    "left_eye_aperture_lower": lmk.LEFT_EYE_LOWER,
+    "right_eye_aperture_upper": lmk.RIGHT_EYE_UPPER,
+    "right_eye_aperture_lower": lmk.RIGHT_EYE_LOWER,
+    "left_iris": lmk.LEFT_IRIS,
+    "right_iris": lmk.RIGHT_IRIS,
+    "left_brow": lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER,
+    "right_brow": lmk.RIGHT_BROW_UPPER + lmk.RIGHT_BROW_LOWER,
+    "lip_outer_upper": lmk.LIP_OUTER_UPPER,
+    "lip_outer_lower": lmk.LIP_OUTER_LOWER,
+    "lip_inner_upper": lmk.LIP_INNER_UPPER,
+    "lip_inner_lower": lmk.LIP_INNER_LOWER,
+    "face_oval": lmk.FACE_OVAL,
+    "stable": lmk.STABLE,
 })
 
 

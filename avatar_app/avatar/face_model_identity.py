@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.face_model_fields import smoothstep
 from avatar_app.avatar.face_model_shapes import MM, ShapeBuilder, lip_handles
+from avatar_app.core import landmarks as lmk
 
 IDENTITY_NAMES: tuple[str, ...] = (
     "face_width", "face_length", "jaw_width", "chin", "cheekbones", "nose_length",
@@ -27,7 +27,7 @@ IDENTITY_NAMES: tuple[str, ...] = (
 
 
 def _eye_center(b: ShapeBuilder, left: bool = True) -> np.ndarray:
-    lids = topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID
+    lids = lmk.LEFT_EYE_UPPER_LID + lmk.LEFT_EYE_LOWER_LID
     c = b.p[list(lids)].mean(0)
     return c if left else c * np.array([-1.0, 1.0, 1.0])
 
@@ -44,8 +44,8 @@ def face_length(b: ShapeBuilder) -> np.ndarray:
     """Lower face 6 mm longer (chin down) and the forehead top 3 mm higher."""
     out = b.zeros()
     y = b.p[:, 1]
-    y_nose, y_chin = b.p[topo.SUBNASALE, 1], b.p[topo.CHIN, 1]
-    y_brow, y_top = b.p[topo.NASION, 1], b.p[topo.FOREHEAD, 1]
+    y_nose, y_chin = b.p[lmk.FacePoint.SUBNASALE, 1], b.p[lmk.FacePoint.CHIN, 1]
+    y_brow, y_top = b.p[lmk.FacePoint.NASION, 1], b.p[lmk.FacePoint.FOREHEAD, 1]
     out[:, 1] = (-6.0 * MM * smoothstep(y, y_nose, y_chin)
                  + 3.0 * MM * smoothstep(y, y_brow, y_top))
     return out
@@ -62,7 +62,7 @@ def jaw_width(b: ShapeBuilder) -> np.ndarray:
 
 def chin(b: ShapeBuilder) -> np.ndarray:
     """Chin 4 mm more prominent and 2.5 mm lower."""
-    idx, w = b.patch(topo.CHIN, 40.0)
+    idx, w = b.patch(lmk.FacePoint.CHIN, 40.0)
     h = {int(v): np.array([0.0, -2.5, 4.0]) * wi for v, wi in zip(idx, w)}
     return b.spread(h, 45.0)
 
@@ -80,21 +80,21 @@ def cheekbones(b: ShapeBuilder) -> np.ndarray:
 
 def nose_length(b: ShapeBuilder) -> np.ndarray:
     """Nose tip 3.5 mm lower and 2.5 mm more projecting; the bridge follows."""
-    idx, w = b.patch(topo.NOSE_TIP, 24.0)
+    idx, w = b.patch(lmk.FacePoint.NOSE_TIP, 24.0)
     h = {int(v): np.array([0.0, -3.5, 2.5]) * wi for v, wi in zip(idx, w)}
-    pinned = sorted(b.upper_lip) + list(topo.LEFT_EYE_LOWER_LID + topo.RIGHT_EYE_LOWER_LID)
+    pinned = sorted(b.upper_lip) + list(lmk.LEFT_EYE_LOWER_LID + lmk.RIGHT_EYE_LOWER_LID)
     return b.spread(h, 30.0, pinned=pinned)
 
 
 def nose_width(b: ShapeBuilder) -> np.ndarray:
     """Nose wings out 2 mm each (alar breadth +4 mm)."""
-    weight = np.zeros(topo.NUM_MESH)
-    for wing in (topo.NOSE_WING_LEFT, topo.NOSE_WING_RIGHT, topo.NOSTRIL_LEFT, topo.NOSTRIL_RIGHT):
+    weight = np.zeros(lmk.NUM_MESH)
+    for wing in (lmk.FacePoint.NOSE_WING_LEFT, lmk.FacePoint.NOSE_WING_RIGHT, lmk.FacePoint.NOSTRIL_LEFT, lmk.FacePoint.NOSTRIL_RIGHT):
         idx, w = b.patch(wing, 8.0)
         weight[idx] = np.maximum(weight[idx], w)
     h = {int(v): np.array([np.sign(b.p[v, 0]) * 2.0 * weight[v], 0.0, 0.0])
          for v in np.nonzero(weight)[0]}
-    h[topo.NOSE_TIP] = np.zeros(3)
+    h[lmk.FacePoint.NOSE_TIP] = np.zeros(3)
     return b.spread(h, 16.0)
 
 
@@ -103,9 +103,9 @@ def eye_size(b: ShapeBuilder) -> np.ndarray:
     out = b.zeros()
     for left in (True, False):
         c = _eye_center(b, left)
-        d = b.p[:topo.NUM_MESH] - c
+        d = b.p[:lmk.NUM_MESH] - c
         r = np.linalg.norm(d, axis=1)
-        out[:topo.NUM_MESH] += 0.12 * d * smoothstep(r, 24 * MM, 12 * MM)[:, None]
+        out[:lmk.NUM_MESH] += 0.12 * d * smoothstep(r, 24 * MM, 12 * MM)[:, None]
     return out
 
 
@@ -138,11 +138,11 @@ def lip_fullness(b: ShapeBuilder) -> np.ndarray:
 
 def brow_height(b: ShapeBuilder) -> np.ndarray:
     """Both brows 4 mm higher (the lid margins stay)."""
-    pts = (topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER + topo.RIGHT_BROW_UPPER
-           + topo.RIGHT_BROW_LOWER)
+    pts = (lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER + lmk.RIGHT_BROW_UPPER
+           + lmk.RIGHT_BROW_LOWER)
     h = {v: np.array([0.0, 4.0, 0.0]) for v in pts}
-    pinned = (topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID + topo.RIGHT_EYE_UPPER_LID
-              + topo.RIGHT_EYE_LOWER_LID)
+    pinned = (lmk.LEFT_EYE_UPPER_LID + lmk.LEFT_EYE_LOWER_LID + lmk.RIGHT_EYE_UPPER_LID
+              + lmk.RIGHT_EYE_LOWER_LID)
     return b.spread(h, 22.0, pinned=pinned)
 
 
@@ -150,7 +150,7 @@ def nose_bridge(b: ShapeBuilder) -> np.ndarray:
     """Nasal bridge 3 mm higher (more projecting) between the eyes."""
     idx, w = b.patch(6, 16.0)
     h = {int(v): np.array([0.0, 0.0, 3.0]) * wi for v, wi in zip(idx, w)}
-    pinned = topo.LEFT_EYE_UPPER_LID + topo.RIGHT_EYE_UPPER_LID + (topo.NOSE_TIP,)
+    pinned = lmk.LEFT_EYE_UPPER_LID + lmk.RIGHT_EYE_UPPER_LID + (lmk.FacePoint.NOSE_TIP,)
     return b.spread(h, 22.0, pinned=pinned)
 
 
@@ -169,9 +169,9 @@ def eye_tilt(b: ShapeBuilder) -> np.ndarray:
         c = _eye_center(b, left)
         a = ang if left else -ang
         rot = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
-        d = b.p[:topo.NUM_MESH] - c
+        d = b.p[:lmk.NUM_MESH] - c
         w = smoothstep(np.linalg.norm(d, axis=1), 26 * MM, 12 * MM)
-        out[:topo.NUM_MESH] += (d @ rot.T - d) * w[:, None]
+        out[:lmk.NUM_MESH] += (d @ rot.T - d) * w[:, None]
     return out
 
 
@@ -200,7 +200,7 @@ def build_identity(neutral: np.ndarray, triangles: np.ndarray, mirror: np.ndarra
     """
     b = ShapeBuilder(neutral, triangles, mirror)
     flip = np.array([-1.0, 1.0, 1.0])
-    out = np.zeros((len(IDENTITY_NAMES), topo.NUM_POINTS, 3))
+    out = np.zeros((len(IDENTITY_NAMES), lmk.NUM_LANDMARKS, 3))
     for i, name in enumerate(IDENTITY_NAMES):
         shape = _BUILDERS[name](b)
         for c in (468, 473):  # irises move rigidly with their centres: iris size is constant

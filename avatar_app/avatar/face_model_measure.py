@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.tracking import landmark_groups as lg
+from avatar_app.core import landmarks as lmk
 
 
 def _pair_distance(points: np.ndarray, a, b) -> np.ndarray:
@@ -30,9 +30,9 @@ def eye_aperture(points: np.ndarray, side: str) -> np.ndarray:
         ValueError: ``side`` is neither.
     """
     if side == "left":
-        return _pair_distance(points, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER)
+        return _pair_distance(points, lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER)
     if side == "right":
-        return _pair_distance(points, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER)
+        return _pair_distance(points, lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER)
     raise ValueError(f"side must be 'left' or 'right', got {side!r}")
 
 
@@ -45,7 +45,7 @@ def lip_gap(points: np.ndarray) -> np.ndarray:
     Returns:
         (...) float64 metres.
     """
-    return _pair_distance(points, lg.LIP_INNER_UPPER, lg.LIP_INNER_LOWER)
+    return _pair_distance(points, lmk.LIP_GAP_UPPER, lmk.LIP_GAP_LOWER)
 
 
 def mouth_width(points: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ Steps (all deterministic):
    refined twice.
 3. Symmetrise: average each point with the mirror of its partner.
 4. Metric scale: the distance between the iris centres (468, 473) becomes
-   :data:`IPD_M` = 63 mm, the mean adult interpupillary distance (Dodgson,
+   :data:`avatar_app.core.landmarks.MEAN_IPD_M` = 63 mm, the mean adult interpupillary distance (Dodgson,
    "Variation and extrema of human interpupillary distance", SPIE 5291, 2004).
    Origin: the midpoint of landmarks 234 and 454 (the mesh rim in front of the
    ears).
@@ -43,11 +43,11 @@ import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.face_model_fields import MeshFields
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.errors import ModelLoadError, NoFaceError
 
 logger = logging.getLogger(__name__)
 
-IPD_M = 0.063
 MOUTH_WIDTH_M = 0.051
 LIP_GAP_M = 0.0004
 """Neutral gap between the inner lip contours: closed lips, kept non-degenerate."""
@@ -112,7 +112,7 @@ def _frame(points: np.ndarray, pairs, midline) -> np.ndarray:
     x = vecs[:, -1]
     if x @ (points[263] - points[33]) < 0:
         x = -x
-    up = points[topo.FOREHEAD] - points[topo.CHIN]
+    up = points[lmk.FacePoint.FOREHEAD] - points[lmk.FacePoint.CHIN]
     up -= x * (up @ x)
     y = up / np.linalg.norm(up)
     rot = np.stack([x, y, np.cross(x, y)])
@@ -133,8 +133,8 @@ def frontalise(points: np.ndarray, triangles: np.ndarray) -> tuple[np.ndarray, n
     p = _frame(points, _SEED_PAIRS, _SEED_MIDLINE)
     mirror = topo.mirror_map(p, triangles)
     for _ in range(2):
-        pairs = [(i, int(mirror[i])) for i in range(topo.NUM_MESH) if mirror[i] > i]
-        mid = [i for i in range(topo.NUM_MESH) if mirror[i] == i]
+        pairs = [(i, int(mirror[i])) for i in range(lmk.NUM_MESH) if mirror[i] > i]
+        mid = [i for i in range(lmk.NUM_MESH) if mirror[i] == i]
         p = _frame(points, pairs, mid)
         mirror = topo.mirror_map(p, triangles)
     return p, mirror
@@ -182,11 +182,11 @@ def neutralise_mouth(p: np.ndarray, fields: MeshFields) -> np.ndarray:
         (478, 3) float64 with the lips closed, the corners lowered and the
         mouth narrowed.
     """
-    inner_up = np.array(topo.LIP_INNER_UPPER)
-    inner_lo = np.array(topo.LIP_INNER_LOWER)
-    outer_up = np.array(topo.LIP_OUTER_UPPER)
-    outer_lo = np.array(topo.LIP_OUTER_LOWER)
-    y_line = 0.5 * (p[topo.STOMION_UPPER, 1] + p[topo.STOMION_LOWER, 1])
+    inner_up = np.array(lmk.LIP_INNER_UPPER)
+    inner_lo = np.array(lmk.LIP_INNER_LOWER)
+    outer_up = np.array(lmk.LIP_OUTER_UPPER)
+    outer_lo = np.array(lmk.LIP_OUTER_LOWER)
+    y_line = 0.5 * (p[lmk.FacePoint.LIP_UPPER_INNER, 1] + p[lmk.FacePoint.LIP_LOWER_INNER, 1])
     old_half = p[308, 0]
     new_half = MOUTH_WIDTH_M / 2 - (p[291, 0] - p[308, 0])
     sx = new_half / old_half
@@ -213,13 +213,13 @@ def neutralise_mouth(p: np.ndarray, fields: MeshFields) -> np.ndarray:
     for c, ci in ((291, 308), (61, 78)):
         target = np.array([np.sign(p[c, 0]) * MOUTH_WIDTH_M / 2, y_line - CORNER_DROP_M, p[c, 2]])
         handles[c] = target - p[c]
-    still = set(topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID + topo.RIGHT_EYE_UPPER_LID
-                + topo.RIGHT_EYE_LOWER_LID + topo.FACE_OVAL)
-    nose = fields.geodesic([topo.NOSE_TIP]) < 0.022
+    still = set(lmk.LEFT_EYE_UPPER_LID + lmk.LEFT_EYE_LOWER_LID + lmk.RIGHT_EYE_UPPER_LID
+                + lmk.RIGHT_EYE_LOWER_LID + lmk.FACE_OVAL)
+    nose = fields.geodesic([lmk.FacePoint.NOSE_TIP]) < 0.022
     still |= set(np.nonzero(nose)[0].tolist())
     off = fields.interpolate(handles, radius=0.045, pinned=still - set(handles))
     out = p.copy()
-    out[:topo.NUM_MESH] += off
+    out[:lmk.NUM_MESH] += off
     return out
 
 
@@ -241,12 +241,12 @@ def build_neutral(triangles: np.ndarray, image_rgb: np.ndarray | None = None
     raw = measure_landmarks(img)
     front, mirror = frontalise(raw, triangles)
     sym = symmetrise(front, mirror)
-    scale = IPD_M / np.linalg.norm(sym[468] - sym[473])
+    scale = lmk.MEAN_IPD_M / np.linalg.norm(sym[lmk.FacePoint.RIGHT_IRIS_CENTER] - sym[lmk.FacePoint.LEFT_IRIS_CENTER])
     sym *= scale
-    sym -= 0.5 * (sym[topo.CHEEK_EAR_LEFT] + sym[topo.CHEEK_EAR_RIGHT])
+    sym -= 0.5 * (sym[lmk.FacePoint.CHEEK_EAR_LEFT] + sym[lmk.FacePoint.CHEEK_EAR_RIGHT])
     sym[:, 0] = np.where(mirror == np.arange(len(mirror)), 0.0, sym[:, 0])
     sym = _regular_irises(sym)
-    fields = MeshFields(sym[:topo.NUM_MESH], topo.edges(triangles), triangles)
+    fields = MeshFields(sym[:lmk.NUM_MESH], topo.edges(triangles), triangles)
     neutral = symmetrise(neutralise_mouth(sym, fields), mirror)
     logger.info("face model neutral: scale %.6f m/px, mouth width %.1f mm",
                 scale, 1000 * (neutral[291, 0] - neutral[61, 0]))

@@ -22,7 +22,9 @@ import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.face_model_fields import MeshFields, smoothstep
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
+from avatar_app.core.rotations import gaze_rotation, rot_x
 
 MM = 1e-3
 
@@ -47,7 +49,7 @@ JAW_HINGE_DROP_M = 0.010
 the chin about 25 mm down and 16 mm back and parts the lips about 31 mm."""
 
 
-CORNERS = frozenset(topo.MOUTH_CORNER_ROW_LEFT + topo.MOUTH_CORNER_ROW_RIGHT)
+CORNERS = frozenset(lmk.MOUTH_CORNER_ROW_LEFT + lmk.MOUTH_CORNER_ROW_RIGHT)
 
 
 class ShapeBuilder:
@@ -69,18 +71,18 @@ class ShapeBuilder:
 
     def __init__(self, neutral: np.ndarray, triangles: np.ndarray, mirror: np.ndarray):
         self.p = np.asarray(neutral, np.float64)
-        self.mesh = self.p[:topo.NUM_MESH]
+        self.mesh = self.p[:lmk.NUM_MESH]
         self.mirror = np.asarray(mirror)
         self.f = MeshFields(self.mesh, topo.edges(triangles), triangles)
         self.normals = self.f.normals()
         self.upper_lip, self.lower_lip = lip_regions(triangles)
         self.corner_x = self.p[291, 0]
-        d_in_u = self.f.geodesic(topo.LIP_INNER_UPPER)
-        d_out_u = self.f.geodesic(topo.LIP_OUTER_UPPER)
-        d_in_l = self.f.geodesic(topo.LIP_INNER_LOWER)
-        d_out_l = self.f.geodesic(topo.LIP_OUTER_LOWER)
+        d_in_u = self.f.geodesic(lmk.LIP_INNER_UPPER)
+        d_out_u = self.f.geodesic(lmk.LIP_OUTER_UPPER)
+        d_in_l = self.f.geodesic(lmk.LIP_INNER_LOWER)
+        d_out_l = self.f.geodesic(lmk.LIP_OUTER_LOWER)
         # 0 on the inner (wet) lip line, 1 on the outer vermilion border
-        self.lip_depth = np.zeros(topo.NUM_MESH)
+        self.lip_depth = np.zeros(lmk.NUM_MESH)
         for region, di, do in ((self.upper_lip, d_in_u, d_out_u), (self.lower_lip, d_in_l, d_out_l)):
             idx = np.array(sorted(region))
             self.lip_depth[idx] = di[idx] / np.maximum(di[idx] + do[idx], 1e-9)
@@ -89,13 +91,13 @@ class ShapeBuilder:
     # ------------------------------------------------------------------ helpers
     def zeros(self) -> np.ndarray:
         """(478, 3) float64 zeros: an empty offset field."""
-        return np.zeros((topo.NUM_POINTS, 3))
+        return np.zeros((lmk.NUM_LANDMARKS, 3))
 
     def spread(self, handles: dict[int, np.ndarray], radius_mm: float, pinned=()) -> np.ndarray:
         """(478, 3) metres: handle offsets (mm) spread over the mesh; irises still."""
         out = self.zeros()
         h = {int(k): np.asarray(v, np.float64) * MM for k, v in handles.items()}
-        out[:topo.NUM_MESH] = self.f.interpolate(h, radius_mm * MM, pinned=pinned)
+        out[:lmk.NUM_MESH] = self.f.interpolate(h, radius_mm * MM, pinned=pinned)
         return out
 
     def lip_profile(self, x: np.ndarray | float) -> np.ndarray:
@@ -135,8 +137,8 @@ class ShapeBuilder:
         """(468,) 1 on the jaw (lower lip, chin, jawline), 0 above the mouth, smooth between."""
         y = self.mesh[:, 1]
         ones = set(self.lower_lip) | set(np.nonzero(y < self.p[17, 1] - 3 * MM)[0].tolist())
-        zeros = set(self.upper_lip) | set(np.nonzero(y > self.p[topo.SUBNASALE, 1])[0].tolist())
-        zeros |= {v for v in topo.FACE_OVAL if y[v] > self.p[61, 1]}
+        zeros = set(self.upper_lip) | set(np.nonzero(y > self.p[lmk.FacePoint.SUBNASALE, 1])[0].tolist())
+        zeros |= {v for v in lmk.FACE_OVAL if y[v] > self.p[61, 1]}
         handles = {v: 1.0 for v in ones}
         handles.update({v: 0.0 for v in zeros if v not in ones})
         w = self.f.interpolate(handles, radius=np.inf)[:, 0]
@@ -145,14 +147,13 @@ class ShapeBuilder:
     def jaw_motion(self, rotation_rad: float = 0.0, translation_m=(0.0, 0.0, 0.0),
                    full: bool = False) -> np.ndarray:
         """(478, 3) offsets of a rigid jaw motion (about the hinge) weighted by the jaw region."""
-        ear = self.p[topo.CHEEK_EAR_LEFT]
+        ear = self.p[lmk.FacePoint.CHEEK_EAR_LEFT]
         pivot = np.array([0.0, ear[1] - JAW_HINGE_DROP_M, ear[2] - JAW_HINGE_DEPTH_M])
-        c, s = np.cos(rotation_rad), np.sin(rotation_rad)
-        rot = np.array([[1, 0, 0], [0, c, -s], [0, s, c]])  # positive: chin down and back
+        rot = rot_x(rotation_rad)  # positive: chin down and back
         q = self.mesh - pivot
         disp = q @ rot.T + pivot + np.asarray(translation_m) - self.mesh
         out = self.zeros()
-        out[:topo.NUM_MESH] = disp if full else disp * self.jaw_weight[:, None]
+        out[:lmk.NUM_MESH] = disp if full else disp * self.jaw_weight[:, None]
         return out
 
 
@@ -174,12 +175,12 @@ def lip_regions(triangles: np.ndarray) -> tuple[set[int], set[int]]:
     for a, b in topo.edges(triangles):
         adj.setdefault(int(a), set()).add(int(b))
         adj.setdefault(int(b), set()).add(int(a))
-    corners = set(topo.MOUTH_CORNER_ROW_LEFT + topo.MOUTH_CORNER_ROW_RIGHT)
+    corners = set(lmk.MOUTH_CORNER_ROW_LEFT + lmk.MOUTH_CORNER_ROW_RIGHT)
     out = []
-    for inner, outer, other in ((topo.LIP_INNER_UPPER, topo.LIP_OUTER_UPPER, topo.LIP_INNER_LOWER),
-                                (topo.LIP_INNER_LOWER, topo.LIP_OUTER_LOWER, topo.LIP_INNER_UPPER)):
+    for inner, outer, other in ((lmk.LIP_INNER_UPPER, lmk.LIP_OUTER_UPPER, lmk.LIP_INNER_LOWER),
+                                (lmk.LIP_INNER_LOWER, lmk.LIP_OUTER_LOWER, lmk.LIP_INNER_UPPER)):
         region = set(inner) - corners
-        stop = corners | set(topo.LIP_OUTER_UPPER + topo.LIP_OUTER_LOWER) | set(other)
+        stop = corners | set(lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER) | set(other)
         stack = list(region)
         while stack:
             v = stack.pop()
@@ -195,7 +196,7 @@ def lip_regions(triangles: np.ndarray) -> tuple[set[int], set[int]]:
 
 def _eye_lids(b: ShapeBuilder, up_mm, low_mm, radius_mm=14.0, extra=None) -> np.ndarray:
     """Lid motion of the left eye: per-lid offsets (mm) scaled by the lid profile."""
-    up, low = topo.LEFT_EYE_UPPER_LID, topo.LEFT_EYE_LOWER_LID
+    up, low = lmk.LEFT_EYE_UPPER_LID, lmk.LEFT_EYE_LOWER_LID
     pu, pl = b.eye_profile(up), b.eye_profile(low)
     h = {}
     for v, s in zip(up, pu):
@@ -204,13 +205,13 @@ def _eye_lids(b: ShapeBuilder, up_mm, low_mm, radius_mm=14.0, extra=None) -> np.
         h[v] = s * np.asarray(low_mm, np.float64)
     if extra:
         h.update(extra)
-    pinned = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER
+    pinned = lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER
     return b.spread(h, radius_mm, pinned=pinned)
 
 
 def eye_blink_left(b: ShapeBuilder) -> np.ndarray:
     """Upper lid down to meet the slightly raised lower lid (aperture -> 0)."""
-    up, low = topo.LEFT_EYE_UPPER_LID, topo.LEFT_EYE_LOWER_LID
+    up, low = lmk.LEFT_EYE_UPPER_LID, lmk.LEFT_EYE_LOWER_LID
     h = {}
     prof = b.eye_profile(up)
     for u, l, s in zip(up, low, prof):
@@ -218,7 +219,7 @@ def eye_blink_left(b: ShapeBuilder) -> np.ndarray:
         meet[2] = max(b.p[u, 2], b.p[l, 2]) + 0.8 * MM * s  # the closed lid bulges over the cornea
         h[u] = (meet - b.p[u]) / MM
         h[l] = (meet - b.p[l]) / MM
-    return b.spread(h, 16.0, pinned=topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER)
+    return b.spread(h, 16.0, pinned=lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER)
 
 
 def eye_wide_left(b: ShapeBuilder) -> np.ndarray:
@@ -236,11 +237,8 @@ def _rotate_iris(b: ShapeBuilder, center: int, axis: str, angle: float) -> np.nd
     """Offsets of one iris's 5 points rotated about the eyeball centre."""
     pts = b.p[center:center + 5]
     eye = b.p[center] - np.array([0.0, 0.0, EYEBALL_DEPTH_M])
-    c, s = np.cos(angle), np.sin(angle)
-    if axis == "x":  # positive angle: gaze up
-        rot = np.array([[1, 0, 0], [0, c, s], [0, -s, c]])
-    else:  # "y", positive angle: gaze toward +x
-        rot = np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
+    # axis "x": positive angle = gaze up; "y": positive angle = gaze toward +x
+    rot = gaze_rotation(0.0, angle) if axis == "x" else gaze_rotation(angle, 0.0)
     return (pts - eye) @ rot.T + eye - pts
 
 
@@ -268,18 +266,18 @@ def eye_look_left(b: ShapeBuilder, direction: str) -> np.ndarray:
 def _brow_t(b: ShapeBuilder, pts) -> np.ndarray:
     """0 at the outer end of the left brow, 1 at the inner end."""
     x = b.p[list(pts), 0]
-    xs = b.p[list(topo.LEFT_BROW_UPPER), 0]
+    xs = b.p[list(lmk.LEFT_BROW_UPPER), 0]
     return np.clip((xs.max() - x) / (xs.max() - xs.min()), 0.0, 1.0)
 
 
 def _brow_pinned() -> tuple[int, ...]:
-    return (topo.LEFT_EYE_UPPER_LID + topo.LEFT_EYE_LOWER_LID
-            + topo.RIGHT_EYE_UPPER_LID + topo.RIGHT_EYE_LOWER_LID)
+    return (lmk.LEFT_EYE_UPPER_LID + lmk.LEFT_EYE_LOWER_LID
+            + lmk.RIGHT_EYE_UPPER_LID + lmk.RIGHT_EYE_LOWER_LID)
 
 
 def brow_down_left(b: ShapeBuilder) -> np.ndarray:
     """Left brow lowered (outer part 5 mm, inner 4 mm) and drawn toward the nose."""
-    pts = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER
+    pts = lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER
     t = _brow_t(b, pts)
     h = {v: np.array([-1.5 * ti, -(5.0 - 1.0 * ti), 0.5]) for v, ti in zip(pts, t)}
     return b.spread(h, 25.0, pinned=_brow_pinned())
@@ -287,7 +285,7 @@ def brow_down_left(b: ShapeBuilder) -> np.ndarray:
 
 def brow_outer_up_left(b: ShapeBuilder) -> np.ndarray:
     """Outer part of the left brow raised 6.5 mm, the inner end 0.5 mm."""
-    pts = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER
+    pts = lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER
     t = _brow_t(b, pts)
     h = {v: np.array([0.3 * (1 - ti), 0.5 + 6.0 * (1 - ti), 0.0]) for v, ti in zip(pts, t)}
     return b.spread(h, 30.0, pinned=_brow_pinned())
@@ -295,7 +293,7 @@ def brow_outer_up_left(b: ShapeBuilder) -> np.ndarray:
 
 def brow_inner_up(b: ShapeBuilder) -> np.ndarray:
     """Inner ends of both brows raised 8 mm (the outer ends 1 mm)."""
-    pts = topo.LEFT_BROW_UPPER + topo.LEFT_BROW_LOWER
+    pts = lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER
     t = _brow_t(b, pts)
     h = {v: np.array([-0.5 * ti, 1.0 + 7.0 * ti ** 1.5, 0.0]) for v, ti in zip(pts, t)}
     h.update({int(b.mirror[v]): d * np.array([-1, 1, 1]) for v, d in list(h.items())})
@@ -322,22 +320,22 @@ def cheek_squint_left(b: ShapeBuilder) -> np.ndarray:
     c = b.nearest((36.0, 8.0, 60.0))
     idx, w = b.patch(c, 14.0)
     h = {int(v): np.array([0.0, 3.0, 1.0]) * wi for v, wi in zip(idx, w)}
-    prof = b.eye_profile(topo.LEFT_EYE_LOWER_LID)
-    for v, s in zip(topo.LEFT_EYE_LOWER_LID, prof):
+    prof = b.eye_profile(lmk.LEFT_EYE_LOWER_LID)
+    for v, s in zip(lmk.LEFT_EYE_LOWER_LID, prof):
         h[v] = np.array([0.0, 1.0, 0.0]) * s
-    for v in topo.LEFT_EYE_UPPER_LID:
+    for v in lmk.LEFT_EYE_UPPER_LID:
         h.setdefault(v, np.zeros(3))
     return b.spread(h, 30.0)
 
 
 def nose_sneer_left(b: ShapeBuilder) -> np.ndarray:
     """Left nose wing raised 3.5 mm (slightly in and back); the upper lip beside it 1 mm."""
-    wing = b.nearest(0.5 * (b.p[topo.NOSE_WING_LEFT] + b.p[topo.NOSTRIL_LEFT]) / MM)
+    wing = b.nearest(0.5 * (b.p[lmk.FacePoint.NOSE_WING_LEFT] + b.p[lmk.FacePoint.NOSTRIL_LEFT]) / MM)
     idx, w = b.patch(wing, 9.0)
     h = {int(v): np.array([-0.5, 3.5, -0.5]) * wi for v, wi in zip(idx, w)}
     for v in (267, 269, 270):
         h[v] = np.array([0.0, 1.0, 0.0])
-    pinned = (topo.NOSE_TIP, 1, 5, 195, 197) + tuple(sorted(b.lower_lip))
+    pinned = (lmk.FacePoint.NOSE_TIP, 1, 5, 195, 197) + tuple(sorted(b.lower_lip))
     return b.spread(h, 22.0, pinned=pinned)
 
 
@@ -592,7 +590,7 @@ def build_blendshapes(neutral: np.ndarray, triangles: np.ndarray, mirror: np.nda
         "cheekPuff": cheek_puff(b),
         "tongueOut": tongue_out(b),
     }
-    out = np.zeros((NUM_BLENDSHAPES, topo.NUM_POINTS, 3))
+    out = np.zeros((NUM_BLENDSHAPES, lmk.NUM_LANDMARKS, 3))
     for i, name in enumerate(BLENDSHAPE_NAMES):
         if name in left:
             out[i] = left[name]

@@ -13,10 +13,8 @@ and keeps each triple, which also gives a consistent winding. The result is
 checked: every triple closes, the mesh is edge-manifold and consistently
 oriented.
 
-Index sets below are landmark numbers of that topology, read off the
-connection lists of the same module (``FACEMESH_LIPS``, ``FACEMESH_LEFT_EYE``,
-...). "Left"/"Right" are the subject's own sides (model +x is the subject's
-left).
+The named landmarks and index sets of that topology are
+:mod:`avatar_app.core.landmarks`.
 """
 from __future__ import annotations
 
@@ -26,62 +24,8 @@ from collections import Counter
 
 import numpy as np
 
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.errors import ModelLoadError
-
-NUM_MESH = 468
-NUM_POINTS = 478
-
-# Lip contours, from the subject's right corner (61 / 78) to the left corner (291 / 308).
-LIP_OUTER_UPPER = (61, 185, 40, 39, 37, 0, 267, 269, 270, 409, 291)
-LIP_OUTER_LOWER = (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291)
-LIP_INNER_UPPER = (78, 191, 80, 81, 82, 13, 312, 311, 310, 415, 308)
-LIP_INNER_LOWER = (78, 95, 88, 178, 87, 14, 317, 402, 318, 324, 308)
-# Rows of vertices from the outer to the inner mouth corner: they split the lip band into the
-# upper and the lower lip.
-MOUTH_CORNER_ROW_LEFT = (291, 306, 292, 308)
-MOUTH_CORNER_ROW_RIGHT = (61, 76, 62, 78)
-
-# Eyelid contours of the subject's left eye, outer corner (263) to inner corner (362);
-# element i of the upper contour sits above element i of the lower one.
-LEFT_EYE_UPPER_LID = (263, 466, 388, 387, 386, 385, 384, 398, 362)
-LEFT_EYE_LOWER_LID = (263, 249, 390, 373, 374, 380, 381, 382, 362)
-RIGHT_EYE_UPPER_LID = (33, 246, 161, 160, 159, 158, 157, 173, 133)
-RIGHT_EYE_LOWER_LID = (33, 7, 163, 144, 145, 153, 154, 155, 133)
-
-# Eyebrows of the subject's left side, outer to inner: upper edge and lower edge.
-LEFT_BROW_UPPER = (300, 293, 334, 296, 336)
-LEFT_BROW_LOWER = (276, 283, 282, 295, 285)
-RIGHT_BROW_UPPER = (70, 63, 105, 66, 107)
-RIGHT_BROW_LOWER = (46, 53, 52, 65, 55)
-
-# Face oval, clockwise from the forehead top (FACEMESH_FACE_OVAL).
-FACE_OVAL = (
-    10, 338, 297, 332, 284, 251, 389, 356, 454, 323, 361, 288, 397, 365, 379, 378, 400, 377,
-    152, 148, 176, 149, 150, 136, 172, 58, 132, 93, 234, 127, 162, 21, 54, 103, 67, 109,
-)
-
-RIGHT_IRIS = (468, 469, 470, 471, 472)
-LEFT_IRIS = (473, 474, 475, 476, 477)
-# Mirror partner of each iris point (centre, +x, +y, -x, -y): +x of one iris maps to -x of the other.
-_IRIS_MIRROR = {468: 473, 469: 476, 470: 475, 471: 474, 472: 477}
-
-# Single landmarks used by the builder and the tests.
-NOSE_TIP = 4
-SUBNASALE = 2
-NASION = 168
-CHIN = 152
-FOREHEAD = 10
-STOMION_UPPER = 13
-STOMION_LOWER = 14
-LIP_UPPER_OUTER = 0
-LIP_LOWER_OUTER = 17
-CHEEK_EAR_LEFT = 454
-CHEEK_EAR_RIGHT = 234
-NOSE_WING_LEFT = 358
-NOSE_WING_RIGHT = 129
-NOSTRIL_LEFT = 327
-NOSTRIL_RIGHT = 98
-
 
 def tessellation_triangles() -> np.ndarray:
     """Triangles of MediaPipe's face mesh, read from ``FACEMESH_TESSELATION``.
@@ -168,7 +112,7 @@ def mirror_map(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
     and its x-mirrored copy in a frontal frame, then checked: the map must be
     an involution and keep at least 99% of the mesh edges (MediaPipe's own
     tessellation is not exactly symmetric: 6 of its 1322 edges have no mirror
-    edge). Iris points map by :data:`_IRIS_MIRROR`.
+    edge). Iris points map by :data:`avatar_app.core.landmarks.IRIS_MIRROR`.
 
     Args:
         points: (478, 3) float positions in a frame whose x axis is normal to
@@ -184,18 +128,18 @@ def mirror_map(points: np.ndarray, triangles: np.ndarray) -> np.ndarray:
     """
     from scipy.optimize import linear_sum_assignment
 
-    p = np.asarray(points, np.float64)[:NUM_MESH]
+    p = np.asarray(points, np.float64)[:lmk.NUM_MESH]
     q = p * np.array([-1.0, 1.0, 1.0])
     cost = np.linalg.norm(p[:, None, :] - q[None, :, :], axis=2)
     _, m = linear_sum_assignment(cost)
-    if not np.array_equal(m[m], np.arange(NUM_MESH)):
+    if not np.array_equal(m[m], np.arange(lmk.NUM_MESH)):
         raise ModelLoadError("the face mesh's mirror assignment is not an involution")
     e = {tuple(r) for r in edges(triangles)}
     kept = sum((min(m[a], m[b]), max(m[a], m[b])) in e for a, b in e)
     if kept < 0.99 * len(e):
         raise ModelLoadError(f"mirror map keeps only {kept} of {len(e)} mesh edges")
-    full = np.arange(NUM_POINTS, dtype=np.int32)
-    full[:NUM_MESH] = m
-    for a, b in _IRIS_MIRROR.items():
+    full = np.arange(lmk.NUM_LANDMARKS, dtype=np.int32)
+    full[:lmk.NUM_MESH] = m
+    for a, b in lmk.IRIS_MIRROR.items():
         full[a], full[b] = b, a
     return full

@@ -44,63 +44,12 @@ from scipy.sparse.csgraph import connected_components, dijkstra
 from scipy.sparse.linalg import splu
 
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import rigid_fit
 
 logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- alignment
-def similarity_fit(src: np.ndarray, dst: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """Least-squares similarity transform ``dst ~ s R src + t`` (Umeyama, IEEE TPAMI 1991).
-
-    Args:
-        src, dst: (N, 3) float corresponding points, N >= 3, not collinear.
-
-    Returns:
-        (scale, rotation (3, 3) float64 proper, translation (3,) float64).
-
-    Raises:
-        InputError: shapes differ or fewer than 3 points.
-    """
-    a, b = _pair(src, dst)
-    ma, mb = a.mean(0), b.mean(0)
-    a0, b0 = a - ma, b - mb
-    cov = b0.T @ a0 / len(a)
-    u, d, vt = np.linalg.svd(cov)
-    fix = np.eye(3)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        fix[2, 2] = -1.0
-    rot = u @ fix @ vt
-    var = (a0 ** 2).sum() / len(a)
-    scale = float(np.trace(np.diag(d) @ fix) / var)
-    return scale, rot, mb - scale * rot @ ma
-
-
-def rigid_fit(src: np.ndarray, dst: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted least-squares rigid motion ``dst ~ R src + t`` (Kabsch algorithm).
-
-    Args:
-        src, dst: (N, 3) float corresponding points, N >= 3.
-        weights: optional (N,) non-negative weights.
-
-    Returns:
-        (rotation (3, 3) float64 proper, translation (3,) float64).
-
-    Raises:
-        InputError: shapes differ or fewer than 3 points.
-    """
-    a, b = _pair(src, dst)
-    w = np.ones(len(a)) if weights is None else np.asarray(weights, np.float64)
-    w = w / w.sum()
-    ma, mb = w @ a, w @ b
-    cov = (b - mb).T @ ((a - ma) * w[:, None])
-    u, _, vt = np.linalg.svd(cov)
-    fix = np.eye(3)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        fix[2, 2] = -1.0
-    rot = u @ fix @ vt
-    return rot, mb - rot @ ma
-
-
 def _pair(src, dst) -> tuple[np.ndarray, np.ndarray]:
     a = np.asarray(src, np.float64)
     b = np.asarray(dst, np.float64)
@@ -399,7 +348,7 @@ def fit_correspondence(
         raise InputError(f"the warp needs at least 4 anchors, got {len(anchors)}")
     ids = np.array(sorted(anchors))
     dst = np.array([anchors[i] for i in ids], np.float64)
-    scale, rot, trans = similarity_fit(rig[ids], dst)
+    rot, trans, scale = rigid_fit(rig[ids], dst, with_scale=True)
     sim = rig @ rot.T * scale + trans
     warp = ThinPlateWarp(sim[ids], dst, regularisation)
     warped = warp(sim)

@@ -31,13 +31,15 @@ def check_file(path: str | Path, what: str) -> Path:
     """Return ``path`` as a Path if it is an existing regular file.
 
     Raises:
-        InputError: the file does not exist or is not a regular file.
+        InputError: the file does not exist, is not a regular file or is empty.
     """
     p = Path(path)
     if not p.exists():
         raise InputError(f"{what} file not found: '{p}'", path=p)
     if not p.is_file():
         raise InputError(f"{what} path '{p}' is not a file", path=p)
+    if p.stat().st_size == 0:
+        raise InputError(f"{what} file '{p}' is empty (0 bytes)", path=p)
     return p
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import cv2
 
+from avatar_app.capture.base import EndlessVideoMixin
 from avatar_app.capture.ring import LatestSlot
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import CaptureError
@@ -65,7 +66,7 @@ def driver_timestamp_ns(pos_msec: float, now: int) -> int | None:
     return None
 
 
-class CameraSource:
+class CameraSource(EndlessVideoMixin):
     """A webcam opened with OpenCV, read by a newest-frame thread.
 
     Construction opens the camera and negotiates its format; :meth:`start`

@@ -16,6 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from avatar_app.capture.base import EndlessVideoMixin
 from avatar_app.capture.ring import LatestSlot
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import CaptureError
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 _NS_PER_S = 1_000_000_000
 
 
-class FakeCamera:
+class FakeCamera(EndlessVideoMixin):
     """Generates frames at ``fps`` and hands each over ``delay_s`` after its capture.
 
     Frames are "captured" on a fixed schedule ``t_k = t_start + k / fps``; a frame

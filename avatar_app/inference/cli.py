@@ -15,10 +15,11 @@ import argparse
 import datetime
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from avatar_app.core.errors import AvatarError, InputError
+from avatar_app.core.errors import AvatarError, BackendUnavailableError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ def add_engines_parser(subparsers) -> argparse.ArgumentParser:
     cl.add_argument("--unused", action="store_true",
                     help="only engines the app no longer uses: built from another file than the "
                          "shipped model of that name (e.g. before an update), with another version of "
-                         "the backend than the installed one, or unusable entries")
+                         "the backend than the installed one, for another device, engines that cannot "
+                         "run on this machine, or unusable entries")
     return p
 
 
@@ -70,22 +72,31 @@ def resolve_model(text: str) -> Path:
     p = Path(text)
     if p.is_file():
         return p
+    if p.parent != Path(".") or p.suffix == ".onnx":  # a path, not the name of a shipped model
+        raise InputError(f"model file not found: '{p}'", text)
     from avatar_app.resources import resource_path
 
     for cand in (resource_path(f"models/{text}"), resource_path(f"models/{text}.onnx")):
         if cand.is_file():
             return cand
     shipped = [q.stem for q in _shipped_models()]
-    raise InputError(f"model {text!r} not found (no such file, and no models/{text}.onnx); "
-                     f"shipped models: {', '.join(shipped) or 'none'}", text)
+    raise InputError(f"model {text!r} not found: no such file, and no {text}.onnx in "
+                     f"{resource_path('models')}; shipped models: {', '.join(shipped) or 'none'}", text)
 
 
-def run_engines(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def run_engines(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run an ``engines`` sub-command.
 
+    Args:
+        args: the parsed command line (:func:`add_engines_parser`).
+        out: where reports go (default stdout).
+        err: where the one-line error goes (default stderr).
+
     Returns:
-        Exit status: 0 on success, 1 when the command failed (message printed), 2
-        when a build finished but the engine was rejected or cannot run here.
+        Exit status (README, Engines): 0 on success; 1 when the command failed (a missing,
+        unreadable or broken model, a failed build; message on ``err``); 2 when the engine
+        cannot run on this machine (unknown backend, backend unavailable here, or built
+        but rejected by verification or left unverified).
     """
     out = out or sys.stdout
     try:
@@ -100,8 +111,8 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return _clear(args, out)
         raise InputError(f"unknown engines command {cmd!r}")
     except AvatarError as exc:
-        print(f"error: {exc}", file=out)
-        return 1
+        print(f"error: {exc}", file=err or sys.stderr)
+        return 2 if isinstance(exc, BackendUnavailableError) else 1
 
 
 def _shipped_models() -> list[Path]:
@@ -118,13 +129,45 @@ def _shipped_model_hashes() -> dict[str, str]:
     return {q.stem: sha256_file(q) for q in _shipped_models()}
 
 
-def _unused_reason(entry, shipped: dict[str, str], versions: dict[str, str | None]) -> str | None:
+@dataclass(frozen=True)
+class _BackendHere:
+    """What one backend is on this machine, for telling cache entries the app can use.
+
+    Attributes:
+        version: the installed version (None: not installed).
+        can_run: engines of it run here.
+        reason: why not ("" when they do).
+        device: its :meth:`~avatar_app.inference.backends.Backend.device_key` here (only when it can run).
+    """
+
+    version: str | None
+    can_run: bool
+    reason: str = ""
+    device: str = ""
+
+
+def _backends_here() -> dict[str, _BackendHere]:
+    """Registered backend name -> :class:`_BackendHere`."""
+    from avatar_app.inference.backends import backend_statuses, get_backend
+
+    out = {}
+    for st in backend_statuses():
+        device = get_backend(st.name).device_key() if st.can_run else ""
+        out[st.name] = _BackendHere(st.version if st.installed else None, st.can_run, st.reason, device)
+    return out
+
+
+def _unused_reason(entry, shipped: dict[str, str], here: dict[str, _BackendHere]) -> str | None:
     """Why the app no longer uses a cache entry, or None when it may.
+
+    The app looks an engine up by a key that holds the model's hash, the backend's
+    installed version and this machine's device, and opens only engines that run
+    here: an entry that differs in any of them is never used again.
 
     Args:
         entry: a checked :class:`~avatar_app.inference.cache.CacheEntry`, or None (unusable).
         shipped: shipped model name -> SHA-256 (:func:`_shipped_model_hashes`).
-        versions: backend name -> installed version (None: not installed).
+        here: backend name -> what it is on this machine (:func:`_backends_here`).
     """
     if entry is None:
         return "unusable"
@@ -133,17 +176,19 @@ def _unused_reason(entry, shipped: dict[str, str], versions: dict[str, str | Non
     if m.model_name in shipped and sha != shipped[m.model_name]:
         return "not the shipped file"
     backend, built = m.key.get("backend"), m.key.get("backend_version")
-    if backend in versions and versions[backend] != built:
-        now = versions[backend]
-        return f"built with {backend} {built}, " + (f"{now} is installed" if now else "not installed now")
+    if backend not in here:
+        return f"unknown backend {backend}"
+    now = here[backend]
+    if now.version != built:
+        return f"built with {backend} {built}, " + (
+            f"{now.version} is installed" if now.version else "not installed now")
+    if not now.can_run:
+        return f"cannot run on this machine ({now.reason or backend + ' cannot run here'})"
+    if m.key.get("device") != now.device:
+        return f"built for {m.key.get('device')}, this machine has {now.device}"
+    if m.status == "unverified":
+        return "never verified (built where it could not run)"
     return None
-
-
-def _installed_versions() -> dict[str, str | None]:
-    """Backend name -> installed version (None when not installed)."""
-    from avatar_app.inference.backends import backend_statuses
-
-    return {st.name: (st.version if st.installed else None) for st in backend_statuses()}
 
 
 def _list(args, out) -> int:
@@ -174,7 +219,7 @@ def _list(args, out) -> int:
     entries = cache.entries()
     print(f"Engine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)
     shipped = _shipped_model_hashes()
-    versions = _installed_versions()
+    here = _backends_here()
     for folder, entry, problem in entries:
         if entry is None:
             print(f"  {folder.name}: UNUSABLE - {problem} (will be rebuilt)", file=out)
@@ -182,7 +227,7 @@ def _list(args, out) -> int:
         m = entry.manifest
         when = datetime.datetime.fromtimestamp(m.built_at).strftime("%Y-%m-%d %H:%M")
         sha = str(m.key.get("onnx_sha256", ""))
-        unused = _unused_reason(entry, shipped, versions)
+        unused = _unused_reason(entry, shipped, here)
         which = (f", {unused} (unused by the app)" if unused else
                  ", current model" if m.model_name in shipped else "")
         print(f"  {m.model_name} {m.key['precision']} {m.key['backend']} {m.key['backend_version']} "
@@ -278,21 +323,9 @@ def _clear(args, out) -> int:
     cache = EngineCache()
     where = None
     if args.unused:
-        shipped, versions = _shipped_model_hashes(), _installed_versions()
-        where = lambda entry: _unused_reason(entry, shipped, versions) is not None  # noqa: E731
+        shipped, here = _shipped_model_hashes(), _backends_here()
+        where = lambda entry: _unused_reason(entry, shipped, here) is not None  # noqa: E731
     n, freed = cache.clear(args.model, where)
     print(f"removed {n} {'unused ' if args.unused else ''}cached engine(s) ({freed / 1e6:.1f} MB) "
           f"from {cache.engines_dir}", file=out)
-    return 0
-    shipped, versions = _shipped_model_hashes(), _installed_versions()
-    n, freed = 0, 0
-    for folder, entry, _ in cache.entries():
-        name = entry.manifest.model_name if entry else folder.name
-        if args.model is not None and name != args.model and not folder.name.startswith(args.model + "-"):
-            continue
-        if _unused_reason(entry, shipped, versions):
-            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-            cache.remove(folder)
-            n += 1
-    print(f"removed {n} unused cached engine(s) ({freed / 1e6:.1f} MB) from {cache.engines_dir}", file=out)
     return 0

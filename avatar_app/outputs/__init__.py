@@ -1,4 +1,4 @@
-"""Live outputs to other software: VMC protocol sender, virtual camera; rotation conventions.
+"""Live outputs to other software: VMC protocol sender, virtual camera; Unity axis conversions.
 
 Both outputs are off by default and send only; optional packages (python-osc,
 pyvirtualcam) are imported when an output is opened.

@@ -45,8 +45,8 @@ Check: the subject turns 20 degrees to their own left, ``R = Ry(+20 deg)``,
 q = (0, sin 10deg, 0, cos 10deg); on the wire (0, -0.173648, 0, 0.984808),
 which is Unity's ``Quaternion.Euler(0, -20, 0)``: a negative Unity yaw turns a
 character to its left. Eye rotations are the gaze (``FaceParams.gaze``) turned
-into a rotation relative to the head (the renderer's ``Ry(yaw) Rx(-pitch)``)
-and converted the same way.
+into a rotation relative to the head (:func:`avatar_app.core.rotations.gaze_rotation`,
+``Ry(yaw) Rx(-pitch)``) and converted the same way.
 """
 from __future__ import annotations
 
@@ -61,12 +61,8 @@ import numpy as np
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.errors import BackendUnavailableError, InputError
 from avatar_app.core.types import AvatarState
-from avatar_app.outputs.rotations import (
-    gaze_rotation,
-    position_to_unity,
-    quat_from_matrix,
-    quat_to_unity,
-)
+from avatar_app.core.rotations import gaze_rotation, quat_from_matrix
+from avatar_app.outputs.rotations import position_to_unity, quat_to_unity
 
 _log = logging.getLogger(__name__)
 

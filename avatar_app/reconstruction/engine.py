@@ -39,10 +39,11 @@ import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
 from avatar_app.core.errors import AvatarError, InputError, ModelLoadError, TrackingError
+from avatar_app.core.landmarks import DEFAULT_HFOV_DEG
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import normalise as N
 from avatar_app.reconstruction.auto_neutral import NeutralEstimator
-from avatar_app.tracking.head_pose import DEFAULT_HFOV_DEG, check_landmarks
+from avatar_app.reconstruction.head_pose import check_landmarks
 
 _log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 No learned model: each blendshape comes from one measurement of the 478
 MediaPipe landmarks, taken in the head frame (the rigid head pose removed, see
-:mod:`avatar_app.tracking.head_pose`) so head turns do not fake expressions,
+:mod:`avatar_app.reconstruction.head_pose`) so head turns do not fake expressions,
 and normalised per user:
 
 - explicit: :meth:`GeometricSolver.calibrate_neutral` takes one neutral face;
@@ -38,14 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
 from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.landmarks import DEFAULT_HFOV_DEG, MEAN_IPD_M
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction.calibration import RunningPercentiles
-from avatar_app.tracking import landmark_groups as lg
-from avatar_app.tracking.head_pose import (
-    DEFAULT_HFOV_DEG,
-    MEAN_IPD_M,
+from avatar_app.reconstruction.head_pose import (
     HeadPose,
     NeutralFace,
     check_landmarks,
@@ -150,8 +149,10 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     p = np.asarray(points_m, dtype=np.float64)
     f = np.empty(NUM_FEATURES)
     for side, outer, inner, up, lo, iris in (
-        ("R", 33, 133, lg.RIGHT_EYE_UPPER, lg.RIGHT_EYE_LOWER, 468),
-        ("L", 263, 362, lg.LEFT_EYE_UPPER, lg.LEFT_EYE_LOWER, 473),
+        ("R", lmk.FacePoint.RIGHT_EYE_OUTER, lmk.FacePoint.RIGHT_EYE_INNER, lmk.RIGHT_EYE_UPPER,
+         lmk.RIGHT_EYE_LOWER, lmk.FacePoint.RIGHT_IRIS_CENTER),
+        ("L", lmk.FacePoint.LEFT_EYE_OUTER, lmk.FacePoint.LEFT_EYE_INNER, lmk.LEFT_EYE_UPPER,
+         lmk.LEFT_EYE_LOWER, lmk.FacePoint.LEFT_IRIS_CENTER),
     ):
         width = np.linalg.norm(p[outer] - p[inner])
         gaps = np.linalg.norm(p[list(up)] - p[list(lo)], axis=1)
@@ -160,25 +161,25 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
         f[Feature[f"EYE_APERTURE_{side}"]] = gaps.mean() / max(width, 1e-9)
         f[Feature[f"IRIS_X_{side}"]] = off[0]
         f[Feature[f"IRIS_Y_{side}"]] = off[1]
-    f[Feature.CHIN] = np.linalg.norm(p[lg.FacePoint.CHIN] - p[168])
+    f[Feature.CHIN] = np.linalg.norm(p[lmk.FacePoint.CHIN] - p[168])
     f[Feature.LIP_GAP] = np.linalg.norm(
-        p[list(lg.LIP_INNER_UPPER)] - p[list(lg.LIP_INNER_LOWER)], axis=1
+        p[list(lmk.LIP_GAP_UPPER)] - p[list(lmk.LIP_GAP_LOWER)], axis=1
     ).mean()
-    cr, cl = p[lg.FacePoint.MOUTH_RIGHT], p[lg.FacePoint.MOUTH_LEFT]
+    cr, cl = p[lmk.FacePoint.MOUTH_RIGHT], p[lmk.FacePoint.MOUTH_LEFT]
     f[Feature.MOUTH_WIDTH] = np.linalg.norm(cl - cr)
     # The corners sit about midway between the lips as the jaw opens, so their
     # height above that midpoint changes with smiles and frowns, not with jawOpen.
-    mid_y = 0.5 * (p[lg.FacePoint.LIP_UPPER_INNER, 1] + p[lg.FacePoint.LIP_LOWER_INNER, 1])
+    mid_y = 0.5 * (p[lmk.FacePoint.LIP_UPPER_INNER, 1] + p[lmk.FacePoint.LIP_LOWER_INNER, 1])
     f[Feature.CORNER_Y_R] = cr[1] - mid_y
     f[Feature.CORNER_Y_L] = cl[1] - mid_y
     f[Feature.CORNER_X_R] = -cr[0]
     f[Feature.CORNER_X_L] = cl[0]
-    f[Feature.BROW_INNER_R] = p[list(lg.RIGHT_BROW_INNER), 1].mean()
-    f[Feature.BROW_INNER_L] = p[list(lg.LEFT_BROW_INNER), 1].mean()
-    f[Feature.BROW_R] = p[list(lg.RIGHT_BROW), 1].mean()
-    f[Feature.BROW_L] = p[list(lg.LEFT_BROW), 1].mean()
-    f[Feature.BROW_OUTER_R] = p[list(lg.RIGHT_BROW[:2]), 1].mean()
-    f[Feature.BROW_OUTER_L] = p[list(lg.LEFT_BROW[:2]), 1].mean()
+    f[Feature.BROW_INNER_R] = p[list(lmk.RIGHT_BROW_INNER), 1].mean()
+    f[Feature.BROW_INNER_L] = p[list(lmk.LEFT_BROW_INNER), 1].mean()
+    f[Feature.BROW_R] = p[list(lmk.RIGHT_BROW_UPPER), 1].mean()
+    f[Feature.BROW_L] = p[list(lmk.LEFT_BROW_UPPER), 1].mean()
+    f[Feature.BROW_OUTER_R] = p[list(lmk.RIGHT_BROW_UPPER[:2]), 1].mean()
+    f[Feature.BROW_OUTER_L] = p[list(lmk.LEFT_BROW_UPPER[:2]), 1].mean()
     return f
 
 

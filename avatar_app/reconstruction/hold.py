@@ -14,11 +14,11 @@ from __future__ import annotations
 import enum
 import math
 
-import cv2
 import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, TrackingError
+from avatar_app.core.rotations import axis_angle_fraction
 from avatar_app.core.types import FaceParams
 
 
@@ -35,13 +35,6 @@ def smoothstep(a: float) -> float:
     """``3a^2 - 2a^3`` for ``a`` clipped to [0, 1]."""
     a = min(1.0, max(0.0, a))
     return a * a * (3.0 - 2.0 * a)
-
-
-def _slerp_to_identity(rotation: np.ndarray, a: float) -> np.ndarray:
-    """(3, 3) float32 rotation a fraction ``a`` of the way from ``rotation`` to identity."""
-    rvec, _ = cv2.Rodrigues(np.asarray(rotation, dtype=np.float64))
-    out, _ = cv2.Rodrigues(rvec * (1.0 - a))
-    return out.astype(np.float32)
 
 
 class NoFaceHold:
@@ -112,7 +105,7 @@ class NoFaceHold:
         keep = 1.0 - a
         return FaceParams(
             blendshapes=(np.asarray(last.blendshapes, np.float32) * keep).astype(np.float32),
-            rotation=_slerp_to_identity(last.rotation, a),
+            rotation=axis_angle_fraction(last.rotation, keep).astype(np.float32),
             translation=np.asarray(last.translation, np.float32).copy(),
             gaze=(np.asarray(last.gaze, np.float32) * keep).astype(np.float32),
             identity=np.asarray(last.identity, np.float32).copy(),

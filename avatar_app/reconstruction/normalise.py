@@ -4,13 +4,13 @@ The engine never sees raw MediaPipe coordinates. Every face (the current
 frame and the user's neutral) is first **aligned** to the face model's neutral
 template (:func:`avatar_app.avatar.face_model.load_face_model`, the training
 rig) by the same rigid fit the head-pose module uses
-(:func:`avatar_app.tracking.head_pose.estimate_head_pose`, batched here):
+(:func:`avatar_app.reconstruction.head_pose.estimate_head_pose`, batched here):
 
 1. MediaPipe's normalised x, y and relative z become a right-handed pixel
    space (x right, y up, z toward the camera, origin at the image centre);
 2. a weighted similarity fit (Umeyama 1991) of the template's stable
    landmarks (forehead, nose ridge, eye corners, cheekbones, nose wings:
-   :data:`avatar_app.tracking.landmark_groups.STABLE`) gives the image scale
+   :data:`avatar_app.core.landmarks.STABLE`) gives the image scale
    in pixels per metre;
 3. each landmark is un-projected with a pinhole camera of an assumed
    horizontal field of view (60 degrees: a typical webcam) at its own depth,
@@ -44,38 +44,23 @@ the tracker's errors put into the stable points.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.errors import InputError
-from avatar_app.tracking import landmark_groups as lg
-from avatar_app.tracking.head_pose import DEFAULT_HFOV_DEG, focal_length_px
+from avatar_app.core.landmarks import DEFAULT_HFOV_DEG, focal_length_px
+from avatar_app.core.rotations import rigid_fit
 
 #: Bump when anything below changes: the model card records the version it was trained with.
 NORMALISATION_VERSION = 1
 
-#: MediaPipe's blendshape-model landmark subset (kLandmarksSubsetIdxs, 146 indices,
-#: mediapipe/tasks/cc/vision/face_landmarker/face_blendshapes_graph.cc, Apache-2.0).
-SUBSET: tuple[int, ...] = (
-    0, 1, 4, 5, 6, 7, 8, 10, 13, 14, 17, 21, 33, 37, 39, 40, 46, 52, 53, 54, 55, 58,
-    61, 63, 65, 66, 67, 70, 78, 80, 81, 82, 84, 87, 88, 91, 93, 95, 103, 105, 107,
-    109, 127, 132, 133, 136, 144, 145, 146, 148, 149, 150, 152, 153, 154, 155, 157,
-    158, 159, 160, 161, 162, 163, 168, 172, 173, 176, 178, 181, 185, 191, 195, 197,
-    234, 246, 249, 251, 263, 267, 269, 270, 276, 282, 283, 284, 285, 288, 291, 293,
-    295, 296, 297, 300, 308, 310, 311, 312, 314, 317, 318, 321, 323, 324, 332, 334,
-    336, 338, 356, 361, 362, 365, 373, 374, 375, 377, 378, 379, 380, 381, 382, 384,
-    385, 386, 387, 388, 389, 390, 397, 398, 400, 402, 405, 409, 415, 454, 466, 468,
-    469, 470, 471, 472, 473, 474, 475, 476, 477,
-)
+#: The landmarks the network reads: MediaPipe's blendshape-model subset (146 indices).
+SUBSET: tuple[int, ...] = lmk.BLENDSHAPE_SUBSET
 
-_STABLE = np.array(lg.STABLE, dtype=np.intp)
+_STABLE = np.array(lmk.STABLE, dtype=np.intp)
 # The same weights as the head-pose fit: eye corners and nose are the most rigid.
-_STABLE_WEIGHTS = np.array(
-    [1.0] * len(lg.STABLE_FOREHEAD) + [1.0] * len(lg.STABLE_NOSE)
-    + [1.0] * len(lg.STABLE_EYE_CORNERS) + [0.5] * len(lg.STABLE_CHEEKBONES)
-    + [0.5] * len(lg.STABLE_NOSE_WINGS), dtype=np.float64)
-_STABLE_WEIGHTS /= _STABLE_WEIGHTS.sum()
+_STABLE_WEIGHTS = lmk.STABLE_WEIGHTS
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,33 +71,6 @@ def template() -> np.ndarray:
     t = np.asarray(load_face_model().neutral, np.float64).copy()
     t.setflags(write=False)
     return t
-
-
-def _similarity(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Batched weighted Umeyama fit ``dst ~ s R src + t`` over the stable landmarks.
-
-    Args:
-        src: (S, 3) template points (shared).
-        dst: (B, S, 3) observed points.
-
-    Returns:
-        ``(R (B, 3, 3), t (B, 3), s (B,))`` float64, det R = +1.
-    """
-    w = _STABLE_WEIGHTS
-    mu_s = w @ src
-    mu_d = np.einsum("s,bsi->bi", w, dst)
-    xs = src - mu_s
-    xd = dst - mu_d[:, None, :]
-    cov = np.einsum("bsi,sj->bij", xd * w[None, :, None], xs)
-    u, sig, vt = np.linalg.svd(cov)
-    d = np.ones((len(dst), 3))
-    d[:, 2] = np.sign(np.linalg.det(u) * np.linalg.det(vt))
-    d[d == 0] = 1.0
-    rot = np.einsum("bij,bj,bjk->bik", u, d, vt)
-    var_s = float(w @ np.einsum("ij,ij->i", xs, xs))
-    scale = (sig * d).sum(1) / var_s
-    t = mu_d - scale[:, None] * np.einsum("bij,j->bi", rot, mu_s)
-    return rot, t, scale
 
 
 def align(points: np.ndarray, image_size, hfov_deg: float = DEFAULT_HFOV_DEG
@@ -137,7 +95,7 @@ def align(points: np.ndarray, image_size, hfov_deg: float = DEFAULT_HFOV_DEG
     p = np.asarray(points, np.float64)
     if p.ndim == 2:
         p = p[None]
-    if p.ndim != 3 or p.shape[1:] != (lg.NUM_LANDMARKS, 3):
+    if p.ndim != 3 or p.shape[1:] != (lmk.NUM_LANDMARKS, 3):
         raise InputError(f"landmarks must have shape (478, 3) or (B, 478, 3), got {np.shape(points)}")
     if not np.all(np.isfinite(p)):
         raise InputError("landmarks contain NaN or infinite values")
@@ -152,7 +110,7 @@ def align(points: np.ndarray, image_size, hfov_deg: float = DEFAULT_HFOV_DEG
     f = np.array([focal_length_px(float(wi), hfov_deg) for wi in size[:, 0]])
     tmpl = template()
     ref = tmpl[_STABLE]
-    rot, t, c = _similarity(ref, px[:, _STABLE])
+    rot, t, c = rigid_fit(ref, px[:, _STABLE], _STABLE_WEIGHTS, with_scale=True)
     if np.any(~(c > 1e-9)):
         raise InputError("face landmarks are degenerate (zero size)")
     # Pinhole un-projection at the fitted distance f / c, each point at its own depth.
@@ -161,7 +119,7 @@ def align(points: np.ndarray, image_size, hfov_deg: float = DEFAULT_HFOV_DEG
     cam[..., 0] = px[..., 0] * depth / f[:, None]
     cam[..., 1] = px[..., 1] * depth / f[:, None]
     cam[..., 2] = -depth
-    rot, trans, scale = _similarity(ref, cam[:, _STABLE])
+    rot, trans, scale = rigid_fit(ref, cam[:, _STABLE], _STABLE_WEIGHTS, with_scale=True)
     trans = trans / scale[:, None]
     head = np.einsum("bni,bij->bnj", cam / scale[:, None, None] - trans[:, None, :], rot)
     return head.astype(np.float32), rot, trans
@@ -227,12 +185,6 @@ def compose_pose(r0: np.ndarray, t0: np.ndarray, rot6d: np.ndarray, dt: np.ndarr
     return np.einsum("...ij,...jk->...ik", r0, rotation_from_6d(rot6d)), np.asarray(t0) + np.asarray(dt)
 
 
-def rotation_angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Geodesic angle between rotations, degrees: ``acos((tr(a^T b) - 1) / 2)``, shape (...)."""
-    tr = np.einsum("...ij,...ij->...", np.asarray(a, np.float64), np.asarray(b, np.float64))
-    return np.degrees(np.arccos(np.clip((tr - 1.0) / 2.0, -1.0, 1.0)))
-
-
 def mirror_points(points: np.ndarray) -> np.ndarray:
     """Mirror head-frame points or displacements across the face's midline (x -> -x, sides swapped).
 
@@ -245,8 +197,3 @@ def mirror_points(points: np.ndarray) -> np.ndarray:
     from avatar_app.avatar.face_model import load_face_model
 
     return load_face_model().mirror_shape(points)
-
-
-def hfov_from_focal(focal_px: float, width_px: float) -> float:
-    """Horizontal field of view in degrees of a pinhole camera (inverse of ``focal_length_px``)."""
-    return math.degrees(2.0 * math.atan(0.5 * width_px / focal_px))

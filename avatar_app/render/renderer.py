@@ -29,6 +29,7 @@ import numpy as np
 from avatar_app.avatar.mesh import AvatarMesh
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.errors import BackendUnavailableError, InputError
+from avatar_app.core.rotations import axis_angle_fraction, gaze_rotation, nearest_rotation
 from avatar_app.core.types import AvatarState
 from avatar_app.resources import resource_path
 
@@ -123,63 +124,6 @@ def _normalise_background(background: Background) -> tuple[float, float, float, 
     r, g, b = (v / 255.0 for v in vals[:3])
     a = vals[3] / 255.0 if len(vals) == 4 else 1.0
     return (r, g, b, a)
-
-
-def _axis_angle_fraction(rot: np.ndarray, fraction: float) -> np.ndarray:
-    """Rotation by ``fraction`` of the angle of ``rot`` about the same axis (Rodrigues).
-
-    Args:
-        rot: (3, 3) rotation matrix.
-        fraction: 0 .. 1.
-
-    Returns:
-        (3, 3) float64 rotation matrix.
-    """
-    cos_a = np.clip((np.trace(rot) - 1.0) * 0.5, -1.0, 1.0)
-    angle = math.acos(cos_a)
-    if angle < 1e-6:
-        return np.eye(3)
-    axis = np.array([rot[2, 1] - rot[1, 2], rot[0, 2] - rot[2, 0], rot[1, 0] - rot[0, 1]])
-    s = np.linalg.norm(axis)
-    if s < 1e-9:  # angle ~ pi: axis from the symmetric part
-        w, vecs = np.linalg.eigh((rot + rot.T) * 0.5)
-        axis = vecs[:, np.argmax(w)]
-    else:
-        axis = axis / s
-    a = angle * fraction
-    k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
-    return np.eye(3) + math.sin(a) * k + (1.0 - math.cos(a)) * (k @ k)
-
-
-def _sanitise_rotation(rot: np.ndarray) -> np.ndarray:
-    """Nearest proper rotation to ``rot`` (SVD); identity when it is not finite."""
-    r = np.asarray(rot, np.float64)
-    if r.shape != (3, 3) or not np.all(np.isfinite(r)):
-        return np.eye(3)
-    u, _, vt = np.linalg.svd(r)
-    q = u @ vt
-    if np.linalg.det(q) < 0:
-        u[:, -1] *= -1
-        q = u @ vt
-    return q
-
-
-def gaze_rotation(yaw_rad: float, pitch_rad: float) -> np.ndarray:
-    """Eye rotation for a gaze direction.
-
-    Args:
-        yaw_rad: positive turns the eye toward the avatar's left (+X).
-        pitch_rad: positive turns it up (+Y).
-
-    Returns:
-        (3, 3) float64 ``Ry(yaw) @ Rx(-pitch)``, taking +Z to
-        (sin(yaw) cos(pitch), sin(pitch), cos(yaw) cos(pitch)).
-    """
-    cy, sy = math.cos(yaw_rad), math.sin(yaw_rad)
-    cp, sp = math.cos(pitch_rad), math.sin(pitch_rad)
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rx = np.array([[1, 0, 0], [0, cp, sp], [0, -sp, cp]])  # Rx(-pitch)
-    return ry @ rx
 
 
 def perspective(fovy_rad: float, aspect: float, near: float, far: float) -> np.ndarray:
@@ -611,12 +555,15 @@ class Renderer:
         skel = self._avatar.skeleton
         if skel is None:
             return
-        rot = _sanitise_rotation(state.rotation)
+        try:
+            rot = nearest_rotation(state.rotation)
+        except InputError:  # not a finite (3, 3): show the rest pose rather than fail the frame
+            rot = np.eye(3)
         rotations: dict[int, np.ndarray] = {}
         if self._head is not None:
             if self._neck is not None:
                 share = self._avatar.neck_share
-                neck_rot = _axis_angle_fraction(rot, share)
+                neck_rot = axis_angle_fraction(rot, share)
                 rotations[self._neck] = neck_rot
                 rotations[self._head] = neck_rot.T @ rot  # neck then head composes to rot
             else:

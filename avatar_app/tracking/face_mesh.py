@@ -35,7 +35,7 @@ import numpy as np
 
 from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.types import Landmarks
-from avatar_app.tracking.landmark_groups import NUM_LANDMARKS
+from avatar_app.core.landmarks import NUM_LANDMARKS
 from avatar_app.tracking.native_log import QuietGraph
 
 logger = logging.getLogger(__name__)

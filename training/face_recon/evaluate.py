@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape as B
+from avatar_app.core.rotations import rotation_angle_deg
 from avatar_app.core.types import Landmarks
 
 log = logging.getLogger("face_recon.evaluate")
@@ -174,7 +175,7 @@ def round_trip(engine, subjects: int = 4, seed: int = 77, yaw_deg: float = 20.0)
     """
     from avatar_app.avatar.face_model import load_face_model
     from avatar_app.tracking import FaceTracker, RunningMode
-    from avatar_app.tracking.head_pose import rotation_from_euler
+    from avatar_app.core.rotations import rotation_from_euler
     from training.face_recon import sampling as S
     from training.face_recon.render import SubjectLook, VariedFaceRenderer
 
@@ -398,8 +399,8 @@ def render_track_figures(engine, rt_set: Path, const: np.ndarray) -> dict:
     _, r0, t0 = N.align(raw["landmarks"], raw["image_size"])
     rot, _ = N.compose_pose(r0, t0, rot6, dt)
     return {"mae": m["mae"], "const_mae": m["const_mae"], "ratio": m["ratio"],
-            "rotation_err_deg_median": float(np.median(N.rotation_angle_deg(rot, raw["rotation"]))),
-            "alignment_only_rotation_err_deg_median": float(np.median(N.rotation_angle_deg(r0, raw["rotation"]))),
+            "rotation_err_deg_median": float(np.median(rotation_angle_deg(rot, raw["rotation"]))),
+            "alignment_only_rotation_err_deg_median": float(np.median(rotation_angle_deg(r0, raw["rotation"]))),
             "frames": int(n)}
 
 

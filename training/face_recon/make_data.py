@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from avatar_app.avatar.face_model import FaceModel, load_face_model
-from avatar_app.tracking.head_pose import rotation_from_euler
+from avatar_app.core.rotations import rotation_from_euler
 from training.face_recon import sampling as S
 
 log = logging.getLogger("face_recon.make_data")

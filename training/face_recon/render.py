@@ -27,6 +27,7 @@ import numpy as np
 
 from avatar_app.avatar import face_model_topology as topo
 from avatar_app.avatar.face_model import FaceModel
+from avatar_app.core import landmarks as lmk
 from training.render_track import _disc, _region_colours
 
 _VERT = """
@@ -251,10 +252,10 @@ class VariedFaceRenderer:
             which = 0 if is_mouth or look.eyes == "discs" else \
                 1 + int(np.argmin([np.linalg.norm(ring.mean(0) - p[i]) for i in (468, 473)]))
             eye.append(np.full(len(fan), float(which)))
-        for lid, h_max, col in ((topo.LEFT_EYE_UPPER_LID, look.lash_mm, look.lash),
-                                (topo.RIGHT_EYE_UPPER_LID, look.lash_mm, look.lash),
-                                (topo.LEFT_EYE_LOWER_LID, -0.4, look.lash * 0.5 + look.skin * 0.5),
-                                (topo.RIGHT_EYE_LOWER_LID, -0.4, look.lash * 0.5 + look.skin * 0.5)):
+        for lid, h_max, col in ((lmk.LEFT_EYE_UPPER_LID, look.lash_mm, look.lash),
+                                (lmk.RIGHT_EYE_UPPER_LID, look.lash_mm, look.lash),
+                                (lmk.LEFT_EYE_LOWER_LID, -0.4, look.lash * 0.5 + look.skin * 0.5),
+                                (lmk.RIGHT_EYE_LOWER_LID, -0.4, look.lash * 0.5 + look.skin * 0.5)):
             strip = self._lash_strip(p[list(lid)], h_max * 1e-3)
             all_t.append(strip)
             all_n.append(np.tile(np.array([0, 0, 1.0]), (len(strip), 3, 1)))

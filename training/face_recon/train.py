@@ -42,6 +42,7 @@ import torch
 
 from avatar_app.avatar.face_model import load_face_model
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+from avatar_app.core.rotations import rotation_angle_deg
 from avatar_app.reconstruction import normalise as N
 from training.face_recon import data as D
 from training.face_recon import sampling as S
@@ -79,8 +80,8 @@ def evaluate(model: FaceReconNet, prep: dict, const: np.ndarray) -> dict:
     """Held-out figures: blendshape MAE vs the constant predictor, rotation, translation, identity."""
     out = predict(model, prep)
     m = D.metrics(out["bs"], prep["weights"], const)
-    rot_err = N.rotation_angle_deg(out["rotation"], prep["rotation"])
-    rot0_err = N.rotation_angle_deg(prep["r0"], prep["rotation"])
+    rot_err = rotation_angle_deg(out["rotation"], prep["rotation"])
+    rot0_err = rotation_angle_deg(prep["r0"], prep["rotation"])
     m.update({
         "rotation_err_deg_median": float(np.median(rot_err)),
         "rotation_err_deg_p90": float(np.percentile(rot_err, 90)),

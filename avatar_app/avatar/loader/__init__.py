@@ -25,11 +25,12 @@ from avatar_app.avatar.loader.geometry import BakedPrimitive, MeshBaker, target_
 from avatar_app.avatar.loader.materials import MaterialReader
 from avatar_app.avatar.loader.rig import (ReducedRig, bust_weights, check_roles, find_by_name, reduce_rig,
                                           synthetic_head)
-from avatar_app.avatar.loader.scene import build_scene, rotation_y
+from avatar_app.avatar.loader.scene import build_scene
 from avatar_app.avatar.loader.vrm import read_vrm
 from avatar_app.avatar.mapping import ExpressionInfo, MappingResult, build_mapping
 from avatar_app.avatar.mesh import INFLUENCES, AvatarMesh, MeshPrimitive, compute_normals
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import rot_y
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,10 @@ def load_avatar(path: str | Path) -> LoadedAvatar:
     vrm = read_vrm(doc)
     kind = f"VRM {vrm.version}" if vrm else "glTF 2.0"
     report = LoadReport(path=path, kind=kind)
-    corr = rotation_y(math.pi) if vrm is not None and vrm.version == "0.x" else None
+    corr = None
+    if vrm is not None and vrm.version == "0.x":  # VRM 0.x faces -Z: turn it to face +Z
+        corr = np.eye(4)
+        corr[:3, :3] = rot_y(math.pi)
     scene = build_scene(doc, corr)
 
     if vrm is not None and "head" in vrm.bones:

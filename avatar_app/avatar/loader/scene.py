@@ -37,14 +37,6 @@ def node_local(node) -> np.ndarray:
     return m
 
 
-def rotation_y(angle_rad: float) -> np.ndarray:
-    """(4, 4) rotation about +Y (right-handed)."""
-    c, s = np.cos(angle_rad), np.sin(angle_rad)
-    m = np.eye(4)
-    m[0, 0], m[0, 2], m[2, 0], m[2, 2] = c, s, -s, c
-    return m
-
-
 @dataclass
 class SceneGraph:
     """World transforms of the nodes of the displayed scene.

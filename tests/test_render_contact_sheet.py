@@ -5,7 +5,7 @@ import cv2
 import numpy as np
 import pytest
 
-from avatar_app.avatar.contact_sheet import (
+from avatar_app.render.contact_sheet import (
     face_model_avatar,
     make_contact_sheet,
     render_tiles,

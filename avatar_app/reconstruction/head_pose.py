@@ -13,21 +13,16 @@ right-handed like camera space: x right, y up, z toward the camera, in pixels,
 origin at the image centre.
 
 *Head frame*: the user's neutral face in metres, origin at the centroid of the
-stable landmarks (:data:`~avatar_app.tracking.landmark_groups.STABLE`). The
+stable landmarks (:data:`~avatar_app.core.landmarks.STABLE`). The
 neutral face is treated as facing the camera, so its axes are the camera's:
 +x toward the subject's left, +y up, +z out of the face toward the camera.
 
 Angles
 ------
-``rotation`` maps head-frame directions into camera space. :func:`euler_from_rotation`
-splits it as ``R = Ry(yaw) @ Rx(-pitch) @ Rz(roll)``:
-
-- yaw: right-handed rotation about +Y; positive = the subject turns to their
-  own left (the nose moves toward camera +x).
-- pitch: positive = the subject looks up (nose up), matching the sign of
-  ``FaceParams.gaze`` pitch.
-- roll: right-handed rotation about +Z; positive = the head tilts toward the
-  subject's right shoulder (their left side goes up).
+``rotation`` maps head-frame directions into camera space; its yaw, pitch and
+roll follow the project's one convention (:mod:`avatar_app.core.rotations`:
+``R = Ry(yaw) @ Rx(-pitch) @ Rz(roll)``, yaw > 0 = the subject turns to their
+own left, pitch > 0 = looks up, roll > 0 = tilts toward the right shoulder).
 
 Scale
 -----
@@ -36,43 +31,29 @@ interpupillary distance, 63 mm (N. A. Dodgson, "Variation and extrema of
 human interpupillary distance", Proc. SPIE 5291, 2004: mean 63 mm, s.d.
 ~3.5 mm), measured between the iris centres of the neutral face. Distance
 from the camera follows from a pinhole camera with an assumed horizontal field
-of view of 60 degrees (a typical webcam); both are parameters. Each landmark
+of view of 60 degrees (a typical webcam); both are parameters (defaults in
+:mod:`avatar_app.core.landmarks`). Each landmark
 is then un-projected at its own depth (pinhole camera), so the perspective
 magnification of near points (the nose at webcam distance) is not read as
 shape change.
 
-Rigid fit: W. Kabsch, "A solution for the best rotation to relate two sets of
-vectors", Acta Cryst. A32:922-923, 1976; with scale and the reflection fix of
-S. Umeyama, "Least-squares estimation of transformation parameters between
-two point patterns", IEEE TPAMI 13(4):376-380, 1991.
+Rigid fit: Kabsch (1976) with Umeyama's (1991) scale,
+:func:`avatar_app.core.rotations.rigid_fit`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from avatar_app.core import landmarks as lmk
 from avatar_app.core.errors import InputError
+from avatar_app.core.landmarks import DEFAULT_HFOV_DEG, MEAN_IPD_M, focal_length_px
+from avatar_app.core.rotations import rigid_fit
 from avatar_app.core.types import Landmarks
-from avatar_app.tracking import landmark_groups as lg
 
-MEAN_IPD_M = 0.063
-"""Mean adult interpupillary distance in metres (Dodgson 2004)."""
-
-DEFAULT_HFOV_DEG = 60.0
-"""Assumed horizontal field of view of a webcam, degrees."""
-
-_STABLE = np.array(lg.STABLE, dtype=np.intp)
-# Eye corners and nose bridge are the most rigid; cheekbones move a little with smiles.
-_STABLE_WEIGHTS = np.array(
-    [1.0] * len(lg.STABLE_FOREHEAD)
-    + [1.0] * len(lg.STABLE_NOSE)
-    + [1.0] * len(lg.STABLE_EYE_CORNERS)
-    + [0.5] * len(lg.STABLE_CHEEKBONES)
-    + [0.5] * len(lg.STABLE_NOSE_WINGS),
-    dtype=np.float64,
-)
+_STABLE = np.array(lmk.STABLE, dtype=np.intp)
+_STABLE_WEIGHTS = lmk.STABLE_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -126,9 +107,9 @@ def check_landmarks(landmarks: Landmarks) -> np.ndarray:
     if not isinstance(landmarks, Landmarks):
         raise InputError(f"expected Landmarks, got {type(landmarks).__name__}")
     pts = np.asarray(landmarks.points)
-    if pts.shape != (lg.NUM_LANDMARKS, 3):
+    if pts.shape != (lmk.NUM_LANDMARKS, 3):
         raise InputError(
-            f"face landmarks must have shape ({lg.NUM_LANDMARKS}, 3) (MediaPipe face mesh with "
+            f"face landmarks must have shape ({lmk.NUM_LANDMARKS}, 3) (MediaPipe face mesh with "
             f"irises), got {pts.shape}"
         )
     if not np.all(np.isfinite(pts)):
@@ -137,24 +118,6 @@ def check_landmarks(landmarks: Landmarks) -> np.ndarray:
     if w <= 0 or h <= 0:
         raise InputError(f"landmarks carry an invalid image size {landmarks.image_size}")
     return pts
-
-
-def focal_length_px(image_width_px: float, hfov_deg: float = DEFAULT_HFOV_DEG) -> float:
-    """Pinhole focal length in pixels for a horizontal field of view.
-
-    Args:
-        image_width_px: image width, pixels.
-        hfov_deg: horizontal field of view, degrees (0 < hfov < 180).
-
-    Returns:
-        ``f = (W / 2) / tan(hfov / 2)`` in pixels.
-
-    Raises:
-        InputError: hfov outside (0, 180) degrees.
-    """
-    if not 0.0 < hfov_deg < 180.0:
-        raise InputError(f"horizontal field of view must be in (0, 180) degrees, got {hfov_deg}")
-    return 0.5 * image_width_px / math.tan(math.radians(hfov_deg) / 2.0)
 
 
 def landmarks_to_pixel_space(landmarks: Landmarks) -> np.ndarray:
@@ -178,58 +141,6 @@ def landmarks_to_pixel_space(landmarks: Landmarks) -> np.ndarray:
     out[:, 1] = (0.5 - pts[:, 1]) * h
     out[:, 2] = -pts[:, 2] * w
     return out
-
-
-def rigid_fit(
-    src: np.ndarray,
-    dst: np.ndarray,
-    weights: np.ndarray | None = None,
-    with_scale: bool = False,
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Least-squares similarity transform ``dst ~ s * R @ src + t`` (Kabsch/Umeyama).
-
-    Args:
-        src: (N, 3) float, source points.
-        dst: (N, 3) float, destination points, same order.
-        weights: (N,) non-negative weights, or None for equal weights.
-        with_scale: estimate the scale ``s`` (Umeyama 1991); otherwise ``s = 1`` (Kabsch 1976).
-
-    Returns:
-        ``(R, t, s)``: (3, 3) float64 proper rotation (det +1), (3,) float64, float.
-
-    Raises:
-        InputError: mismatched shapes, fewer than 3 points or degenerate point sets.
-    """
-    src = np.asarray(src, dtype=np.float64)
-    dst = np.asarray(dst, dtype=np.float64)
-    if src.shape != dst.shape or src.ndim != 2 or src.shape[1] != 3 or src.shape[0] < 3:
-        raise InputError(
-            f"rigid_fit needs two (N>=3, 3) point sets, got {src.shape} and {dst.shape}"
-        )
-    w = np.ones(len(src)) if weights is None else np.asarray(weights, dtype=np.float64)
-    wsum = w.sum()
-    if wsum <= 0:
-        raise InputError("rigid_fit weights must have a positive sum")
-    w = w / wsum
-    mu_s = w @ src
-    mu_d = w @ dst
-    xs = src - mu_s
-    xd = dst - mu_d
-    cov = (xd * w[:, None]).T @ xs  # (3, 3) = sum w_i d_i s_i^T
-    u, sig, vt = np.linalg.svd(cov)
-    d = np.ones(3)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        d[2] = -1.0
-    rot = (u * d) @ vt
-    if with_scale:
-        var_s = float(w @ np.einsum("ij,ij->i", xs, xs))
-        if var_s <= 0:
-            raise InputError("rigid_fit source points are all identical")
-        scale = float((sig * d).sum() / var_s)
-    else:
-        scale = 1.0
-    t = mu_d - scale * rot @ mu_s
-    return rot, t, scale
 
 
 def _minimal_rotation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -294,8 +205,8 @@ def make_neutral_face(
         raise InputError(f"interpupillary distance must be positive, got {ipd_m}")
     p = landmarks_to_pixel_space(landmarks)
     f = focal_length_px(landmarks.image_size[0], hfov_deg)
-    iris_r = p[lg.FacePoint.RIGHT_IRIS_CENTER]
-    iris_l = p[lg.FacePoint.LEFT_IRIS_CENTER]
+    iris_r = p[lmk.FacePoint.RIGHT_IRIS_CENTER]
+    iris_l = p[lmk.FacePoint.LEFT_IRIS_CENTER]
     ipd_px = float(np.linalg.norm(iris_l - iris_r))
     if ipd_px <= 1e-6:
         raise InputError("neutral face landmarks are degenerate (the two iris centres coincide)")
@@ -303,8 +214,8 @@ def make_neutral_face(
     centroid = _STABLE_WEIGHTS @ pts[_STABLE] / _STABLE_WEIGHTS.sum()
     pts = pts - centroid
     if level_yaw_roll:
-        left = np.array([a for a, _ in lg.STABLE_SYMMETRIC_PAIRS])
-        right = np.array([b for _, b in lg.STABLE_SYMMETRIC_PAIRS])
+        left = np.array([a for a, _ in lmk.STABLE_SYMMETRIC_PAIRS])
+        right = np.array([b for _, b in lmk.STABLE_SYMMETRIC_PAIRS])
         axis = (pts[left] - pts[right]).sum(axis=0)
         axis /= np.linalg.norm(axis)
         pts = pts @ _minimal_rotation(axis, np.array([1.0, 0.0, 0.0])).T
@@ -367,39 +278,3 @@ def estimate_head_pose(
         px_per_m=float(c),
         rms_px=rms_px,
     )
-
-
-def rotation_from_euler(yaw_rad: float, pitch_rad: float, roll_rad: float) -> np.ndarray:
-    """Rotation ``Ry(yaw) @ Rx(-pitch) @ Rz(roll)`` (conventions in the module docstring).
-
-    Args:
-        yaw_rad: positive = the subject turns to their own left (about +Y), radians.
-        pitch_rad: positive = the subject looks up, radians.
-        roll_rad: about +Z, radians.
-
-    Returns:
-        (3, 3) float64 rotation matrix.
-    """
-    cy, sy = math.cos(yaw_rad), math.sin(yaw_rad)
-    cp, sp = math.cos(-pitch_rad), math.sin(-pitch_rad)
-    cr, sr = math.cos(roll_rad), math.sin(roll_rad)
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
-    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
-    return ry @ rx @ rz
-
-
-def euler_from_rotation(rotation: np.ndarray) -> tuple[float, float, float]:
-    """Split a rotation into (yaw, pitch, roll), the inverse of :func:`rotation_from_euler`.
-
-    Args:
-        rotation: (3, 3) rotation matrix, head -> camera.
-
-    Returns:
-        ``(yaw_rad, pitch_rad, roll_rad)``; pitch in [-pi/2, pi/2].
-    """
-    r = np.asarray(rotation, dtype=np.float64)
-    pitch = math.asin(max(-1.0, min(1.0, float(r[1, 2]))))  # R[1,2] = -sin(-pitch)
-    yaw = math.atan2(float(r[0, 2]), float(r[2, 2]))
-    roll = math.atan2(float(r[1, 0]), float(r[1, 1]))
-    return yaw, pitch, roll

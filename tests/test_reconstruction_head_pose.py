@@ -8,17 +8,15 @@ import numpy as np
 import pytest
 
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import Landmarks
 from avatar_app.tracking import FaceTracker, RunningMode
-from avatar_app.tracking.head_pose import (
+from avatar_app.reconstruction.head_pose import (
     MEAN_IPD_M,
     NeutralFace,
     estimate_head_pose,
-    euler_from_rotation,
     focal_length_px,
     make_neutral_face,
-    rigid_fit,
-    rotation_from_euler,
 )
 
 W, H = 640, 480
@@ -62,39 +60,6 @@ def expected_translation(canonical_m, neutral, rot, trans):
     k = MEAN_IPD_M / np.linalg.norm(canonical_m[473] - canonical_m[468])
     centroid = (canonical_m - neutral.points_m / k).mean(axis=0)
     return k * (trans + rot @ centroid)
-
-
-def test_rigid_fit_recovers_rotation_translation_scale():
-    rng = np.random.default_rng(1)
-    src = rng.normal(size=(30, 3))
-    rot = rotation_from_euler(0.4, -0.3, 0.2)
-    dst = 2.5 * src @ rot.T + np.array([1.0, -2.0, 3.0])
-    r, t, s = rigid_fit(src, dst, with_scale=True)
-    np.testing.assert_allclose(r, rot, atol=1e-9)
-    np.testing.assert_allclose(t, [1.0, -2.0, 3.0], atol=1e-9)
-    assert s == pytest.approx(2.5)
-    # A mirrored target still yields a proper rotation (Umeyama's correction).
-    r2, _, _ = rigid_fit(src, src * np.array([-1.0, 1.0, 1.0]))
-    assert np.linalg.det(r2) == pytest.approx(1.0)
-    with pytest.raises(InputError):
-        rigid_fit(src[:2], dst[:2])
-
-
-@pytest.mark.parametrize("yaw,pitch,roll", [(0.3, 0.0, 0.0), (-0.5, 0.1, -0.2), (0.0, -0.35, 0.25)])
-def test_euler_round_trip(yaw, pitch, roll):
-    r = rotation_from_euler(yaw, pitch, roll)
-    np.testing.assert_allclose(r @ r.T, np.eye(3), atol=1e-12)
-    np.testing.assert_allclose(euler_from_rotation(r), (yaw, pitch, roll), atol=1e-12)
-
-
-def test_sign_conventions():
-    forward = np.array([0.0, 0.0, 1.0])  # the nose direction of a face looking at the camera
-    # Positive yaw: the subject turns to their own left = the nose moves toward camera +x.
-    assert (rotation_from_euler(0.3, 0, 0) @ forward)[0] > 0.25
-    # Positive pitch: looking up.
-    assert (rotation_from_euler(0, 0.3, 0) @ forward)[1] > 0.25
-    # Positive roll: the subject's left side (+x) goes up.
-    assert (rotation_from_euler(0, 0, 0.3) @ np.array([1.0, 0, 0]))[1] > 0.25
 
 
 def test_neutral_scale_uses_interpupillary_distance(canonical_m):
