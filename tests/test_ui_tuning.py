@@ -11,7 +11,13 @@ import pytest
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.errors import InputError
 from avatar_app.core.types import AvatarState
-from avatar_app.fusion.tuning import (AvatarTuner, ExpressionLayer, TuningSettings, format_mix, parse_mix)
+from avatar_app.fusion.tuning import (
+    AvatarTuner,
+    ExpressionLayer,
+    TuningSettings,
+    format_mix,
+    parse_mix,
+)
 
 DT_NS = 33_333_333
 
@@ -21,9 +27,9 @@ def _yaw(r):
 
 
 def _rot(yaw=0.0, roll=0.0):
-    from avatar_app.fusion.tuning import _euler
+    from avatar_app.core.rotations import rotation_from_euler
 
-    return _euler(yaw, 0.1, roll).astype(np.float32)
+    return rotation_from_euler(yaw, 0.1, roll).astype(np.float32)
 
 
 def _states(n, t0=1, **kw):

@@ -33,12 +33,26 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, Blendshape, mirror_index
+from avatar_app.core.blendshapes import (
+    BLENDSHAPE_NAMES,
+    NUM_BLENDSHAPES,
+    Blendshape,
+    mirror_index,
+)
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import (
+    euler_from_rotation,
+    nearest_rotation,
+    rotation_from_euler,
+)
 from avatar_app.core.types import AvatarState
-from avatar_app.fusion.expressions import EXPRESSION_PRESETS, ExpressionLayer, format_mix, parse_mix  # noqa: F401
+from avatar_app.fusion.expressions import (  # noqa: F401
+    EXPRESSION_PRESETS,
+    ExpressionLayer,
+    format_mix,
+    parse_mix,
+)
 from avatar_app.fusion.filters import OneEuroFilter
-from avatar_app.fusion.mouth import orthonormalise
 
 #: The documented mirror convention (see the module docstring).
 MIRROR_CONVENTION = (
@@ -245,7 +259,7 @@ class AvatarTuner:
             m = self._masks[region]
             out[m] = self._filter(region, w[m], t, s.smoothing.get(region, 0.0), beta=0.5)
         head = s.smoothing.get("head", 0.0)
-        rot = orthonormalise(self._filter("head_rot", rot, t, head, beta=0.3))
+        rot = nearest_rotation(self._filter("head_rot", rot, t, head, beta=0.3)).astype(np.float32)
         trans = self._filter("head_trans", trans, t, head, beta=0.3).astype(np.float32)
         gaze = self._filter("gaze", gaze, t, s.smoothing.get("eyes", 0.0), beta=0.5).astype(np.float32)
         return out.astype(np.float32), rot, trans, gaze
@@ -268,7 +282,7 @@ class AvatarTuner:
             yaw = 0.07 * math.sin(2 * math.pi * t / 7.3) + 0.02 * math.sin(2 * math.pi * t / 3.1)
             pitch = 0.035 * math.sin(2 * math.pi * t / 5.3)
             roll = 0.025 * math.sin(2 * math.pi * t / 9.7)
-            rot = (_euler(self._idle * yaw, self._idle * pitch, self._idle * roll) @ rot).astype(np.float32)
+            rot = (rotation_from_euler(self._idle * yaw, self._idle * pitch, self._idle * roll) @ rot).astype(np.float32)
         if lost and s.auto_blink:
             if self._next_blink_t is None:
                 self._next_blink_t = t + float(self._rng.uniform(0.5, 2.0))
@@ -329,8 +343,7 @@ class AvatarTuner:
 
     def _record(self, t: float, raw: np.ndarray, raw_rot, w: np.ndarray, rot: np.ndarray) -> None:
         def yaw(r):
-            r = np.asarray(r, np.float64)
-            return float(math.atan2(r[0, 2], r[2, 2]))
+            return float(euler_from_rotation(r)[0])
 
         before = {k: float(raw[Blendshape[v]]) for k, v in self.PREVIEW.items() if v != "yaw"}
         after = {k: float(w[Blendshape[v]]) for k, v in self.PREVIEW.items() if v != "yaw"}
@@ -343,13 +356,3 @@ class AvatarTuner:
         """A copy of :attr:`history` (raw and tuned values per region, see the class doc)."""
         with self._lock:
             return list(self.history)
-
-
-def _euler(yaw: float, pitch: float, roll: float) -> np.ndarray:
-    """``Ry(yaw) @ Rx(pitch) @ Rz(roll)`` (radians), (3, 3) float64."""
-    cy, sy, cp, sp, cr, sr = (math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch),
-                              math.cos(roll), math.sin(roll))
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
-    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
-    return ry @ rx @ rz

@@ -14,7 +14,13 @@ Names used elsewhere are re-exported here; submodules import lazily heavy stages
 """
 from avatar_app.pipeline.demo import demo_audio_path, render_demo, scripted_face
 from avatar_app.pipeline.live import LivePipeline
-from avatar_app.pipeline.offline import SPEECH_RATE, RenderOptions, RenderReport, draw_overlay, render_file
+from avatar_app.pipeline.offline import (
+           SPEECH_RATE,
+           RenderOptions,
+           RenderReport,
+           draw_overlay,
+           render_file,
+)
 from avatar_app.pipeline.processor import FrameProcessor, audio_window
 from avatar_app.pipeline.stages import StageChoice, Stages, build_stages
 from avatar_app.pipeline.writer import SIDECAR_SUFFIX, sidecar_path_for

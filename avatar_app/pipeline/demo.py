@@ -11,6 +11,7 @@ import numpy as np
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import rotation_from_euler
 from avatar_app.core.types import FaceParams, Frame
 from avatar_app.pipeline.offline import (
     SPEECH_RATE,
@@ -54,16 +55,7 @@ def scripted_face(t_s: float) -> FaceParams:
     roll = 0.05 * math.sin(2 * math.pi * t_s / 5.1)
     gaze_yaw = 0.25 * math.copysign(1.0, math.sin(2 * math.pi * t_s / 3.3)) * (abs(math.sin(2 * math.pi * t_s / 3.3)) > 0.6)
     gaze = np.array([gaze_yaw, 0.05], np.float32)
-    return FaceParams(blendshapes=w, rotation=_euler_to_matrix(yaw, pitch, roll), gaze=gaze)
-
-
-def _euler_to_matrix(yaw: float, pitch: float, roll: float) -> np.ndarray:
-    """Rotation R = Ry(yaw) @ Rx(pitch) @ Rz(roll), radians, (3, 3) float32."""
-    cy, sy, cp, sp, cr, sr = math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch), math.cos(roll), math.sin(roll)
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
-    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
-    return (ry @ rx @ rz).astype(np.float32)
+    return FaceParams(blendshapes=w, rotation=rotation_from_euler(yaw, pitch, roll).astype(np.float32), gaze=gaze)
 
 
 def demo_audio_path() -> Path:

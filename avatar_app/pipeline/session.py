@@ -41,7 +41,12 @@ from avatar_app.fusion.chain import PostChain
 from avatar_app.fusion.expressions import ExpressionLayer, parse_mix
 from avatar_app.pipeline import settings as store
 from avatar_app.pipeline.outputs import LiveOutputs
-from avatar_app.pipeline.stages import StageChoice, build_reconstructor, build_speech, build_stages
+from avatar_app.pipeline.stages import (
+    StageChoice,
+    build_reconstructor,
+    build_speech,
+    build_stages,
+)
 
 log = logging.getLogger(__name__)
 

@@ -141,7 +141,10 @@ def _face(choice: StageChoice):
 
 
 def _speech(choice: StageChoice):
-    from avatar_app.speech.engine_animator import EngineSpeechAnimator, default_model_path
+    from avatar_app.speech.engine_animator import (
+        EngineSpeechAnimator,
+        default_model_path,
+    )
     from avatar_app.speech.loudness import LoudnessSpeechAnimator
 
     if not choice.audio:

@@ -25,14 +25,15 @@ def create_context() -> moderngl.Context:
         BackendUnavailableError: no such context can be created (on Linux install the
             Debian packages libegl1 and libgl1-mesa-dri).
     """
+    linux = sys.platform.startswith("linux")
     try:
-        if sys.platform.startswith("linux"):
+        if linux:
             return moderngl.create_standalone_context(backend="egl", require=330)
         return moderngl.create_standalone_context(require=330)
     except Exception as exc:  # moderngl/glcontext raise plain Exception subclasses here
         raise BackendUnavailableError(
-            "Cannot create an offscreen OpenGL context: OpenGL 3.3 core is not available "
-            f"({exc}). On Debian/Ubuntu install libegl1 and libgl1-mesa-dri."
+            f"Cannot create an offscreen OpenGL context: {'EGL with ' if linux else ''}OpenGL 3.3 core is not "
+            f"available ({exc}). On Debian/Ubuntu install libegl1 and libgl1-mesa-dri."
         ) from exc
 
 
