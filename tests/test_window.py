@@ -196,3 +196,21 @@ def test_settings_persist_overlay_choice(qtbot, file_window, settings):
     settings.sync()
     assert settings.value("overlay", type=bool) is False
     assert settings.value("last_file", type=str).endswith("grid_s1_bbaf2n.mp4")
+
+
+def test_export_settings_writes_what_render_reads(qtbot, file_window, tmp_path):
+    """File › Export settings… writes the session's settings; render --settings reads the same look."""
+    from avatar_app.pipeline.settings import load_settings_file
+
+    t = file_window.panels["tracking"]
+    t.mirror.setChecked(False)
+    t.sliders["mouth"].setValue(80)
+    assert file_window.export_action.text() == "&Export settings…"
+    path = file_window._on_export_settings(tmp_path / "out" / "studio.json")
+    assert path == tmp_path / "out" / "studio.json" and "studio.json" in file_window.statusBar().currentMessage()
+    back = load_settings_file(path)
+    assert back.tuning.mirror is False and back.tuning.smoothing["mouth"] == pytest.approx(0.8)
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    assert file_window._on_export_settings(blocked / "studio.json") is None  # a file where the folder should be
+    assert "Cannot write the settings file" in file_window.notifier.last_error
