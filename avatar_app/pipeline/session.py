@@ -89,6 +89,12 @@ class SourceInfo:
     reconnect: bool = False
 
 
+def _index_camera(camera_id: str) -> int | None:
+    """``"index:N"`` -> N (the default camera resolver; the studio lists devices by name)."""
+    head, _, n = camera_id.partition(":")
+    return int(n) if head == "index" and n.isdigit() else None
+
+
 class SessionEvents:
     """The session's events (callbacks receive the arguments named).
 
@@ -115,14 +121,6 @@ class SessionEvents:
                      "engine_changed", "statuses_ready", "neutral_calibrated", "status", "error", "output_status",
                      "avatar_loaded", "settings_changed"):
             setattr(self, name, Event(name))
-
-
-def _index_camera(camera_id: str) -> int | None:
-    """``"index:N"`` -> N (the default camera resolver; the studio lists devices by name)."""
-    try:
-        return int(camera_id.split(":", 1)[1]) if camera_id.startswith("index:") else None
-    except ValueError:
-        return None
 
 
 class StudioSession:

@@ -42,6 +42,15 @@ class OutputPanel(Panel):
         self.recording = recording
         o = session.settings.output
         lay = QVBoxLayout(self)
+        lay.addWidget(self._build_recording(recording))
+        lay.addWidget(self._build_performance())
+        lay.addWidget(self._build_live_outputs(o))
+        lay.addStretch(1)
+        self._load(o)
+        recording.format_note_changed.connect(self.set_format_note)
+        session.worker.submit(self._probe_vcam)
+
+    def _build_recording(self, recording) -> QGroupBox:
         rg = QGroupBox("Recording")
         form = QFormLayout(rg)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -74,8 +83,9 @@ class OutputPanel(Panel):
         form.addRow(self.format_note)
         self.overlay = QCheckBox("Latency overlay in recordings")
         form.addRow(self.overlay)
-        lay.addWidget(rg)
+        return rg
 
+    def _build_performance(self) -> QGroupBox:
         pg = QGroupBox("Performance")
         pf = QFormLayout(pg)
         pf.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -91,8 +101,9 @@ class OutputPanel(Panel):
             self.cpu_mode.addItem(label, key)
         pf.addRow("CPU budget", self.cpu_mode)
         pf.addRow(hint("Balanced: 30 fps cap. Low CPU: 20 fps cap, no MSAA, no camera preview or plots."))
-        lay.addWidget(pg)
+        return pg
 
+    def _build_live_outputs(self, o) -> QGroupBox:
         og = QGroupBox("Live outputs")
         ol = QFormLayout(og)
         ol.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -118,9 +129,10 @@ class OutputPanel(Panel):
         ol.addRow(self.vcam)
         self.vcam_status = hint("checking…")
         ol.addRow(self.vcam_status)
-        lay.addWidget(og)
-        lay.addStretch(1)
+        return og
 
+    def _load(self, o) -> None:
+        """Show OutputSettings ``o`` and connect the controls."""
         self._loading = True
         self.format.setCurrentIndex(max(0, self.format.findData(o.format)))
         self.overlay.setChecked(o.overlay_in_recording)
@@ -141,8 +153,6 @@ class OutputPanel(Panel):
         self.vmc_port.editingFinished.connect(self._changed)
         self.vmc_names.currentIndexChanged.connect(self._changed)
         self.vcam_probed.connect(self._on_vcam_probed)
-        recording.format_note_changed.connect(self.set_format_note)
-        session.worker.submit(self._probe_vcam)
 
     vcam_probed = Signal(bool, str)
 

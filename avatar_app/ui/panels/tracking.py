@@ -34,7 +34,18 @@ class TrackingPanel(Panel):
         super().__init__(session, bridge, notifier)
         s = session.chain.tuner.settings
         lay = QVBoxLayout(self)
+        lay.addWidget(self._build_behaviour())
+        lay.addWidget(self._build_smoothing())
+        lay.addWidget(self._build_per_shape())
+        lay.addStretch(1)
+        self._loading = False
+        self.load(s)
+        self.timer = QTimer(self)
+        self.timer.setInterval(200)
+        self.timer.timeout.connect(self._update_preview)
+        self.timer.start()
 
+    def _build_behaviour(self) -> QGroupBox:
         g = QGroupBox("Behaviour")
         gl = QVBoxLayout(g)
         self.mirror = QCheckBox("Mirror (the avatar is your reflection)")
@@ -48,8 +59,9 @@ class TrackingPanel(Panel):
             gl.addWidget(box)
         self.mirror_hint = hint(MIRROR_CONVENTION)
         gl.addWidget(self.mirror_hint)
-        lay.addWidget(g)
+        return g
 
+    def _build_smoothing(self) -> QGroupBox:
         sg = QGroupBox("Smoothing (0 = off)")
         sl = QVBoxLayout(sg)
         form = QFormLayout()
@@ -78,8 +90,9 @@ class TrackingPanel(Panel):
         self.plot = self._make_plot()
         sl.addWidget(legend_label([("tracked", (150, 150, 150)), ("after smoothing and remap", (40, 130, 230))]))
         sl.addWidget(self.plot)
-        lay.addWidget(sg)
+        return sg
 
+    def _build_per_shape(self) -> QGroupBox:
         pg = QGroupBox("Per shape")
         pl = QFormLayout(pg)
         self.shape = QComboBox()
@@ -115,15 +128,7 @@ class TrackingPanel(Panel):
         pl.addRow(brow)
         self.shape_value = QLabel("")
         pl.addRow("Live", self.shape_value)
-        lay.addWidget(pg)
-        lay.addStretch(1)
-
-        self._loading = False
-        self.load(s)
-        self.timer = QTimer(self)
-        self.timer.setInterval(200)
-        self.timer.timeout.connect(self._update_preview)
-        self.timer.start()
+        return pg
 
     def _make_plot(self):
         pg = pyqtgraph()
