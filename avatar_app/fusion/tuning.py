@@ -9,9 +9,10 @@ Order of the steps (each documented on its function):
 
 1. per-shape sensitivity and min/max remap, on the user's own shapes
    (``w' = clip((w * sensitivity - lo) / (hi - lo), 0, 1)``);
-2. link eyes: both eyes' blink/squint/wide take the mean of the two;
-3. per-region smoothing (eyes, brows, mouth, head) with the One Euro filter
+2. per-region smoothing (eyes, brows, mouth, head) with the One Euro filter
    (Casiez, Roussel, Vogel, CHI 2012);
+3. link eyes: both eyes' blink/squint/wide take the mean of the two (after the
+   smoothing, so that they are equal from the first frame the option is on);
 4. mirror (see :data:`MIRROR_CONVENTION`);
 5. while the face is lost: auto-blink and a gentle idle motion;
 6. expressions (hotkeys) layered over the result.
@@ -326,11 +327,11 @@ class AvatarTuner:
                 t = self._last_t + 1e-6  # one clock per pipeline; tolerate a repeat
             raw = np.asarray(state.weights, np.float32)
             w = self.remap(raw, s)
-            if s.link_eyes:
-                w = self.link_eyes(w)
             w, rot, trans, gaze = self._smooth(w, np.asarray(state.rotation, np.float64),
                                                np.asarray(state.translation, np.float64),
                                                np.asarray(state.gaze, np.float64), t, s)
+            if s.link_eyes:  # after smoothing: the eyes are equal from the first frame it is on
+                w = self.link_eyes(w)
             out = replace(state, weights=w, rotation=rot, translation=trans, gaze=gaze)
             if s.mirror:
                 out = self.mirror(out)
