@@ -226,3 +226,26 @@ def test_depth_scale_projects_on_the_viewing_ray_and_clips():
     assert depth_scale(a, a + 0.01 * side / np.linalg.norm(side)) == pytest.approx(1.0)
     assert depth_scale(a, a * 5.0) == 2.0 and depth_scale(a, -a) == 0.5
     assert depth_scale(np.zeros(3), a) == 1.0
+
+
+def test_calibration_samples_are_the_engines_own_inputs(manager):
+    """The INT8 calibration sample of a frame (the studio's face_recon_sample) is exactly what the
+    engine is fed for that frame after a neutral calibration: one pre-processing, field of view included."""
+    from avatar_app.pipeline.engines import face_recon_sample
+
+    rec = EngineReconstructor(default_model_path(), manager=manager, backend="ort_cpu", precision="fp32")
+    neutral = _lm()
+    w = np.zeros(52, np.float32)
+    w[B.jawOpen], w[B.eyeBlinkLeft] = 0.6, 0.8
+    frame = _lm(w, ypr=(0.2, -0.1, 0.05), t=(0.03, 0.0, -0.55))
+    rec.calibrate_neutral(neutral)
+    fed = []
+    infer = rec.slot.infer
+    rec.slot.infer = lambda feeds: (fed.append({k: np.array(v) for k, v in feeds.items()}), infer(feeds))[1]
+    rec.reconstruct(frame, 1.0)
+    sample = face_recon_sample(frame, neutral, None)
+    assert set(sample) == {"landmarks", "neutral"} == set(fed[-1])
+    for k in sample:
+        np.testing.assert_array_equal(sample[k], fed[-1][k])
+    assert face_recon_sample(None, neutral, None) is None and face_recon_sample(frame, None, None) is None
+    rec.close()
