@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from inference_helpers import write_all
 from ui_helpers import VIEW_SIZE, StillSource, show_running, state_with
 

@@ -10,10 +10,14 @@ from avatar_app.core.errors import InputError, ModelLoadError, TrackingError
 from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.inference import EngineCache, EngineManager
-from avatar_app.reconstruction import FaceReconstructor
 from avatar_app.pipeline.stages import StageChoice, build_reconstructor
-from avatar_app.reconstruction.engine import (EngineReconstructor, EngineReconstructorConfig, default_model_path,
-                                              gaze_from_weights)
+from avatar_app.reconstruction import FaceReconstructor
+from avatar_app.reconstruction.engine import (
+    EngineReconstructor,
+    EngineReconstructorConfig,
+    default_model_path,
+    gaze_from_weights,
+)
 from avatar_app.reconstruction.head_pose import focal_length_px
 
 SIZE = (640, 480)

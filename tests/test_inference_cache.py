@@ -12,7 +12,6 @@ from avatar_app.inference.dirs import user_cache_dir, user_data_dir
 from avatar_app.inference.modelinfo import ModelInfo, sha256_file
 
 
-
 def test_user_dirs(monkeypatch, tmp_path):
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "c"))
     assert user_cache_dir() == tmp_path / "c"

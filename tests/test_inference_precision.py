@@ -15,7 +15,6 @@ from avatar_app.inference.precision import FeedSetReader, convert_fp16, quantize
 from avatar_app.inference.verify import fp16_range_violations, verify
 
 
-
 @pytest.mark.parametrize("name,precision", [
     ("conv", "fp16"), ("matmul", "fp16"), ("layernorm", "fp16"), ("gru", "fp16"),
     ("conv", "int8"), ("matmul", "int8"), ("layernorm", "int8")])

@@ -14,7 +14,6 @@ from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
 from avatar_app.inference.ort import OrtRunner
 
 
-
 def test_swap_precision_every_half_second_loses_no_call(tiny_models, user_dirs):
     """10 s of back-to-back calls while the precision changes every 0.5 s.
 

@@ -9,9 +9,18 @@ import pytest
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.errors import InputError, ModelLoadError
 from avatar_app.inference import EngineManager, ModelInfo
-from avatar_app.speech import SPEECH_MASK, LoudnessSpeechAnimator, SpeechAnimator, animate_offline
 from avatar_app.pipeline.stages import StageChoice, build_speech
-from avatar_app.speech.engine_animator import EngineSpeechAnimator, default_model_path, infer_features
+from avatar_app.speech import (
+    SPEECH_MASK,
+    LoudnessSpeechAnimator,
+    SpeechAnimator,
+    animate_offline,
+)
+from avatar_app.speech.engine_animator import (
+    EngineSpeechAnimator,
+    default_model_path,
+    infer_features,
+)
 from avatar_app.speech.mel import log_mel
 from tests.helpers import keyboard_clicks, load_mono16k, pink_noise, words_indicator
 

@@ -1,7 +1,6 @@
 """LoudnessSpeechAnimator: silence and noise keep the mouth shut, speech opens it."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from ui_helpers import StillSource
 
 from avatar_app.ui import devices
-from ui_helpers import StillSource
 
 
 def _fake_v4l2(tmp_path):
@@ -70,7 +70,8 @@ def test_camera_unplugged_and_back_is_reopened_by_id(qtbot, settings, monkeypatc
     win = MainWindow(camera=0, settings=settings)
     qtbot.addWidget(win)
     win.show()
-    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 3, timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 3,
+                    timeout=20000)
     first = win.session.pipeline
     plugged["on"] = False
     opened[0].error = CaptureError("Camera 0 stopped delivering frames (unplugged?)")

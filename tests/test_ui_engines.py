@@ -18,10 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ui_helpers import (
+    ServedCounter,
+    SlotStandIn,
+    qimage_to_array,
+    show_running,
+    tiny_model,
+    tiny_sample_fn,
+)
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.inference import BackendStatus, EngineCache, Precision
-from ui_helpers import ServedCounter, SlotStandIn, qimage_to_array, show_running, tiny_model, tiny_sample_fn
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from ui_helpers import render_state, wait_frames
 
 from avatar_app.core.blendshapes import Blendshape
-from ui_helpers import render_state, wait_frames
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from ui_helpers import changed_columns, render_state, wait_frames
 
 from avatar_app.core.blendshapes import Blendshape
-from ui_helpers import changed_columns, render_state, wait_frames
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 

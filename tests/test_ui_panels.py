@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from ui_helpers import open_file_window, wait_frames
 
 from avatar_app.core.blendshapes import Blendshape
-from ui_helpers import open_file_window, wait_frames
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 
@@ -181,7 +181,8 @@ def test_settings_survive_a_restart(qtbot, testdata, settings):
     win2 = MainWindow(source=testdata / VIDEO, settings=settings)
     qtbot.addWidget(win2)
     win2.show()
-    qtbot.waitUntil(lambda: win2.session.pipeline is not None and win2.session.pipeline.frames_processed >= 3, timeout=20000)
+    qtbot.waitUntil(lambda: win2.session.pipeline is not None and win2.session.pipeline.frames_processed >= 3,
+                    timeout=20000)
     s = win2.session.chain.tuner.settings
     assert (s.mirror, s.link_eyes, s.idle_motion) == (False, True, False)
     assert s.smoothing == before.smoothing and s.smoothing["head"] == 0.9

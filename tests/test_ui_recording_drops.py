@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtCore import QEvent, Qt
-
 from ui_helpers import open_file_window, save_shot, wait_frames
 
 VIDEO = "video/grid_s1_bbaf2n.mp4"
@@ -148,9 +147,8 @@ def test_recording_without_drops_says_nothing_and_follows_the_fps_cap(qtbot, sti
 @pytest.mark.gui
 @pytest.mark.gl
 def test_transparent_recording_defaults_to_vp9_and_keeps_alpha(qtbot, still_window):
-    from tests.helpers import decode_rgba
-
     from avatar_app.record.formats import available_formats
+    from tests.helpers import decode_rgba
 
     if "vp9-webm" not in {f.key for f in available_formats()}:
         pytest.skip("this FFmpeg build has no libvpx-vp9 encoder")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-
 from ui_helpers import open_file_window, save_shot, wait_frames
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
@@ -169,7 +168,8 @@ def test_source_failure_while_recording_finishes_the_clip(qtbot, still_window):
     win.recording.record_button.click()
     assert win.recording.recorder is not None
     clip = win.recording.record_path
-    qtbot.waitUntil(lambda: win.recording.recorder is not None and win.recording.recorder.recorder.frames_in >= 15, timeout=20000)
+    qtbot.waitUntil(lambda: win.recording.recorder is not None and win.recording.recorder.recorder.frames_in >= 15,
+                    timeout=20000)
     win.still_source.error = CaptureError("camera unplugged")
     qtbot.waitUntil(lambda: win.recording.recorder is None, timeout=10000)
     assert not win.recording.record_button.isChecked() and win.recording.record_button.text() == "● Record"
@@ -222,7 +222,8 @@ def test_no_face_is_shown_and_cleared(qtbot, settings, no_face_video, testdata):
     win.show()
     qtbot.waitExposed(win)
     assert "no audio track (recording will be silent)" in win.panels["sources"].mic_label.text()
-    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5, timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
+                    timeout=20000)
     qtbot.waitUntil(lambda: win.live.no_face_shown, timeout=10000)
     assert not win.session.pipeline.latest_state().face_found
     assert win.status_labels["face"].text() == "No face found"

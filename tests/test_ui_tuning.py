@@ -1,4 +1,4 @@
-"""The post-processing chain (fusion.tuning, fusion.expressions) and the settings model (pipeline.settings), without Qt."""
+"""The post-processing chain (fusion.tuning, fusion.expressions) and the settings model, without Qt."""
 from __future__ import annotations
 
 import json

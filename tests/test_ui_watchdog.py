@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytestmark = [pytest.mark.gui, pytest.mark.gl, pytest.mark.slow]
 
 RUN_S = 20.0
@@ -40,7 +39,8 @@ def test_no_gui_stall_over_50ms_in_20s(qtbot, testdata, settings):
     qtbot.addWidget(win)
     win.show()
     qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 10, timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 10,
+                    timeout=20000)
     # start-up is not measured: first frames, device listing, and opening the installed engines
     # (backend probing imports TensorRT / CUDA libraries in a worker thread, which holds the GIL)
     qtbot.waitUntil(lambda: all(not e.installed or e.slot is not None or e.error

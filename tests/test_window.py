@@ -81,7 +81,8 @@ def _state(**weights):
 def test_window_plays_file_and_shows_avatar(qtbot, file_window):
     win = file_window
     assert win.viewport.error is None, win.viewport.error
-    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 15, timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 15,
+                    timeout=20000)
     qtbot.waitUntil(lambda: win.session.pipeline.stats.summary().count >= 5, timeout=10000)
     img = _grab(qtbot, win)
     _save(img, "window_viewport_live")

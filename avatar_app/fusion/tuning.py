@@ -283,7 +283,8 @@ class AvatarTuner:
             yaw = 0.07 * math.sin(2 * math.pi * t / 7.3) + 0.02 * math.sin(2 * math.pi * t / 3.1)
             pitch = 0.035 * math.sin(2 * math.pi * t / 5.3)
             roll = 0.025 * math.sin(2 * math.pi * t / 9.7)
-            rot = (rotation_from_euler(self._idle * yaw, self._idle * pitch, self._idle * roll) @ rot).astype(np.float32)
+            idle = rotation_from_euler(self._idle * yaw, self._idle * pitch, self._idle * roll)
+            rot = (idle @ rot).astype(np.float32)
         if lost and s.auto_blink:
             if self._next_blink_t is None:
                 self._next_blink_t = t + float(self._rng.uniform(0.5, 2.0))

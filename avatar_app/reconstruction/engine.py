@@ -38,7 +38,12 @@ from pathlib import Path
 import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
-from avatar_app.core.errors import AvatarError, InputError, ModelLoadError, TrackingError
+from avatar_app.core.errors import (
+    AvatarError,
+    InputError,
+    ModelLoadError,
+    TrackingError,
+)
 from avatar_app.core.landmarks import DEFAULT_HFOV_DEG
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import normalise as N

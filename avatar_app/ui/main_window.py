@@ -26,7 +26,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QTabBar, QToolBar
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QTabBar,
+    QToolBar,
+)
 
 # imported here, on the GUI thread, before any worker starts: the device-listing and opener threads
 # importing the package at the same time could see it half initialised (circular-import error)

@@ -11,7 +11,14 @@ import re
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QFrame, QLabel, QScrollArea, QSizePolicy, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QWidget,
+)
 
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
 

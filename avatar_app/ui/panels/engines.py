@@ -1,7 +1,14 @@
 """Engines panel: backend and precision per engine, build progress, verification of the active engine."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QProgressBar, QVBoxLayout
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QProgressBar,
+    QVBoxLayout,
+)
 
 from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
 from avatar_app.ui.panels import Panel, hint, item_enabled, set_item_enabled

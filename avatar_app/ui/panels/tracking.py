@@ -18,7 +18,12 @@ from PySide6.QtWidgets import (
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import AvatarError
-from avatar_app.fusion.tuning import MIRROR_CONVENTION, REGION_NAMES, TuningSettings, smoothing_cutoff_hz
+from avatar_app.fusion.tuning import (
+    MIRROR_CONVENTION,
+    REGION_NAMES,
+    TuningSettings,
+    smoothing_cutoff_hz,
+)
 from avatar_app.ui.panels import Panel, hint, legend_label, pyqtgraph
 
 
