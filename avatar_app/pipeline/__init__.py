@@ -8,6 +8,8 @@
     demo.py       render_demo: shipped speech and a scripted face
     settings.py   the studio's settings model (validated areas, schema version, settings file)
     engines.py    EngineController: the studio's engine slots, probing and swaps
+    outputs.py    VMC, virtual camera and calibration samples of the live stream
+    recording.py  a live recording: clip, audio and blendshape track from the rendered frames
     session.py    StudioSession: sources, live pipeline, engines, outputs, settings (no Qt)
 
 Names used elsewhere are re-exported here; submodules import lazily heavy stages.

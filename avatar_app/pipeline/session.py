@@ -9,8 +9,8 @@
   slots, and its post-processing chain (fusion, tuning, expressions);
 - the engine choice and swaps (:class:`~avatar_app.pipeline.engines.EngineController`);
 - the output fan-out (:class:`~avatar_app.pipeline.outputs.LiveOutputs`: VMC, the
-  virtual camera, calibration samples; recordings take the rendered frames
-  through :attr:`StudioSession.frame_rendered`);
+  virtual camera, calibration samples; :class:`~avatar_app.pipeline.recording.StudioRecording`:
+  the clip, its audio and blendshape track from the view's rendered frames);
 - the settings model (:class:`~avatar_app.pipeline.settings.StudioSettings`),
   persisted in the store it is given (the user's QSettings in the studio);
 - an offline mode (:meth:`StudioSession.run_offline`): every frame of a file
@@ -31,7 +31,6 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from avatar_app.core.errors import AvatarError
@@ -41,6 +40,7 @@ from avatar_app.fusion.chain import PostChain
 from avatar_app.fusion.expressions import ExpressionLayer, parse_mix
 from avatar_app.pipeline import settings as store
 from avatar_app.pipeline.outputs import LiveOutputs
+from avatar_app.pipeline.session_events import SessionEvents, SourceInfo, sentence  # noqa: F401
 from avatar_app.pipeline.stages import (
     StageChoice,
     build_reconstructor,
@@ -56,71 +56,10 @@ AUDIO_RATE = 16000
 RECONNECT_INTERVAL_S = 2.0
 
 
-def sentence(text: str) -> str:
-    """``text`` stripped, ending with a full stop (unless it ends with . ! ? or …)."""
-    text = text.strip()
-    return text + "." if text and text[-1] not in ".!?…" else text
-
-
-@dataclass
-class SourceInfo:
-    """What opening a source gave (built on the opener thread).
-
-    Attributes:
-        pipeline: the started LivePipeline, or None on error.
-        mic: the started MicSource, or None.
-        label: what the source is, for the user ("Camera 0: 1280x720 @ 30 fps granted").
-        mic_text: what the microphone is ("" when unchanged).
-        error: why it failed, as the user should read it ("" when it worked).
-        kind: "camera", "file" or "".
-        camera_id: the camera's stable device id.
-        path: the video file, or None.
-        reconnect: a reconnect of the lost camera.
-    """
-
-    pipeline: object = None
-    mic: object = None
-    label: str = ""
-    mic_text: str = ""
-    error: str = ""
-    kind: str = ""
-    camera_id: str = ""
-    path: Path | None = None
-    reconnect: bool = False
-
-
 def _index_camera(camera_id: str) -> int | None:
     """``"index:N"`` -> N (the default camera resolver; the studio lists devices by name)."""
     head, _, n = camera_id.partition(":")
     return int(n) if head == "index" and n.isdigit() else None
-
-
-class SessionEvents:
-    """The session's events (callbacks receive the arguments named).
-
-    Attributes:
-        source_opening(text): a source is being opened on the opener thread.
-        source_changed(info): a new source runs (:class:`SourceInfo`).
-        source_failed(info, replaced): a source did not open; ``replaced`` is False when
-            the current source keeps running.
-        source_lost(message, camera): the running source stopped (a camera is looked for again).
-        mic_changed(text): what the microphone is now.
-        state(state): a new AvatarState (pipeline thread).
-        engine_changed(name): an engine's slot, build or error changed.
-        statuses_ready(): the backend probe finished.
-        neutral_calibrated(): the neutral face was taken.
-        status(text, ms): a short message for the status bar.
-        error(text): something failed that the user should know about.
-        output_status(kind, text): "vmc" or "vcam" changed.
-        avatar_loaded(path, mesh_or_error): an avatar file was loaded (or failed).
-        settings_changed(area): an area was applied ("avatar", "output", "tuning", ...).
-    """
-
-    def __init__(self):
-        for name in ("source_opening", "source_changed", "source_failed", "source_lost", "mic_changed", "state",
-                     "engine_changed", "statuses_ready", "neutral_calibrated", "status", "error", "output_status",
-                     "avatar_loaded", "settings_changed"):
-            setattr(self, name, Event(name))
 
 
 class StudioSession:
@@ -145,6 +84,7 @@ class StudioSession:
         pipeline: the running LivePipeline, or None.
         mic: the running MicSource, or None.
         outputs: VMC, virtual camera and the calibration sampler (:class:`LiveOutputs`).
+        recording: the running :class:`~avatar_app.pipeline.recording.StudioRecording`, or None.
         frame_rendered: Event ``(rgb, state)``: a 1280x720 render for the recording and the
             virtual camera (the view emits it).
         neutral_landmarks: the Landmarks of the last neutral calibration, or None.
@@ -173,12 +113,14 @@ class StudioSession:
         self.camera_index: int | None = None
         self.neutral_landmarks = None
         self.frame_rendered = Event("frame rendered")
+        self.recording = None
         self._reconnect_at = 0.0
         self.reconnecting = False
         self._reconnect_pending = False
         self._closing = False
         self._retired: list[tuple] = []
         self._last_error: str | None = None
+        self._lost = None  # the pipeline whose death was reported
         self._source_fps = (0, 0.0, 0.0)
         self._opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-opener")
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-worker")
@@ -444,15 +386,16 @@ class StudioSession:
     def tick(self) -> None:
         """Periodic check (the window's 5 Hz timer): a source that died, the camera's reconnect, the fps."""
         pipe = self.pipeline
-        if pipe is not None and pipe.error and pipe.error != self._last_error:
-            self._last_error = pipe.error
-            if self.source_kind == "camera" and not pipe.running:
-                self._reconnect_at = time.monotonic() + 1.0
-                self.reconnecting = True
-                self.events.source_lost.emit(pipe.error, True)
-            elif not pipe.running:
-                self.events.source_lost.emit(pipe.error, False)
-            else:
+        if pipe is not None and pipe.error:
+            if not pipe.running and pipe is not self._lost:  # the source (or the pipeline) died
+                self._lost, self._last_error = pipe, pipe.error
+                camera = self.source_kind == "camera"
+                if camera:
+                    self._reconnect_at = time.monotonic() + 1.0
+                    self.reconnecting = True
+                self.events.source_lost.emit(pipe.error, camera)
+            elif pipe.running and pipe.error != self._last_error:  # a frame failed; it goes on
+                self._last_error = pipe.error
                 self.events.error.emit(pipe.error)
         if self.reconnecting and time.monotonic() >= self._reconnect_at:
             self._try_reconnect()
@@ -635,6 +578,56 @@ class StudioSession:
         self.settings.tuning = self.chain.tuner.settings
         return store.save_settings_file(Path(path), self.settings)
 
+    # ================================================================== recording
+    def start_recording(self, path: Path, fmt, fps: float):
+        """Start recording the rendered avatar with the source's audio (:attr:`recording`).
+
+        Audio starts at the newest frame's capture (the clip starts with its first frame).
+
+        Args:
+            path: the clip. fmt: its RecordingFormat. fps: its frame rate, Hz.
+
+        Returns:
+            The :class:`~avatar_app.pipeline.recording.StudioRecording`.
+
+        Raises:
+            AvatarError: the clip cannot be opened (nothing runs then).
+        """
+        from avatar_app.pipeline.recording import StudioRecording
+
+        ring = self.pipeline.ring if self.pipeline is not None else None
+        st, now = self.latest_state(), time.perf_counter_ns()
+        start = st.t_capture_ns if st is not None and st.t_capture_ns < now else now
+        self.recording = StudioRecording(path, fmt, fps, ring, AUDIO_RATE, start)
+        return self.recording
+
+    def record_frame(self, rgb, state, t_ns: int) -> bool:
+        """A 1280x720 render into the running recording (with the latency overlay when the Output
+        settings ask for it); False when none runs or the encoder queue dropped it.
+
+        Raises:
+            AvatarError: the recorder failed (stop the recording; its finish reports why).
+        """
+        rec = self.recording
+        if rec is None:
+            return False
+        if self.settings.output.overlay_in_recording and self.pipeline is not None:
+            from avatar_app.pipeline.offline import draw_overlay
+
+            rgb = draw_overlay(rgb, self.pipeline.stats.summary().lines())
+        return rec.write_frame(rgb, state, t_ns)
+
+    def stop_recording(self, last_state=None):
+        """Stop the running recording (its audio ends with ``last_state``'s frame); returns it to finish
+        (:meth:`StudioRecording.finish`, which may run on a worker), or None."""
+        rec, self.recording = self.recording, None
+        if rec is not None:
+            try:
+                rec.end_audio(last_state)
+            except AvatarError as exc:
+                self.events.error.emit(str(exc))
+        return rec
+
     # ================================================================== avatar
     def load_avatar(self, path: Path) -> None:
         """Load a glTF/VRM avatar on the worker thread; ``avatar_loaded(path, mesh or error)`` follows.
@@ -689,6 +682,9 @@ class StudioSession:
         """Stop everything: openers, the pipeline and microphone, live outputs, engines. Safe to call twice."""
         self._closing = True
         self.save_settings()
+        rec = self.stop_recording()
+        if rec is not None:
+            rec.finish()
         self._opener.shutdown(wait=True, cancel_futures=True)
         self.worker.shutdown(wait=True, cancel_futures=True)
         self._audio_opener.shutdown(wait=True, cancel_futures=True)

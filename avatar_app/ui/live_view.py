@@ -36,7 +36,7 @@ def no_source_caption(error: str, kind: str) -> str:
         error: why the source did not open, as the user should read it.
         kind: "camera", "file" or "".
     """
-    from avatar_app.pipeline.session import sentence
+    from avatar_app.pipeline.session_events import sentence
 
     error = sentence(error)
     if kind == "camera":

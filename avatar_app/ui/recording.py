@@ -89,16 +89,9 @@ class RecordingController(QObject):
         self.status_label.setToolTip("Recording time, and frames the recording dropped because the encoder "
                                      "could not keep up")
         self.audio_rate = int(audio_rate)
-        self.recorder = None
         self.record_path: Path | None = None
-        self.sidecar = None  # record.SidecarWriter of the running recording
         self.sidecar_path: Path | None = None
-        self._sidecar_t0_ns: int | None = None
-        self._sidecar_last_t_ns = 0
-        self._record_stop_reason = ""
         self.last_record_message = ""
-        self._rec_t0_ns = 0
-        self._rec_audio_end_ns = 0
         self._rec_fps = RECORD_FPS
         self._rec_format = None
         self._rec_skip0 = 0  # viewport.captures_skipped when the recording started
@@ -114,6 +107,18 @@ class RecordingController(QObject):
         self.audio_timer = QTimer(self)
         self.audio_timer.setInterval(100)
         self.audio_timer.timeout.connect(self._on_audio_tick)
+
+    @property
+    def recorder(self):
+        """The running ``AsyncRecorder(SyncedRecorder(...))`` (the session's recording), or None."""
+        rec = self.session.recording
+        return rec.recorder if rec is not None else None
+
+    @property
+    def sidecar(self):
+        """The running recording's ``record.SidecarWriter``, or None."""
+        rec = self.session.recording
+        return rec.sidecar if rec is not None else None
 
     # ================================================================== folder
     def record_folder(self) -> Path:
@@ -239,13 +244,10 @@ class RecordingController(QObject):
 
     def _recording_drop_counts(self) -> tuple[int, int]:
         """(frames the encoder queue refused, states the viewport skipped) of the running recording."""
-        rec = self.recorder
+        rec = self.session.recording
         if rec is None:
             return 0, 0
-        full = getattr(rec, "dropped_queue_full", None)
-        if full is None:  # an older AsyncRecorder: its total
-            full = getattr(rec, "dropped_frames", 0)
-        return int(full), max(0, self.viewport.captures_skipped - self._rec_skip0)
+        return rec.queue_drops(), max(0, self.viewport.captures_skipped - self._rec_skip0)
 
     def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True) -> str:
         """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
@@ -293,7 +295,8 @@ class RecordingController(QObject):
 
         Called by the window's slow tick (5 Hz); the timer runs whatever the source does.
         """
-        rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s" if self.recorder is not None else ""
+        clip = self.session.recording
+        rec = f"● REC {(now_ns() - clip.t0_ns) / 1e9:6.1f} s" if clip is not None else ""
         dropped = self.recording_dropped()
         if rec and dropped:
             rec += f" · recording dropped {dropped}"
@@ -308,12 +311,9 @@ class RecordingController(QObject):
         """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path.
 
         The format is the Output panel's; formats that keep transparency record RGBA.
-        Sync is the CLI's (record/synced.py): the file is built by a
-        :class:`~avatar_app.record.SyncedRecorder` with the audio sample clock as the
-        master; each rendered frame is placed at the capture time of the camera frame
-        it shows (``AvatarState.t_capture_ns``), the audio at the capture time of its
-        samples, both on the process clock (``now_ns``). So the avatar's lips meet the
-        voice whatever the camera-to-screen latency, and the clip does not drift.
+        The session records (:class:`~avatar_app.pipeline.recording.StudioRecording`,
+        synced as the CLI's: the audio sample clock is the master, each frame placed at
+        the capture time of the camera frame it shows).
 
         Args:
             path: the clip to write (default: a time-stamped file in :meth:`record_folder`).
@@ -322,9 +322,6 @@ class RecordingController(QObject):
             The clip's path, or None when a recording runs already or none could
             start (the reason is shown to the user; nothing raises).
         """
-        from avatar_app.record import AsyncRecorder, SyncedRecorder
-        from avatar_app.record.formats import open_recorder
-
         if self.recorder is not None:
             return None
         why = self.record_blocker()
@@ -343,31 +340,21 @@ class RecordingController(QObject):
                 self._reset_record_button()
                 return None
             path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
-        ring = self.session.pipeline.ring if self.session.pipeline is not None else None
         fps = self.record_fps()
         try:
-            rec = open_recorder(path, *RECORD_SIZE, fps,
-                                audio_sample_rate=self.audio_rate if ring is not None else None, fmt=fmt)
-            self.recorder = AsyncRecorder(SyncedRecorder(rec))
+            clip = self.session.start_recording(path, fmt, fps)
         except AvatarError as exc:
             self.notifier.error(str(exc))
             self._reset_record_button()
             return None
-        self.record_path = path
-        self._record_stop_reason = ""
-        self._rec_t0_ns = now_ns()
+        self.record_path, self.sidecar_path = path, clip.sidecar_path
         self._rec_fps, self._rec_format = fps, fmt
         self._rec_skip0 = self.viewport.captures_skipped
         self._rec_drops_warned = (0, 0.0, False)
         self.record_drop_warning = ""
-        # audio from the newest video frame's capture on (the clip starts with its first frame)
-        st = self.session.latest_state()
-        self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
-            else self._rec_t0_ns
-        self._open_sidecar(path, self._rec_audio_end_ns if ring is not None else None)
-        self.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
+        self.viewport.capture_components = 4 if clip.frame_shape[2] == 4 else 3
         self.update_capture()
-        if ring is not None:
+        if clip.ring is not None:
             self.audio_timer.start()
         if not self.record_button.isChecked():
             self.record_button.blockSignals(True)
@@ -378,41 +365,6 @@ class RecordingController(QObject):
         self.notifier.status(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
         return path
 
-    def _open_sidecar(self, clip_path: Path, audio_start_ns: int | None) -> None:
-        """Start the JSON Lines blendshape track beside the clip (as the CLI's render writes).
-
-        One line per avatar state placed in the recording (record/sidecar.py);
-        its ``t`` is the capture time relative to the clip's start (the earlier of
-        the first frame and the first audio sample, as SyncedRecorder places them),
-        which is the file time to within the audio clock's drift (about 100 ppm).
-        A track that cannot be written is logged and skipped; the clip goes on.
-        """
-        from avatar_app.pipeline import sidecar_path_for
-        from avatar_app.record.sidecar import SidecarWriter
-
-        self.sidecar, self.sidecar_path = None, sidecar_path_for(clip_path)
-        self._sidecar_t0_ns = audio_start_ns
-        self._sidecar_last_t_ns = 0
-        try:
-            self.sidecar = SidecarWriter(self.sidecar_path, fps=self._rec_fps)
-        except AvatarError as exc:
-            log.warning("no blendshape track for this recording: %s", exc)
-            self.sidecar_path = None
-
-    def _write_sidecar(self, state, t_capture_ns: int) -> None:
-        sidecar = self.sidecar
-        if sidecar is None or state is None or t_capture_ns <= self._sidecar_last_t_ns:
-            return
-        if self._sidecar_last_t_ns == 0:  # the first frame: file time 0 is the earlier of it and the audio
-            t0 = self._sidecar_t0_ns
-            self._sidecar_t0_ns = t_capture_ns if t0 is None else min(t0, t_capture_ns)
-        self._sidecar_last_t_ns = t_capture_ns
-        try:
-            sidecar.write(state, media_time_s=max(0.0, (t_capture_ns - self._sidecar_t0_ns) / 1e9))
-        except AvatarError as exc:
-            log.warning("blendshape track stopped: %s", exc)
-            self.sidecar = None
-
     def stop_recording(self, wait: bool = True) -> None:
         """Stop and finalise the recording; says where it went.
 
@@ -422,10 +374,7 @@ class RecordingController(QObject):
         """
         behind = self._recording_drop_counts()  # final: nothing is written after this
         dropped = sum(behind)
-        rec, self.recorder = self.recorder, None
-        sidecar, self.sidecar = self.sidecar, None
-        sidecar_path = self.sidecar_path
-        reason, self._record_stop_reason = self._record_stop_reason, ""
+        clip = self.session.stop_recording(self.viewport.captured_state)
         self.update_capture()
         self.audio_timer.stop()
         self._reset_record_button()
@@ -433,34 +382,13 @@ class RecordingController(QObject):
         for lab in (self.status_label, self.record_time_label):
             lab.setText("")
             lab.setStyleSheet("")
-        if rec is None:
+        if clip is None:
             return
-        # audio up to the end of the last frame's slot, so that both tracks end together
-        st = self.viewport.captured_state
-        ring = self.session.pipeline.ring if self.session.pipeline is not None else None
-        until = None
-        if st is not None and ring is not None and ring.latest_t_ns is not None:
-            until = min(st.t_capture_ns + int(1e9 / self._rec_fps), ring.latest_t_ns)
-        self._on_audio_tick(rec, until)
-        path = self.record_path
-        fps, fmt = self._rec_fps, self._rec_format
+        path = clip.path
 
         def finish():
-            error = None
-            try:
-                rec.close()
-            except AvatarError as exc:
-                error = exc
-            if sidecar is not None:
-                try:
-                    sidecar.close()
-                except AvatarError as exc:
-                    log.warning("%s", exc)
-            inner = getattr(rec, "recorder", None)
-            frames = int(getattr(inner, "frames_written", 0) or 0)
-            return error, {"frames": frames, "reason": reason, "fps": fps, "dropped": dropped, "format": fmt,
-                           "encoder_behind": behind[0] > 0,
-                           "sidecar": sidecar_path if sidecar is not None else None}
+            error, info = clip.finish()
+            return error, {**info, "dropped": dropped, "encoder_behind": behind[0] > 0}
 
         if wait:
             self._on_recording_closed(path, *finish())
@@ -523,9 +451,9 @@ class RecordingController(QObject):
         Args:
             reason: why, as the user should read it (e.g. "the camera was lost (…)").
         """
-        if self.recorder is None:
+        if self.session.recording is None:
             return
-        self._record_stop_reason = reason
+        self.session.recording.stop_reason = reason
         self.stop_recording(wait=False)
 
     # ================================================================== frames, audio
@@ -539,51 +467,21 @@ class RecordingController(QObject):
                 capture time. The recording places the frame at that state's
                 ``t_capture_ns``.
         """
-        rec = self.recorder
-        if rec is None:
-            return
-        if self.session.settings.output.overlay_in_recording and self.session.pipeline is not None:
-            from avatar_app.pipeline import draw_overlay
-
-            rgb = draw_overlay(rgb, self.session.pipeline.stats.summary().lines())
-        st = self.viewport.captured_state
-        t_capture_ns = st.t_capture_ns if st is not None and st.t_capture_ns > 0 else t_ns
         try:
-            queued = rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
+            self.session.record_frame(rgb, self.viewport.captured_state, t_ns)
         except AvatarError as exc:
             log.warning("recording stopped: %s", exc)
             self.stop_recording(wait=False)  # reports the error when the file is closed
-            return
-        if queued:
-            self._write_sidecar(st, t_capture_ns)
 
-    def _on_audio_tick(self, rec=None, until_ns: int | None = None) -> None:
-        """Hand the recorder the source's audio since the last tick (GUI timer, 10 Hz).
-
-        Args:
-            rec: the recorder (default: the running one).
-            until_ns: end of the audio to write (default: 60 ms before now, so that
-                late blocks have arrived).
-        """
-        rec = rec or self.recorder
-        pipe = self.session.pipeline
-        ring = pipe.ring if pipe is not None else None
-        if rec is None or ring is None:
+    def _on_audio_tick(self) -> None:
+        """Hand the recording the source's audio since the last tick (GUI timer, 10 Hz)."""
+        clip = self.session.recording
+        if clip is None:
             return
-        rate = self.audio_rate
-        end = now_ns() - 60_000_000 if until_ns is None else int(until_ns)
-        # whole samples only, so that consecutive windows continue the stream sample by sample
-        n = (end - self._rec_audio_end_ns) * rate // 1_000_000_000
-        if n <= 0:
-            return
-        end = self._rec_audio_end_ns + n * 1_000_000_000 // rate
-        samples = ring.read_window(end, n / rate)
         try:
-            # SyncedRecorder: the capture time of the first sample on the shared clock
-            rec.write_audio(samples, self._rec_audio_end_ns / 1e9)
+            clip.feed_audio()
         except AvatarError as exc:
             self.notifier.error(str(exc))
-        self._rec_audio_end_ns = end
 
 
 __all__ = ["RecordingController", "RECORD_SIZE", "RECORD_FPS", "LIVE_ALPHA_ORDER", "DROP_WARNING_INTERVAL_S",
