@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("input", type=Path, help="video file with a face")
     r.add_argument("--audio", type=Path, default=None, help="use this audio instead of the video's own")
     r.add_argument("--no-audio", action="store_true", help="ignore audio (silent clip, mouth from video only)")
+    r.add_argument("--tracker", choices=("auto", "onnx", "mediapipe"), default="auto",
+                   help="face landmarks from MediaPipe or from its models as engines (default auto: onnx "
+                        "where an NVIDIA GPU backend runs, else mediapipe)")
     r.add_argument("--remote", metavar="grpc://HOST:PORT", default=None,
                    help="run the engines on an 'avatar-app serve' server (local engines when it does not answer)")
     common(r)
@@ -230,6 +233,7 @@ def _render_options(args):
         size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=background,
         audio_path=getattr(args, "audio", None), use_audio=not getattr(args, "no_audio", False),
         avatar_path=avatar, lighting=studio.avatar.lighting, settings=studio.chain(),
+        tracker=getattr(args, "tracker", "auto"),
     )
 
 

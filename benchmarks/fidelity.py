@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from avatar_app.evaluation.benchmark import run_benchmark
+from avatar_app.evaluation.landmarks import evaluation_tracker
 from avatar_app.evaluation.report import results_table
 
 RESULTS = ROOT / "benchmarks" / "results" / "fidelity.json"
@@ -59,13 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retrack-step", type=int, default=2, help="render and re-track every N-th frame; 0 skips (b)")
     ap.add_argument("--baseline", action="store_true", help="store this run as the baseline too")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results JSON (default %(default)s)")
+    ap.add_argument("--tracker", default="mediapipe", choices=("mediapipe", "onnx"),
+                    help="the face tracker every landmark comes from (default %(default)s)")
     args = ap.parse_args(argv)
     old = json.loads(args.out.read_text()) if args.out.is_file() else {}
     now = {}
     for name in args.paths.split(","):
         t = time.time()
-        now[name] = run_benchmark(make_path(name), args.testdata, retrack_step=args.retrack_step,
-                                  progress=lambda m, n=name: print(f"[{n}] {m}", flush=True))
+        with evaluation_tracker(args.tracker):
+            now[name] = run_benchmark(make_path(name), args.testdata, retrack_step=args.retrack_step,
+                                      progress=lambda m, n=name: print(f"[{n}] {m}", flush=True))
         print(f"[{name}] done in {time.time() - t:.0f} s", flush=True)
     data = {"about": "benchmarks/fidelity.py: real-face fidelity (avatar_app/evaluation); 'baseline' is the "
                      "figures before the issue-17 work, 'current' the latest run",

@@ -53,7 +53,7 @@ def test_missing_model_name_lists_the_shipped_models(user_dirs):
     proc = run_cli("engines", "list", "--model", "no_such_model")
     assert proc.returncode == 1
     line = _one_error_line(proc)
-    assert "no_such_model" in line and "face_recon, speech2face" in line, line
+    assert "no_such_model" in line and "face_detection, face_landmark, face_recon, speech2face" in line, line
 
 
 @pytest.mark.skipif(_cuda_provider_offered(), reason="this onnxruntime has CUDA: ort_cuda may run here")

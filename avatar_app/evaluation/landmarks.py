@@ -11,6 +11,7 @@ repository).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -27,6 +28,32 @@ _log = logging.getLogger(__name__)
 
 #: Bump when the stored arrays or the way they are made change.
 CACHE_VERSION = 1
+_tracker_kind = "mediapipe"
+
+
+@contextlib.contextmanager
+def evaluation_tracker(kind: str):
+    """Within the block every tracker the evaluation makes is of ``kind`` (``mediapipe`` or ``onnx``,
+    :func:`avatar_app.tracking.select.make_tracker`); its landmarks are cached apart.
+
+    Raises:
+        InputError: an unknown kind.
+    """
+    global _tracker_kind
+    from avatar_app.tracking.select import resolve_tracker
+
+    old, _tracker_kind = _tracker_kind, resolve_tracker(kind)
+    try:
+        yield
+    finally:
+        _tracker_kind = old
+
+
+def new_tracker(mode):
+    """A tracker of the evaluation's kind (:func:`evaluation_tracker`) in ``mode`` (a RunningMode)."""
+    from avatar_app.tracking.select import make_tracker
+
+    return make_tracker(_tracker_kind, mode)
 
 
 @dataclass(frozen=True)
@@ -82,7 +109,8 @@ def file_sha256(path: Path) -> str:
 def _key(path: Path, kind: str) -> str:
     import mediapipe
 
-    h = hashlib.sha256(f"{CACHE_VERSION}|{kind}|{mediapipe.__version__}|{file_sha256(path)}".encode())
+    tracker = "" if _tracker_kind == "mediapipe" else f"|{_tracker_kind}"
+    h = hashlib.sha256(f"{CACHE_VERSION}|{kind}|{mediapipe.__version__}|{file_sha256(path)}{tracker}".encode())
     return f"{path.stem}-{kind}-{h.hexdigest()[:16]}.npz"
 
 
@@ -113,7 +141,7 @@ def track_video(path: str | Path, *, use_cache: bool = True) -> TrackedClip:
     """
     import av
 
-    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+    from avatar_app.tracking.face_mesh import RunningMode
 
     path = Path(path)
     if not path.is_file():
@@ -126,7 +154,7 @@ def track_video(path: str | Path, *, use_cache: bool = True) -> TrackedClip:
     pts, found, times = [], [], []
     size = (0, 0)
     try:
-        with av.open(str(path)) as c, FaceTracker(RunningMode.VIDEO) as tracker:
+        with av.open(str(path)) as c, new_tracker(RunningMode.VIDEO) as tracker:
             st = c.streams.video[0]
             fps = float(st.average_rate or 0.0) or 30.0
             for frame in c.decode(st):
@@ -170,7 +198,7 @@ def track_image(path: str | Path, *, use_cache: bool = True, image=None, tracker
     """
     import cv2
 
-    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+    from avatar_app.tracking.face_mesh import RunningMode
 
     path = Path(path)
     target = None
@@ -187,7 +215,7 @@ def track_image(path: str | Path, *, use_cache: bool = True, image=None, tracker
     if tracker is not None:
         lm = tracker.process_image(image)
     else:
-        with FaceTracker(RunningMode.IMAGE) as own:
+        with new_tracker(RunningMode.IMAGE) as own:
             lm = own.process_image(image)
     if lm is None:
         raise NoFaceError(f"no face in {path}")

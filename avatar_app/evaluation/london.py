@@ -82,11 +82,11 @@ def evaluate(reconstructor, folder: Path) -> dict:
         ``n``, ``smile_ok``/``neutral_ok``/``both_ok`` fractions, mean smiles and the most
         frequent failing neutral shape.
     """
-    from avatar_app.evaluation.landmarks import track_image
-    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+    from avatar_app.evaluation.landmarks import new_tracker, track_image
+    from avatar_app.tracking.face_mesh import RunningMode
 
     rows = []
-    with FaceTracker(RunningMode.IMAGE) as tracker:
+    with new_tracker(RunningMode.IMAGE) as tracker:
         for p in people(folder):
             wn = read_still(reconstructor, track_image(p["neutral"], tracker=tracker))
             ws = read_still(reconstructor, track_image(p["smiling"], tracker=tracker))

@@ -34,9 +34,10 @@ def retracked_features(output, times: np.ndarray, frames: np.ndarray | None = No
     import cv2
 
     from avatar_app.core.types import AvatarState
+    from avatar_app.evaluation.landmarks import new_tracker
     from avatar_app.reconstruction import normalise as N
     from avatar_app.render.headless import HeadlessRenderer
-    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+    from avatar_app.tracking.face_mesh import RunningMode
 
     n = len(times)
     out = np.full((n, len(G.FEATURES)), np.nan)
@@ -45,7 +46,7 @@ def retracked_features(output, times: np.ndarray, frames: np.ndarray | None = No
     renderer = renderer or HeadlessRenderer(size, size)
     pts, ok = [], []
     try:
-        with FaceTracker(RunningMode.VIDEO) as tracker:
+        with new_tracker(RunningMode.VIDEO) as tracker:
             for k, i in enumerate(idx):
                 st = AvatarState(t_capture_ns=0, media_time_s=float(times[i]),
                                  weights=np.asarray(output.weights[i], np.float32),

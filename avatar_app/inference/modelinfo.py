@@ -15,8 +15,10 @@ add what the graph cannot say:
     for a GRU (ONNX Runtime has no QDQ GRU).
 
 Data sets beside the model: ``<stem>.val.npz`` (validation) and
-``<stem>.calib.npz`` (default INT8 calibration). Each holds one array per
-input name, stacked along that input's first (batch) axis.
+``<stem>.calib.npz`` (default INT8 calibration), or, where a model ships none,
+the same names in ``user_data_dir()/datasets`` (sets made on this machine from
+data that is not shipped). Each holds one array per input name, stacked along
+that input's first (batch) axis.
 """
 from __future__ import annotations
 
@@ -94,13 +96,13 @@ class ModelInfo:
 
     @property
     def validation_path(self) -> Path:
-        """``<stem>.val.npz`` beside the model (may not exist)."""
-        return self.path.with_name(self.path.stem + ".val.npz")
+        """``<stem>.val.npz`` beside the model, else made on this machine (may not exist; see :func:`data_set_path`)."""
+        return data_set_path(self.path, "val")
 
     @property
     def calibration_path(self) -> Path:
-        """``<stem>.calib.npz`` beside the model (may not exist)."""
-        return self.path.with_name(self.path.stem + ".calib.npz")
+        """``<stem>.calib.npz`` beside the model, else made on this machine (may not exist)."""
+        return data_set_path(self.path, "calib")
 
     @classmethod
     def from_onnx(cls, path: str | Path, card: Mapping | None = None) -> "ModelInfo":
@@ -210,6 +212,25 @@ class ModelInfo:
                 shape.append(size)
             feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         return feeds
+
+
+def local_data_sets_dir() -> Path:
+    """Where data sets made on this machine live: ``user_data_dir()/datasets``.
+
+    For models whose sets are made from recordings that may not be shipped (the
+    landmark engines' real face crops, ``training/landmarks/make_sets.py``).
+    """
+    from avatar_app.inference.dirs import user_data_dir
+
+    return user_data_dir() / "datasets"
+
+
+def data_set_path(model_path: Path, kind: str) -> Path:
+    """``<stem>.<kind>.npz`` beside the model if it exists, else in :func:`local_data_sets_dir` if it
+    exists there, else the path beside the model (which does not exist)."""
+    beside = model_path.with_name(f"{model_path.stem}.{kind}.npz")
+    local = local_data_sets_dir() / beside.name
+    return local if not beside.is_file() and local.is_file() else beside
 
 
 def _spec(value_info) -> TensorSpec:

@@ -61,6 +61,7 @@ class RenderOptions:
         settings: the post-processing chain's settings (fusion, tuning, expressions):
             a fresh studio's by default, or the studio's own settings file
             (:func:`avatar_app.pipeline.settings.load_settings_file`, ``render --settings``).
+        tracker: ``auto``, ``onnx`` or ``mediapipe`` (``render --tracker``; tracking.select).
     """
 
     size: tuple[int, int] = (1280, 720)
@@ -73,6 +74,7 @@ class RenderOptions:
     avatar_path: Path | None = None
     lighting: str = "studio"
     settings: ChainSettings = field(default_factory=ChainSettings)
+    tracker: str = "auto"
 
 
 @dataclass
@@ -427,7 +429,7 @@ def render_file(
         fps_out = float(options.fps or info.fps or 30.0)
         avatar = load_avatar_option(options, report)
         stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings,
-                                          on_fallback=report.warnings.append),
+                                          on_fallback=report.warnings.append, tracker=options.tracker),
                               reconstructor=reconstructor, speech=speech)
         report.face_solver = stages.face_solver
         report.speech_backend = describe_speech(stages.speech)

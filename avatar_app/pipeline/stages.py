@@ -72,6 +72,7 @@ class StageChoice:
             fastest available; ``"remote"``: an ``avatar-app serve`` server, see
             :mod:`avatar_app.inference.remote`).
         track: build a face tracker (False: vision comes from elsewhere, the demo).
+        tracker: which one: ``auto``, ``onnx`` or ``mediapipe`` (:mod:`avatar_app.tracking.select`).
         chain: the post-processing settings (default: a fresh studio's).
         on_fallback: hears a sentence for the user when an engine that was asked for
             could not be used and its solver stands in.
@@ -85,6 +86,7 @@ class StageChoice:
     manager: object = None
     backend: str | None = None
     track: bool = True
+    tracker: str = "auto"
     chain: ChainSettings = field(default_factory=ChainSettings)
     on_fallback: Callable[[str], None] | None = None
 
@@ -205,7 +207,8 @@ def build_stages(choice: StageChoice | None = None, expressions=None, reconstruc
     speech = speech if speech is not None else _speech(choice)
     tracker = None
     if choice.track:
-        from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+        from avatar_app.tracking.face_mesh import RunningMode
+        from avatar_app.tracking.select import make_tracker
 
-        tracker = FaceTracker(RunningMode.LIVE if choice.live else RunningMode.VIDEO)
+        tracker = make_tracker(choice.tracker, RunningMode.LIVE if choice.live else RunningMode.VIDEO)
     return Stages(tracker, recon, speech, chain if chain is not None else PostChain(choice.chain, expressions))

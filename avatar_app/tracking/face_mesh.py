@@ -314,6 +314,27 @@ class FaceTracker:
             ))
         return self._detector, self._crop_mesh
 
+    # -- the three graph calls (an ONNX tracker overrides them) ------------------
+
+    def _frame_faces(self, rgb: np.ndarray) -> list[np.ndarray]:
+        """(478, 3) normalised landmarks of each face the full-frame mesh tracks in an RGB frame."""
+        return _mesh_points(self._mesh.process(rgb))
+
+    def _small_face_boxes(self, rgb: np.ndarray) -> list[np.ndarray]:
+        """(4,) pixel boxes ``x0, y0, x1, y1`` of the full-range detector's faces in an RGB frame."""
+        detector, _ = self._small_face_graphs()
+        h, w = rgb.shape[:2]
+        boxes = []
+        for d in getattr(detector.process(rgb), "detections", None) or []:
+            b = d.location_data.relative_bounding_box
+            boxes.append(np.array([b.xmin * w, b.ymin * h, (b.xmin + b.width) * w, (b.ymin + b.height) * h]))
+        return boxes
+
+    def _crop_faces(self, crop: np.ndarray) -> list[np.ndarray]:
+        """(478, 3) crop-normalised landmarks of the faces the static mesh finds in an RGB crop."""
+        _, crop_mesh = self._small_face_graphs()
+        return _mesh_points(crop_mesh.process(crop))
+
     def _check_open(self) -> None:
         if self._closed:
             raise TrackingError("the face tracker is closed")
@@ -358,7 +379,7 @@ class FaceTracker:
             small = pts is not None
             self._faces_found = int(small)
         if pts is None:
-            faces = _mesh_points(self._mesh.process(rgb))
+            faces = self._frame_faces(rgb)
             self._faces_found = len(faces)
             if faces:
                 choice = self._select([_landmark_box(p, w, h) for p in faces], t_s)
@@ -381,15 +402,7 @@ class FaceTracker:
 
     def _detect_small(self, rgb: np.ndarray, t_s: float | None) -> np.ndarray | None:
         """Full-range detection, selection, then the mesh on a crop of the chosen face."""
-        detector, _ = self._small_face_graphs()
-        h, w = rgb.shape[:2]
-        dets = getattr(detector.process(rgb), "detections", None) or []
-        boxes = []
-        for d in dets:
-            b = d.location_data.relative_bounding_box
-            boxes.append(
-                np.array([b.xmin * w, b.ymin * h, (b.xmin + b.width) * w, (b.ymin + b.height) * h])
-            )
+        boxes = self._small_face_boxes(rgb)
         self._faces_found = max(self._faces_found, len(boxes))
         if not boxes:
             return None
@@ -400,7 +413,6 @@ class FaceTracker:
 
     def _mesh_in_box(self, rgb: np.ndarray, box: np.ndarray, scale: float) -> np.ndarray | None:
         """Run the crop mesh on a square of ``scale`` box sizes; points in full-image coords."""
-        _, crop_mesh = self._small_face_graphs()
         h, w = rgb.shape[:2]
         side = scale * max(box[2] - box[0], box[3] - box[1])
         if side < 8:
@@ -412,7 +424,7 @@ class FaceTracker:
         crop = cv2.warpAffine(
             rgb, m, (_CROP_PX, _CROP_PX), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT
         )
-        faces = _mesh_points(crop_mesh.process(crop))
+        faces = self._crop_faces(crop)
         if not faces:
             return None
         p = faces[0]
