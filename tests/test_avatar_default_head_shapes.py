@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from avatar_app.avatar.default_head import build_default_head, rig_landmark_vertices
+from avatar_app.avatar.authoring.default_head import rig_landmark_vertices
+from avatar_app.avatar.default_head import build_default_head
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, mirror_index
 
 LANDMARKS = (386, 374, 387, 373, 385, 380, 159, 145, 160, 144, 158, 153, 152, 13, 14, 0, 17, 61, 291,

@@ -101,7 +101,7 @@ def _read_own_glb(path: Path, doc: GltfDocument) -> LoadedAvatar | None:
     """
     from dataclasses import fields
 
-    from avatar_app.avatar.glb_writer import GENERATOR, read_avatar_glb
+    from avatar_app.avatar.glb_reader import GENERATOR, read_avatar_glb
 
     asset = getattr(doc.gltf, "asset", None)
     if getattr(asset, "generator", None) != GENERATOR:

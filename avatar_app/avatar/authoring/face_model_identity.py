@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.avatar.face_model_fields import smoothstep
-from avatar_app.avatar.face_model_shapes import MM, ShapeBuilder, lip_handles
+from avatar_app.avatar.authoring.face_model_fields import smoothstep
+from avatar_app.avatar.authoring.face_model_shapes import MM, ShapeBuilder, lip_handles
 from avatar_app.core import landmarks as lmk
 
 IDENTITY_NAMES: tuple[str, ...] = (

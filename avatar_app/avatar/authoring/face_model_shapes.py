@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
-from avatar_app.avatar.face_model_fields import MeshFields, smoothstep
+from avatar_app.avatar.authoring import face_model_topology as topo
+from avatar_app.avatar.authoring.face_model_fields import MeshFields, smoothstep
 from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.rotations import gaze_rotation, rot_x
