@@ -163,7 +163,8 @@ def _read(doc: dict, blob: bytes, settings: dict) -> AvatarMesh:
         spec = mat.get("extensions", {}).get("KHR_materials_specular", {}).get("specularFactor", 0.3)
         tex = pbr.get("baseColorTexture")
         material = Material(
-            name=mat.get("name", "material"), base_color=tuple(float(c) for c in pbr.get("baseColorFactor", (1, 1, 1, 1))),
+            name=mat.get("name", "material"),
+            base_color=tuple(float(c) for c in pbr.get("baseColorFactor", (1, 1, 1, 1))),
             roughness=float(pbr.get("roughnessFactor", 1.0)), specular=float(spec),
             texture=None if tex is None else _read_texture(doc, blob, tex["index"]),
             alpha_mode=mat.get("alphaMode", "OPAQUE"), alpha_cutoff=float(mat.get("alphaCutoff", 0.5)),

@@ -374,7 +374,8 @@ class Renderer:
             raise InputError(f"avatar '{mesh.name}' has {len(skel)} joints; the renderer supports {MAX_JOINTS}")
         names = mesh.target_names
         if len(names) > MAX_TARGETS:
-            raise InputError(f"avatar '{mesh.name}' has {len(names)} morph targets; the renderer supports {MAX_TARGETS}")
+            raise InputError(f"avatar '{mesh.name}' has {len(names)} morph targets; "
+                             f"the renderer supports {MAX_TARGETS}")
         entries, ranges = [], []
         count = 0
         for prim in mesh.primitives:

@@ -165,7 +165,8 @@ def build_head(style: HeadStyle | None = None) -> AvatarMesh:
     t_radii = (0.0170, 0.0062, 0.0215)
     pos, idx, _ = lathe(tc, t_radii, 12, 20)
     idx = orient_outward(pos, idx, tc)
-    tcol = np.array([0.52, 0.14, 0.15])[None, :] * (0.45 + 0.55 * smoothstep(tc[2] - 0.02, tc[2] + 0.02, pos[:, 2]))[:, None]
+    shade = 0.45 + 0.55 * smoothstep(tc[2] - 0.02, tc[2] + 0.02, pos[:, 2])
+    tcol = np.array([0.52, 0.14, 0.15])[None, :] * shade[:, None]
     add(_simple_prim("tongue", pos, idx, Material("tongue", roughness=0.4, specular=0.3), tcol), "head", "jaw", 1.0)
     bc = np.array([0.0, MOUTH_Y - 0.004, z_lip - 0.036])
     pos, idx, _ = lathe(bc, (0.0250, 0.0185, 0.0290), 12, 20)

@@ -156,7 +156,8 @@ def write_avatar_glb(mesh: AvatarMesh, path: str | Path, extras: dict | None = N
         g.meshes.append(pygltflib.Mesh(name=p.name, primitives=[prim],
                                        weights=[0.0] * len(names) if names else None,
                                        extras={"targetNames": names} if names else {}))
-        g.nodes.append(pygltflib.Node(name=p.name, mesh=len(g.meshes) - 1, skin=skin_index if p.joints is not None else None))
+        g.nodes.append(pygltflib.Node(name=p.name, mesh=len(g.meshes) - 1,
+                                      skin=skin_index if p.joints is not None else None))
         scene_nodes.append(len(g.nodes) - 1)
 
     settings = {
