@@ -158,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("input", type=Path, help="video file with a face")
     r.add_argument("--audio", type=Path, default=None, help="use this audio instead of the video's own")
     r.add_argument("--no-audio", action="store_true", help="ignore audio (silent clip, mouth from video only)")
+    r.add_argument("--remote", metavar="grpc://HOST:PORT", default=None,
+                   help="run the engines on an 'avatar-app serve' server (local engines when it does not answer)")
     common(r)
     d = sub.add_parser("demo", help="render a short demo clip from data the package carries")
     common(d)
@@ -170,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_engines_parser(sub)
+    try:
+        from avatar_app.serve.cli import add_serve_parser
+    except ImportError:  # serving not in this build
+        pass
+    else:
+        add_serve_parser(sub)
     return p
 
 
@@ -278,6 +286,7 @@ def _print_report(rep) -> None:
         f"wrote {rep.output_path} ({rep.frames_out} frames, {rep.duration_s:.2f} s video, "
         f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path.name}; "
         f"face in {rep.faces_found}/{rep.frames_in} frames ({rep.face_solver or 'geometric solver'}); "
+        f"mouth from {rep.speech_backend or 'the video alone'}; "
         f"{rep.fps:.1f} fps ({stages})"
     )
 
@@ -285,6 +294,12 @@ def _print_report(rep) -> None:
 def _cmd_render(args) -> int:
     from avatar_app.pipeline import render_file
 
+    if getattr(args, "remote", None):
+        from functools import partial
+
+        from avatar_app.serve.remote_render import render_file_remote
+
+        render_file = partial(render_file_remote, args.remote)
     if args.audio is not None and args.no_audio:
         raise InputError("--audio and --no-audio cannot be used together")
     prog = _Progress("rendering", not args.quiet and sys.stderr.isatty())
@@ -355,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
             from avatar_app.inference.cli import run_engines
 
             return run_engines(args)
+        if args.command == "serve":
+            from avatar_app.serve.cli import run_serve
+
+            return run_serve(args)
         return _cmd_window(args)
     except NoFaceError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -28,6 +28,7 @@ from avatar_app.core.errors import AvatarError, InputError, NoFaceError, Recordi
 from avatar_app.core.latency import LatencyStats
 from avatar_app.core.types import AvatarState, FaceParams, Frame
 from avatar_app.fusion import Fusion, FusionSettings
+from avatar_app.speech.base import describe_speech
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ class RenderReport:
             clip holds only the frames that decoded.
         face_solver: what turned landmarks into blendshapes: ``"geometric solver"`` or the
             learned engine's description (``face_recon.onnx on ort_cpu (fp32)``).
+        speech_backend: what turned the voice into mouth motion: the speech engine's
+            description (``speech2face.onnx on ort_cpu (fp32)``), ``"loudness solver"``
+            (its fallback), or "" when no audio drove the mouth.
         interrupted: the render was stopped early (``stop`` was set): the clip and
             the sidecar hold the frames rendered so far and the audio is cut to the
             video's length; when no frame was rendered nothing is written.
@@ -105,6 +109,7 @@ class RenderReport:
     input_problem: str | None = None
     interrupted: bool = False
     face_solver: str = ""
+    speech_backend: str = ""
 
     @property
     def fps(self) -> float:
@@ -319,11 +324,6 @@ class _RenderWorker:
             raise self.error
 
 
-def _silent(samples: np.ndarray, threshold: float = 10 ** (-70 / 20)) -> bool:
-    """True when the peak level is below -70 dBFS (digital silence or near it)."""
-    return samples.size == 0 or float(np.max(np.abs(samples))) < threshold
-
-
 def _default_reconstructor(on_fallback=None):
     """The face_recon engine (models/face_recon.onnx) if enabled and it loads, else the geometric
     solver; ``on_fallback(message)`` hears why when the engine was asked for but not usable."""
@@ -355,7 +355,7 @@ class _Writer:
     """
 
     def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
-        from avatar_app.record.formats import open_recorder
+        from avatar_app.record.factory import open_recorder
         from avatar_app.record.parts import OutputParts
         from avatar_app.record.sidecar import SidecarWriter
 
@@ -541,7 +541,7 @@ def render_file(
         RenderReport with counts, durations and stage timings.
 
     Raises:
-        InputError: the input or audio file is missing, unreadable or silent.
+        InputError: the input or audio file is missing or unreadable (a silent track only warns).
         NoFaceError: no face in any frame.
         RecordingError: the output (or its folder, which is created when missing)
             cannot be written.
@@ -551,6 +551,7 @@ def render_file(
     """
     from avatar_app.capture.audio_file import load_audio
     from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.speech.silence import drop_silent_speech
     from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
 
     options = options or RenderOptions()
@@ -575,12 +576,8 @@ def render_file(
                 rec_audio = src.read_audio()
                 speech_audio = src.read_audio(SPEECH_RATE)
                 what = f"audio track of {input_path}"
-            if rec_audio is not None and _silent(rec_audio.samples):
-                raise InputError(
-                    f"The {what} is silent: nothing can drive the mouth. "
-                    "Use --no-audio to render from the video alone.",
-                    options.audio_path or input_path,
-                )
+            if rec_audio is not None and drop_silent_speech(rec_audio.samples, what, report.warnings):
+                speech_audio = None  # a silent track: the face drives the mouth (issue 17 item 4)
             if rec_audio is None:
                 report.warnings.append(
                     f"{input_path} has no audio track: the output will be silent and the mouth "
@@ -591,6 +588,7 @@ def render_file(
         reconstructor = reconstructor if reconstructor is not None else _default_reconstructor(report.warnings.append)
         report.face_solver = (reconstructor.describe() if hasattr(reconstructor, "describe")
                               else "geometric solver")
+        report.speech_backend = describe_speech(speech)
         stats = LatencyStats(window_s=5.0)
         writer = _Writer(output_path, options, fps_out, rec_audio.sample_rate if rec_audio is not None else None)
         try:
@@ -878,6 +876,7 @@ def render_demo(output_path: str | Path, options: RenderOptions | None = None, p
     avatar = _load_avatar_option(options, report0)
     n = int(math.ceil(duration * fps))
     speech = _default_speech()
+    report0.speech_backend = describe_speech(speech)
     stats = LatencyStats()
     report = report0
     writer = _Writer(output_path, options, fps, rec_audio.sample_rate)

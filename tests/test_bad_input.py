@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import name_index, read_track, run_cli
 
 
 def _check(proc: subprocess.CompletedProcess, patterns: str | tuple[str, ...], code: int | None = None) -> None:
@@ -67,7 +67,15 @@ def test_silent_audio_track(testdata, tmp_path):
         ["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-f", "lavfi",
          "-i", "anullsrc=r=44100:cl=mono", "-map", "0:v", "-map", "1:a", "-shortest", "-c:v", "copy", "-c:a", "aac",
          str(silent)], check=True)
-    _check(run_cli("render", str(silent), "-o", str(tmp_path / "o.mp4")), r"silent.*--no-audio", 2)
+    # issue 21 item 3 / issue 17 item 4: a silent track renders with the mouth from vision and a warning
+    out = tmp_path / "o.mp4"
+    proc = run_cli("render", str(silent), "-o", str(out), "--size", "160x120", "-q")
+    assert proc.returncode == 0, proc.stderr
+    warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
+    assert any("is silent" in ln and "mouth follows the video" in ln for ln in warning), proc.stderr
+    assert out.is_file()
+    jaw = read_track(out.with_suffix(".blendshapes.jsonl")).blendshapes[:, name_index("jawOpen")]
+    assert jaw.max() > 0.1  # the talker's mouth moves without any voice
 
 
 def test_missing_audio_file(testdata, tmp_path):

@@ -158,3 +158,18 @@ def test_run_engines_maps_backend_errors_to_status_2(monkeypatch):
     assert out.getvalue() == "" and err.getvalue() == "error: tensorrt is not installed\n"
 
 
+
+
+@pytest.mark.gl
+def test_render_says_which_speech_backend_drove_the_mouth(testdata, tmp_path):
+    import subprocess
+
+    clip = tmp_path / "short.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.6",
+                    str(clip)], check=True, timeout=60)
+    proc = run_cli("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert "mouth from speech2face.onnx on ort_cpu" in proc.stdout, proc.stdout  # the shipped speech engine
+    proc = run_cli("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q", "--no-audio")
+    assert proc.returncode == 0, proc.stderr
+    assert "mouth from the video alone" in proc.stdout, proc.stdout

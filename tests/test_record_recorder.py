@@ -260,7 +260,8 @@ def test_file_size_limit_keeps_a_playable_part(tmp_path):
 
 def test_async_recorder_writes_everything_when_not_overloaded(tmp_path):
     path = tmp_path / "async.mp4"
-    rec = AsyncRecorder(ClipRecorder(path, W, H, FPS, audio_sample_rate=SR), max_video_frames=200)
+    rec = AsyncRecorder(ClipRecorder(path, W, H, FPS, audio_sample_rate=SR), max_video_frames=200,
+                        max_audio_s=100)  # fed faster than real time: no backlog limit
     buf = np.zeros((H, W, 3), np.uint8)
     for i in range(50):
         buf[:] = i * 5  # the caller reuses its buffer: the queue must hold copies

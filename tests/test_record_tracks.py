@@ -11,7 +11,7 @@ import pytest
 from avatar_app.avatar.mesh import AvatarMesh, Material, MeshPrimitive
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import InputError
-from avatar_app.core.rotations import gaze_rotation, matrix_from_quat, rot_x, rot_y, rot_z
+from avatar_app.core.rotations import gaze_rotation, matrix_from_quat, rot_x, rot_y, rot_z, rotation_from_euler
 from avatar_app.core.types import AvatarState
 from avatar_app.record import SidecarWriter
 from avatar_app.record.tracks import (
@@ -19,6 +19,7 @@ from avatar_app.record.tracks import (
     LIVE_LINK_COLUMNS,
     convert_sidecar,
     export_gltf_animation,
+    live_link_angles,
     main,
     parse_timecode,
     read_live_link_csv,
@@ -276,3 +277,18 @@ def test_cli_writes_beside_the_track(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "take.csv").is_file() and (tmp_path / "take.glb").is_file()
     assert "take.csv" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.jsonl"), "--csv", str(tmp_path / "m.csv")]) == 2
+
+
+def test_live_link_angles_use_arkit_pitch_sign():
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        q = rng.normal(size=4)
+        r = matrix_from_quat(q / np.linalg.norm(q))
+        y, p, ro = live_link_angles(r)
+        np.testing.assert_allclose(rot_y(y) @ rot_x(p) @ rot_z(ro), r, atol=1e-9)
+    # the subject looking up is a negative Live Link pitch (ARKit: pitch > 0 tips the face down)
+    y, p, ro = live_link_angles(rotation_from_euler(0.1, 0.2, -0.05))
+    assert (y, p, ro) == pytest.approx((0.1, -0.2, -0.05))
+    with pytest.raises(InputError, match="finite"):
+        live_link_angles(np.full((3, 3), np.nan))
+

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -154,6 +154,60 @@ def probe_tail(container: av.container.InputContainer, stream: av.stream.Stream,
     if last_end is None:
         return None
     return last_start, last_end
+
+
+def display_transform(matrix: bytes | None) -> Callable[[np.ndarray], np.ndarray] | None:
+    """What to do to a decoded image so that it looks as players show it, from its display matrix.
+
+    Phone clips store frames as the sensor saw them and a display matrix (MP4
+    ``tkhd`` matrix, the ``rotate`` tag) saying how to show them. FFmpeg's
+    matrix is 3x3 int32, row-major, 16.16 fixed point (the last column 2.30); a
+    source pixel ``(x, y, 1)`` (row vector) times it gives the displayed pixel, so
+    ``x' = a x + c y`` and ``y' = b x + d y`` with ``a, b, c, d`` = elements 0, 1, 3, 4.
+    Only quarter turns and mirrors are applied (what cameras write); any other
+    angle is logged and ignored.
+
+    Source: FFmpeg ``libavutil/display.h`` (matrix layout, ``av_display_rotation_get``)
+    and ``fftools`` auto-rotation (which this reproduces for the axis-aligned cases).
+
+    Args:
+        matrix: the 36 bytes of ``AV_FRAME_DATA_DISPLAYMATRIX`` side data, or None.
+
+    Returns:
+        ``f(image) -> image`` for (H, W, ...) arrays (a view; the caller copies), or
+        None when nothing is to be done (no matrix, identity, or not axis-aligned).
+    """
+    if not matrix or len(matrix) < 36:
+        return None
+    m = np.frombuffer(bytes(matrix)[:36], "<i4").astype(np.float64) / 65536.0
+    a, b, c, d = (int(np.sign(round(v))) for v in (m[0], m[1], m[3], m[4]))
+    if (a == 0) == (b == 0) or (c == 0) == (d == 0) or (a == 0) != (d == 0):
+        logger.warning("display matrix %s is not a quarter turn or a mirror; frames are used as stored",
+                       np.round(m[[0, 1, 3, 4]], 3).tolist())
+        return None
+    if (a, b, c, d) == (1, 0, 0, 1):
+        return None
+    swap = a == 0  # x' comes from y: transpose, then flip the axes whose scale is negative
+    flip_rows = (b if swap else d) < 0
+    flip_cols = (c if swap else a) < 0
+
+    def apply(image: np.ndarray) -> np.ndarray:
+        out = np.swapaxes(image, 0, 1) if swap else image
+        if flip_rows:
+            out = out[::-1]
+        if flip_cols:
+            out = out[:, ::-1]
+        return out
+
+    return apply
+
+
+def frame_display_matrix(frame: av.VideoFrame) -> bytes | None:
+    """The display-matrix side data of a decoded frame (bytes), or None."""
+    for sd in frame.side_data:
+        if sd.type.name == "DISPLAYMATRIX":
+            return bytes(sd)
+    return None
 
 
 @dataclass

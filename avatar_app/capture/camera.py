@@ -66,6 +66,20 @@ def driver_timestamp_ns(pos_msec: float, now: int) -> int | None:
     return None
 
 
+def fourcc_text(value: float) -> str:
+    """A FOURCC code read back from OpenCV (``CAP_PROP_FOURCC``, a float) as text: ``"MJPG"``, ``"YUYV"``.
+
+    Returns:
+        The four characters without trailing blanks, or "" for 0 (the backend does not say)
+        or a code that is not printable ASCII.
+    """
+    code = int(value)
+    if code <= 0:
+        return ""
+    text = "".join(chr((code >> (8 * i)) & 0xFF) for i in range(4))
+    return text.rstrip(" \0") if text.isascii() and text.rstrip("\0").isprintable() else ""
+
+
 class CameraSource(EndlessVideoMixin):
     """A webcam opened with OpenCV, read by a newest-frame thread.
 
@@ -94,6 +108,11 @@ class CameraSource(EndlessVideoMixin):
         stall_timeout_s: seconds without a frame after which the camera counts
             as stopped.
 
+    Attributes:
+        granted: (width, height, fps) the driver granted (the size corrected by the first frame).
+        pixel_format: FOURCC the driver delivers (``"MJPG"``, ``"YUYV"``; "" when unknown).
+        format_note: one sentence for the user when the camera refused MJPG ("" otherwise).
+
     Raises:
         CaptureError: the camera cannot be opened (missing index, busy, no
             response within ``open_timeout_s``).
@@ -108,6 +127,8 @@ class CameraSource(EndlessVideoMixin):
         self.stall_timeout_s = float(stall_timeout_s)
         self.error: BaseException | None = None
         self.timestamp_source = "read"
+        self.pixel_format = ""
+        self.format_note = ""
         self._slot: LatestSlot[Frame] = LatestSlot()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -154,6 +175,13 @@ class CameraSource(EndlessVideoMixin):
         return cap
 
     def _negotiate(self) -> tuple[int, int, float]:
+        """Ask for MJPG at the requested size and rate; read back what the driver granted.
+
+        Sets :attr:`pixel_format` (the FOURCC read back, "" when the backend does not
+        say) and :attr:`format_note` (a sentence for the user when the camera refused
+        MJPG: uncompressed formats over USB 2 cap the frame rate, the usual cause of a
+        low fps).
+        """
         w, h, fps = self.requested
         cap = self._cap
         cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*"MJPG"))
@@ -166,6 +194,13 @@ class CameraSource(EndlessVideoMixin):
         if granted[:2] != (w, h) or abs(granted[2] - fps) > 0.5:
             logger.info("camera %d: asked for %dx%d @ %.1f fps, granted %dx%d @ %.1f fps",
                         self.index, w, h, fps, *granted)
+        self.pixel_format = fourcc_text(cap.get(cv2.CAP_PROP_FOURCC))
+        self.format_note = ""
+        if self.pixel_format and self.pixel_format != "MJPG":
+            self.format_note = (f"Camera {self.index} refused MJPG and sends {self.pixel_format} "
+                                f"(uncompressed): {granted[0]}x{granted[1]} at {granted[2]:.0f} fps granted; "
+                                "a lower size gives more frames per second")
+            logger.warning("%s", self.format_note)
         return granted
 
     # -- running ----------------------------------------------------------------------
@@ -278,7 +313,7 @@ class CameraSource(EndlessVideoMixin):
         self.stop()
 
     def __repr__(self) -> str:
-        return f"CameraSource({self.index}, granted={self.granted})"
+        return f"CameraSource({self.index}, granted={self.granted}, pixel format {self.pixel_format or '?'})"
 
 
 def list_cameras(max_index: int = 10,

@@ -27,8 +27,9 @@ class VideoInfo:
     """What a video file contains (from its headers plus a demux of its last seconds).
 
     Attributes:
-        width: frame width in pixels.
-        height: frame height in pixels.
+        width: frame width in pixels, as displayed (after the display matrix:
+            a phone clip stored 1920x1080 with ``rotate=90`` is 1080 wide).
+        height: frame height in pixels, as displayed.
         fps: frames per second (the stream's average rate; 0.0 if unknown).
         frame_count: number of frames: the container's count where it has one,
             else round(duration_s * fps) (an estimate; :meth:`VideoFileSource.frames`
@@ -79,6 +80,7 @@ class VideoFileSource:
         self.path = _media.check_file(path, "Video")
         #: Set when decoding hit errors (a corrupt or truncated file).
         self.truncated = False
+        self._transform = None  # display matrix -> upright image (see _media.display_transform)
         self._generators: weakref.WeakSet = weakref.WeakSet()
         self._closed = False
         with _media.open_container(self.path, "video") as c:
@@ -102,6 +104,10 @@ class VideoFileSource:
         rate = v.average_rate or v.guessed_rate or v.base_rate
         fps = float(rate) if rate else 0.0
         self._video_start_s = _media.stream_start_s(v)
+        width, height = int(v.codec_context.width), int(v.codec_context.height)
+        self._transform = self._probe_transform(c, v)
+        if self._transform is not None:
+            height, width = self._transform(np.empty((height, width), np.bool_)).shape
         tail = _media.probe_tail(c, v, 1.0 / fps if fps else 0.0)
         if tail is not None:
             duration = tail[1] - self._video_start_s
@@ -126,11 +132,22 @@ class VideoFileSource:
                 a_end = declared if declared is not None else a_start_stream
             a_dur = max(0.0, a_end - a_start_stream)
         return VideoInfo(
-            width=int(v.codec_context.width), height=int(v.codec_context.height), fps=fps,
+            width=width, height=height, fps=fps,
             frame_count=int(frame_count), duration_s=float(max(duration, 0.0)),
             has_audio=has_audio, audio_sample_rate=a_rate, audio_duration_s=float(a_dur),
             audio_start_s=float(a_start),
         )
+
+    def _probe_transform(self, c: av.container.InputContainer, v: av.stream.Stream):
+        """The display transform of the stream, from its first decodable frame (FFmpeg puts the
+        container's display matrix on every decoded frame)."""
+        first = next(_media.decode_tolerant(c, v, _media.DecodeReport()), None)
+        matrix = _media.frame_display_matrix(first) if first is not None else None
+        transform = _media.display_transform(matrix)
+        if transform is not None:
+            logger.info("%s has a display matrix (rotation %s deg); frames are turned upright",
+                        self.path, getattr(first, "rotation", "?"))
+        return transform
 
     # -- frames -----------------------------------------------------------------------
     def frames(self) -> Iterator[Frame]:
@@ -140,7 +157,8 @@ class VideoFileSource:
             :class:`~avatar_app.core.types.Frame` with ``index`` from 0,
             ``media_time_s`` = pts relative to the video stream's start (seconds),
             ``t_capture_ns`` = ``now_ns()`` when the frame was decoded and
-            ``image`` (H, W, 3) uint8 BGR.
+            ``image`` (H, W, 3) uint8 BGR, upright: the file's display matrix
+            (rotation metadata of phone clips) is applied, as players do.
 
         If the file is corrupt or truncated, the frames that decode are yielded,
         a warning is logged and :attr:`truncated` is set.
@@ -173,7 +191,10 @@ class VideoFileSource:
                 else:
                     t = 0.0
                 last_t = t
-                image = np.ascontiguousarray(fr.to_ndarray(format="bgr24"))
+                image = fr.to_ndarray(format="bgr24")
+                if self._transform is not None:
+                    image = self._transform(image)
+                image = np.ascontiguousarray(image)
                 yield Frame(index=index, t_capture_ns=now_ns(), image=image, media_time_s=t)
                 index += 1
         if declared_frames > index > 0:

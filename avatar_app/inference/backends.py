@@ -66,6 +66,8 @@ class Backend:
     name = "base"
     artifact_name = "engine.bin"
     default_precisions: tuple[Precision, ...] = (Precision.FP32,)
+    #: Whether plans without an explicit backend choice include it (False: only when chosen).
+    automatic = True
 
     def status(self) -> BackendStatus:  # pragma: no cover - abstract
         """Probe the machine (cheap; may import the backend's package)."""
@@ -92,6 +94,14 @@ class Backend:
         """An unopened runner for a built artifact."""
         raise NotImplementedError
 
+    def open_direct(self, manager, info: ModelInfo, precision: Precision) -> BaseRunner | None:
+        """An open runner without a cached artifact (a server's engine), or None: build and cache one.
+
+        Raises:
+            AvatarError: the engine cannot be opened (the manager tries the next candidate).
+        """
+        return None
+
 
 class OrtBackend(Backend):
     """ONNX Runtime with one execution provider; the artifact is the precision's ONNX file."""
@@ -114,6 +124,11 @@ class OrtBackend(Backend):
         if self.provider not in offered:
             why = (f"{self.provider} is not in this onnxruntime build (offered: {', '.join(offered)}); "
                    "it needs onnxruntime-gpu and an NVIDIA GPU")
+            return BackendStatus(self.name, True, version, False, False, why,
+                                 precisions={p.value: why for p in Precision})
+        problem = ort.provider_load_problem(self.provider)
+        if problem:
+            why = f"{self.provider} is in this onnxruntime build but cannot load here: {problem}"
             return BackendStatus(self.name, True, version, False, False, why,
                                  precisions={p.value: why for p in Precision})
         if self.provider == ort.CPU_EP:
@@ -284,7 +299,7 @@ def candidate_plan(backend: str | None = None, precision: Precision | str | None
         if (b, p) not in plan and (p in allowed or (b, p) == REFERENCE):
             plan.append((b, p))
 
-    names = backend_names(preference)
+    names = [b for b in backend_names(preference) if get_backend(b).automatic]
     prec = Precision.parse(precision) if precision is not None else None
     if backend is not None:
         get_backend(backend)
@@ -307,6 +322,9 @@ def _register_defaults() -> None:
     register_backend(OrtBackend("ort_tensorrt", "TensorrtExecutionProvider", (Precision.FP16, Precision.FP32)))
     register_backend(OrtBackend("ort_cuda", "CUDAExecutionProvider", (Precision.FP16, Precision.FP32)))
     register_backend(OrtBackend("ort_cpu", "CPUExecutionProvider", (Precision.FP32,)))
+    from avatar_app.inference.remote import RemoteBackend  # imports this module's Backend
+
+    register_backend(RemoteBackend())
 
 
 _register_defaults()

@@ -102,6 +102,28 @@ class Manifest:
 
 
 @dataclass
+class BuildFailure:
+    """A build of one cache key that failed, remembered so that the next start does not repeat it.
+
+    Stored as ``<cache root>/failures/<entry folder name>.json``. A new model file,
+    backend version or device is a new key, and is built again.
+
+    Attributes:
+        key: the :class:`CacheKey` as a dict.
+        model_name: source model stem.
+        reason: the build's error message.
+        when: UNIX time of the failure.
+        error: the exception's class name (``EngineBuildError``, ``ChildCrashError``...).
+    """
+
+    key: dict
+    model_name: str
+    reason: str
+    when: float = field(default_factory=time.time)
+    error: str = ""
+
+
+@dataclass
 class CacheEntry:
     """A checked cache entry."""
 
@@ -238,6 +260,65 @@ class EngineCache:
             self.remove(folder)
             n += 1
         return n, freed
+
+    # -- remembered build failures --------------------------------------------------
+    @property
+    def failures_dir(self) -> Path:
+        """Folder of the remembered build failures."""
+        return self.root / "failures"
+
+    def _failure_path(self, key: CacheKey, model_name: str) -> Path:
+        return self.failures_dir / (self.folder_for(key, model_name).name + ".json")
+
+    def record_failure(self, key: CacheKey, model_name: str, reason: str, error: str = "") -> BuildFailure:
+        """Remember that building ``key`` failed (written atomically; replaces an older record)."""
+        failure = BuildFailure(key=asdict(key), model_name=model_name, reason=reason, error=error)
+        path = self._failure_path(key, model_name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(failure), indent=2, sort_keys=True))
+        tmp.replace(path)
+        return failure
+
+    def failure(self, key: CacheKey, model_name: str) -> BuildFailure | None:
+        """The remembered failure of ``key``, or None (an unreadable record counts as none)."""
+        path = self._failure_path(key, model_name)
+        if not path.is_file():
+            return None
+        failure = self._read_failure(path)
+        return failure if failure is not None and failure.key == asdict(key) else None
+
+    def forget_failure(self, key: CacheKey, model_name: str) -> bool:
+        """Forget the failure of ``key`` (the next build tries again); True when one was remembered."""
+        path = self._failure_path(key, model_name)
+        existed = path.is_file()
+        path.unlink(missing_ok=True)
+        return existed
+
+    def failures(self) -> list[BuildFailure]:
+        """Every remembered failure, oldest first."""
+        if not self.failures_dir.is_dir():
+            return []
+        found = (self._read_failure(p) for p in self.failures_dir.glob("*.json"))
+        return sorted((f for f in found if f is not None), key=lambda f: f.when)
+
+    @staticmethod
+    def _read_failure(path: Path) -> BuildFailure | None:
+        try:
+            return BuildFailure(**json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError, TypeError) as exc:
+            logger.debug("unreadable build failure record %s: %s", path, exc)
+            return None
+
+    def clear_failures(self, model_name: str | None = None) -> int:
+        """Forget the remembered failures (of one model); returns how many."""
+        n = 0
+        for path in (self.failures_dir.glob("*.json") if self.failures_dir.is_dir() else ()):
+            failure = self._read_failure(path)
+            if model_name is None or failure is None or failure.model_name == model_name:
+                path.unlink(missing_ok=True)
+                n += 1
+        return n
 
     def scratch_dir(self) -> Path:
         """A folder for in-progress builds inside the cache (same filesystem as entries)."""

@@ -44,7 +44,8 @@ def add_engines_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--backend", default="ort_cpu", help="backend name (see 'engines list')")
     b.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8"])
     b.add_argument("--calibration-method", default="percentile", choices=["percentile", "entropy", "minmax"])
-    b.add_argument("--force", action="store_true", help="rebuild even if a valid cached engine exists")
+    b.add_argument("--force", action="store_true", help="rebuild even if a valid cached engine exists "
+                   "(a build that failed before is always tried again)")
     b.add_argument("--inline", action="store_true", help="build in this process (no child process)")
 
     c = sub.add_parser("calibrate", help="manage your own INT8 calibration samples (kept on this machine)")
@@ -241,6 +242,13 @@ def _list(args, out) -> int:
             print(f"      verification: {v.summary()}", file=out)
         elif m.reason:
             print(f"      {m.reason}", file=out)
+    failures = cache.failures()
+    if failures:
+        print("Failed builds (remembered, not tried again at start; `engines build` retries):", file=out)
+    for f in failures:
+        when = datetime.datetime.fromtimestamp(f.when).strftime("%Y-%m-%d %H:%M")
+        print(f"  {f.model_name} {f.key.get('precision')} {f.key.get('backend')} {f.key.get('backend_version')} "
+              f"[{f.key.get('device')}] failed {when}: {f.reason}", file=out)
     for text in args.model:
         from avatar_app.inference.manager import EngineManager
 
@@ -275,7 +283,8 @@ def _build(args, out) -> int:
 
     path = resolve_model(args.model)
     mgr = EngineManager(isolate=not args.inline, calibration_method=args.calibration_method)
-    entry = mgr.build(path, args.backend, args.precision, progress=_ProgressBar(out), force=args.force)
+    # an explicit build always tries again, also when this engine's build failed before
+    entry = mgr.retry(path, args.backend, args.precision, progress=_ProgressBar(out), force=args.force)
     m = entry.manifest
     print(f"{path.name} {args.precision} on {args.backend}: {m.status}", file=out)
     print(f"  engine: {entry.artifact_path} ({m.artifact_size / 1e6:.2f} MB, sha256 {m.artifact_sha256[:16]}...)",
@@ -326,6 +335,7 @@ def _clear(args, out) -> int:
         shipped, here = _shipped_model_hashes(), _backends_here()
         where = lambda entry: _unused_reason(entry, shipped, here) is not None  # noqa: E731
     n, freed = cache.clear(args.model, where)
+    forgotten = 0 if args.unused else cache.clear_failures(args.model)
     print(f"removed {n} {'unused ' if args.unused else ''}cached engine(s) ({freed / 1e6:.1f} MB) "
-          f"from {cache.engines_dir}", file=out)
+          f"from {cache.engines_dir}" + (f"; forgot {forgotten} failed build(s)" if forgotten else ""), file=out)
     return 0

@@ -10,6 +10,10 @@
   builds the backend's artifact, loads it the first time and verifies it
   against the FP32 ONNX Runtime reference - all in a spawned child process -
   and records the result in the engine cache.
+- A build that fails (a parser or builder error, a crash in the child) is
+  remembered per cache key (:class:`~avatar_app.inference.cache.BuildFailure`):
+  later starts skip it at once instead of rebuilding it in a child every time.
+  ``retry(...)`` (``avatar-app engines build``, the Engines panel's Retry) tries again.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import numpy as np
 from avatar_app.core.errors import AvatarError, BackendUnavailableError, EngineBuildError, ModelLoadError
 from avatar_app.inference import backends as _backends
 from avatar_app.inference.base import BaseRunner, Precision
-from avatar_app.inference.cache import CacheEntry, CacheKey, EngineCache
+from avatar_app.inference.cache import BuildFailure, CacheEntry, CacheKey, EngineCache
 from avatar_app.inference.calibration import CalibrationStore, calibration_sets, validation_set
 from avatar_app.inference.isolation import DEFAULT_TIMEOUT_S, run_isolated
 from avatar_app.inference.modelinfo import ModelInfo, sha256_file
@@ -44,8 +48,11 @@ class Attempt:
         backend / precision: what was tried.
         ok: the engine was handed out.
         reason: why it was skipped or rejected ("" when ok).
-        cached: the engine (or its rejection) came from the cache.
+        cached: the engine (or its rejection, or its remembered build failure) came
+            from the cache.
         verification: the verification result as JSON, when one ran.
+        failed_before: skipped because its build failed before (a UI offers Retry:
+            :meth:`EngineManager.retry`).
     """
 
     backend: str
@@ -54,6 +61,7 @@ class Attempt:
     reason: str = ""
     cached: bool = False
     verification: dict | None = None
+    failed_before: bool = False
 
     def line(self) -> str:
         """``tensorrt_rtx/fp16: rejected - max abs error ...``."""
@@ -82,6 +90,26 @@ class OpenResult:
     def explain(self) -> str:
         """Multi-line account of the choice, for logs and the UI."""
         return "\n".join(a.line() for a in self.attempts)
+
+
+class RememberedBuildFailure(EngineBuildError):
+    """The build of this engine failed before (remembered in the cache); it was not tried again.
+
+    Attributes:
+        failure: the remembered :class:`~avatar_app.inference.cache.BuildFailure`.
+    """
+
+    def __init__(self, message: str, failure: BuildFailure):
+        super().__init__(message)
+        self.failure = failure
+
+
+def _name_the_model(exc: AvatarError, artifact: Path, what: str) -> AvatarError:
+    """``exc`` with the temporary artifact's path and name replaced by ``what`` (in place; returned)."""
+    if exc.args and isinstance(exc.args[0], str):
+        text = exc.args[0].replace(str(artifact), what).replace(artifact.name, what)
+        exc.args = (text, *exc.args[1:])
+    return exc
 
 
 @dataclass(frozen=True)
@@ -237,6 +265,9 @@ def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
         entry = cache.commit(key, info.name, art_tmp, backend.artifact_name, build_time_s=build_time,
                              status=status, reason=reason, verification=verification,
                              load_checked=load_checked, details=details)
+    except AvatarError as exc:  # messages name the model, never the temporary file
+        _name_the_model(exc, art_tmp, f"the new {job.backend} engine of {info.path.name}")
+        raise
     finally:
         art_tmp.unlink(missing_ok=True)
     if progress:
@@ -308,7 +339,7 @@ class EngineManager:
     # -- building ----------------------------------------------------------------
     def build(self, model_path: str | Path, backend: str, precision: Precision | str, *,
               card: Mapping | None = None, progress: ProgressFn | None = None,
-              force: bool = False) -> CacheEntry:
+              force: bool = False, retry: bool = False) -> CacheEntry:
         """Build (or find in the cache) the engine of (model, backend, precision).
 
         Args:
@@ -317,7 +348,8 @@ class EngineManager:
             precision: the engine precision.
             card: optional model-card dict (dynamic dims, tolerances, precisions).
             progress: ``progress(stage, fraction)`` callback (called in this process).
-            force: rebuild even when a valid entry exists.
+            force: rebuild even when a valid entry exists (and even when it failed before).
+            retry: build even when this engine's build failed before (see :meth:`retry`).
 
         Returns:
             The cache entry; its manifest ``status`` is ``"ok"``, ``"rejected"`` (failed
@@ -325,7 +357,10 @@ class EngineManager:
 
         Raises:
             BackendUnavailableError: the backend cannot build here.
-            EngineBuildError: conversion/parse/build failed or the child crashed.
+            RememberedBuildFailure: the build failed before and ``retry``/``force`` is off
+                (nothing is built; the message gives the earlier reason).
+            EngineBuildError: conversion/parse/build failed or the child crashed (the
+                failure is remembered for this cache key).
             ModelLoadError: the model cannot be read.
         """
         precision = Precision.parse(precision)
@@ -348,19 +383,61 @@ class EngineManager:
                 logger.warning("cached %s engine of %s fails the runtime check (%s); rebuilding",
                                backend, info.name, why)
                 self.cache.remove(entry.folder)
+        label = f"build {precision.value} {backend} engine of {info.path.name}"
+        failure = self.cache.failure(key, info.name)
+        if failure is not None and not (force or retry):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(failure.when))
+            raise RememberedBuildFailure(
+                f"{label} failed before ({when}), not tried again: {failure.reason} (retry with "
+                f"`avatar-app engines build --model {info.path.name} --backend {backend} --precision "
+                f"{precision.value}` or Retry in the Engines panel)", failure)
         job = BuildJob(model_path=str(info.path), card=dict(card) if card else None, backend=backend,
                        precision=precision.value, key=asdict(key), cache_root=str(self.cache.root),
                        calibration_files=tuple(str(p) for p in self.calibration_files(info)),
                        calibration_method=self.calibration_method, verify=st.can_run,
                        cannot_run_reason="" if st.can_run else st.reason, backend_obj=b)
-        label = f"build {precision.value} {backend} engine of {info.path.name}"
         logger.info("%s", label)
-        run_isolated(build_job, job, label=label, isolate=self.isolate, timeout_s=self.timeout_s,
-                     progress=progress)
-        entry = self.cache.lookup(key, info.name)
-        if entry is None:
-            raise EngineBuildError(f"{label}: the child finished but left no valid cache entry")
+        try:
+            run_isolated(build_job, job, label=label, isolate=self.isolate, timeout_s=self.timeout_s,
+                         progress=progress)
+            entry = self.cache.lookup(key, info.name)
+            if entry is None:
+                raise EngineBuildError(f"{label}: the child finished but left no valid cache entry")
+        except AvatarError as exc:
+            self.cache.record_failure(key, info.name, str(exc), type(exc).__name__)
+            logger.info("%s failed; remembered, not tried again until a retry: %s", label, exc)
+            raise
+        self.cache.forget_failure(key, info.name)
         return entry
+
+    def build_failure(self, model_path: str | Path, backend: str, precision: Precision | str,
+                      card: Mapping | None = None) -> BuildFailure | None:
+        """The remembered failed build of (model, backend, precision) on this machine, or None.
+
+        What the Engines panel shows beside its Retry button.
+
+        Raises:
+            BackendUnavailableError: unknown backend.
+            ModelLoadError: the model cannot be read.
+        """
+        precision = Precision.parse(precision)
+        info = self.model_info(model_path, card)
+        return self.cache.failure(self.cache_key(info, backend, precision), info.name)
+
+    def retry(self, model_path: str | Path, backend: str, precision: Precision | str, **kwargs) -> CacheEntry:
+        """Build an engine whose build failed before, now (the panel's Retry, ``engines build``).
+
+        Args:
+            model_path / backend / precision: as :meth:`build`.
+            **kwargs: ``card``, ``progress``, ``force`` of :meth:`build`.
+
+        Returns:
+            The cache entry (see :meth:`build`); a success forgets the failure.
+
+        Raises:
+            The errors of :meth:`build` (a new failure is remembered again).
+        """
+        return self.build(model_path, backend, precision, retry=True, **kwargs)
 
     # -- opening -----------------------------------------------------------------
     def open_reference(self, model_path: str | Path) -> BaseRunner:
@@ -406,6 +483,10 @@ class EngineManager:
                 continue
             try:
                 runner, attempt = self._open_candidate(info, bname, prec, card, progress)
+            except RememberedBuildFailure as exc:  # known: no child, no warning on every start
+                logger.info("%s/%s for %s not used: %s", bname, prec.value, info.name, exc)
+                attempts.append(Attempt(bname, prec.value, False, str(exc), cached=True, failed_before=True))
+                continue
             except AvatarError as exc:
                 logger.warning("%s/%s for %s not used: %s", bname, prec.value, info.name, exc)
                 attempts.append(Attempt(bname, prec.value, False, str(exc)))
@@ -416,6 +497,10 @@ class EngineManager:
         raise AssertionError("candidate plan did not end with the reference")  # pragma: no cover
 
     def _open_candidate(self, info: ModelInfo, bname: str, prec: Precision, card, progress):
+        direct = _backends.get_backend(bname).open_direct(self, info, prec)
+        if direct is not None:  # a server's engine: nothing to build or cache here
+            v = direct.verification
+            return direct, Attempt(bname, prec.value, True, "", False, v.to_json() if v is not None else None)
         key = self.cache_key(info, bname, prec)
         cached = self.cache.lookup(key, info.name) is not None
         entry = self.build(info.path, bname, prec, card=card, progress=progress)

@@ -7,6 +7,7 @@ CPU when a GPU provider cannot load, and the engine layer must not report
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
@@ -52,6 +53,58 @@ def ort_available_providers() -> list[str]:
     except ImportError:
         return []
     return list(ort.get_available_providers())
+
+
+def _probe_provider(provider: str) -> str:
+    """Open a one-node session on ``provider`` (in a child process); "" when it runs there, else why not."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            session = ort.InferenceSession(model.SerializeToString(), sess_options=so,
+                                           providers=[provider, CPU_EP])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
+        return f"a test session fails: {exc}"
+    actual = session.get_providers()
+    if not actual or actual[0] != provider:
+        return (f"a test session runs on {', '.join(actual) or 'nothing'} (the provider failed to load: "
+                "are the CUDA / cuDNN / TensorRT libraries it needs installed?)")
+    return ""
+
+
+@functools.lru_cache(maxsize=None)
+def provider_load_problem(provider: str) -> str:
+    """Why an execution provider this onnxruntime build offers cannot load here ("" when it can).
+
+    onnxruntime-gpu lists ``CUDAExecutionProvider`` whether or not CUDA and cuDNN
+    load; a session then silently runs on the CPU. The probe opens a one-node
+    session in a child process (a crashing driver kills only the child), once per
+    process and provider.
+
+    Args:
+        provider: e.g. ``"CUDAExecutionProvider"``.
+
+    Returns:
+        "" or the reason, for ``engines list`` and the Engines panel.
+    """
+    if provider == CPU_EP:
+        return ""
+    from avatar_app.core.errors import AvatarError
+    from avatar_app.inference.isolation import run_isolated
+
+    try:
+        return run_isolated(_probe_provider, provider, label=f"probe {provider}", timeout_s=120.0)
+    except AvatarError as exc:
+        return f"probing it failed: {exc}"
 
 
 @dataclass(frozen=True)

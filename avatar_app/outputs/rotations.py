@@ -8,14 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.core.rotations import (
-    axis_angle_fraction,
-    euler_from_rotation,
-    gaze_rotation,
-    nearest_rotation,
-    quat_from_matrix,
-)
-
 #: Mirror between our avatar axes and Unity's: our +X (the avatar's own left) is
 #: Unity's -X (a Unity humanoid faces +Z with its right hand toward +X); Y and Z agree.
 UNITY_MIRROR = np.diag([-1.0, 1.0, 1.0])
@@ -40,30 +32,4 @@ def quat_to_unity(q: np.ndarray) -> np.ndarray:
     return np.array([x, -y, -z, w])
 
 
-def yaw_pitch_roll(rot: np.ndarray) -> tuple[float, float, float]:
-    """Live Link Face's head angles: yaw, pitch and roll with ARKit's pitch sign.
-
-    Deprecated here: kept only for ``record/tracks.py`` until it imports
-    :mod:`avatar_app.core.rotations` directly (then this moves beside its one
-    caller). ARKit's right-handed face frame has pitch > 0 tipping the face
-    down, the opposite of the project's convention, so pitch is negated:
-    ``rot = Ry(yaw) @ Rx(pitch) @ Rz(roll)``.
-
-    Args:
-        rot: (3, 3) rotation matrix (re-orthonormalised first).
-
-    Returns:
-        (yaw, pitch, roll) radians; pitch in [-pi/2, pi/2].
-
-    Raises:
-        InputError: not a finite (3, 3) matrix.
-    """
-    yaw, pitch, roll = euler_from_rotation(nearest_rotation(rot))
-    return yaw, -pitch, roll
-
-
-__all__ = [
-    "UNITY_MIRROR", "position_to_unity", "quat_to_unity", "yaw_pitch_roll",
-    # re-exported for record/tracks.py until it imports core.rotations (issue 16)
-    "axis_angle_fraction", "gaze_rotation", "quat_from_matrix",
-]
+__all__ = ["UNITY_MIRROR", "position_to_unity", "quat_to_unity"]

@@ -17,6 +17,17 @@ and normalised per user:
   read right). The head-pose reference is then the first frame, levelled in
   yaw and roll.
 
+Mouth and brows (``fit_shapes``, the default): the weights are fitted to the
+visible displacement of the lip contours, chin and brows from the user's rest
+position through the face model (:mod:`avatar_app.reconstruction.shape_fit`:
+the model has MediaPipe's topology, so this is analysis by synthesis), which
+gives jawOpen, mouthClose, funnel, pucker, smile, frown, stretch,
+mouthUpperUp/LowerDown, mouthLeft/Right, jawLeft/Right and the five brow shapes;
+the rest positions are running medians (the mouth's over frames whose lips
+touch, and before the first such frame the frame's own mouth with the lower
+inner lip raised onto the upper one). Displacements are taken from the nose
+ridge, which no expression moves. Measured by ``benchmarks/fidelity.py``.
+
 The output is deterministic given the same landmarks and timestamps, so
 offline rendering and live mode behave alike.
 
@@ -25,10 +36,12 @@ subject's left (the image's right in an unmirrored camera image).
 
 Blinks: MediaPipe's lids under-read closure (DESIGN.md notes a full blink
 only halves the lid gap in some views), so eyeBlink reaches 1 at 35 % of the
-open aperture and starts at 85 %; and because spontaneous blinks are
-bilateral, an eye that is itself closing is pulled up to at most
-``blink_link`` times its own value by the other eye (a one-eyed wink, where
-the open eye's own value is ~0, is kept).
+open aperture and starts at 85 %. The eyes are independent (``blink_link`` 1:
+a wink stays a wink even when the open eye squints with it), except during the
+first ``blink_onset_s`` of a difference between them: the two eyes of a blink
+close a frame or two apart, so then the lagging eye is pulled up to at most
+``blink_onset_link`` times its own value. Linking the eyes for good is the
+user's choice ("Link eyes" in the tuning).
 """
 from __future__ import annotations
 
@@ -113,7 +126,11 @@ class GeometricSolverConfig:
     ipd_m: float = MEAN_IPD_M
     blink_start_ratio: float = 0.85  # aperture / open aperture where eyeBlink starts
     blink_full_ratio: float = 0.35  # ... where eyeBlink reaches 1
-    blink_link: float = 2.0  # bilateral-blink coupling (1 = independent eyes)
+    blink_link: float = 1.0  # bilateral-blink coupling (1 = independent eyes: winks stay winks)
+    blink_onset_link: float = 2.0  # coupling while the eyes have differed for less than blink_onset_s
+    blink_onset_s: float = 0.1  # eyes close 1-2 frames apart in a blink; a held difference is a wink
+    eye_open_min: float = 0.19  # lowest open-eye aperture (lid gap / eye width) of the automatic reference
+    eye_ref_symmetry: float = 0.92  # each eye's open reference is at least this share of the other's
     wide_start_ratio: float = 1.10
     wide_full_ratio: float = 1.40
     gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
@@ -130,6 +147,7 @@ class GeometricSolverConfig:
     brow_down_range_m: float = 0.005
     warmup_s: float = 5.0
     slow_interval_s: float = 0.25
+    fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
 
 def _clip01(x: np.ndarray | float) -> np.ndarray:
@@ -183,13 +201,39 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     return f
 
 
+def _fit_points(region: str) -> list[int]:
+    from avatar_app.reconstruction import shape_fit
+
+    return list({"mouth": shape_fit.MOUTH_POINTS, "brow": shape_fit.BROW_POINTS,
+                 "anchor": shape_fit.ANCHOR_POINTS}[region])
+
+
+def _inner_lip_rows() -> tuple[list[int], list[int]]:
+    """Rows (into the mouth points) of the inner lip contours, upper and lower paired."""
+    pts = _fit_points("mouth")
+    pairs = [(u, lo) for u, lo in zip(lmk.LIP_INNER_UPPER, lmk.LIP_INNER_LOWER) if u != lo]
+    return [pts.index(u) for u, _ in pairs], [pts.index(lo) for _, lo in pairs]
+
+
+def _region_points(points_m: np.ndarray) -> np.ndarray:
+    """(P, 3) float64 mouth then brow points of head-frame points (``HeadPose.points_m``).
+
+    The head frame has the face model's axes and scale (+x the subject's left, +y up,
+    63 mm between the irises), so displacements in it are the model's offsets; it is
+    fitted to the user's own neutral, so head turns leave no residual (fitting the
+    model's template instead left 0.2-0.3 of mouth shapes at 15 degrees of pitch).
+    """
+    return np.asarray(points_m, np.float64)[_fit_points("mouth") + _fit_points("brow") + _fit_points("anchor")]
+
+
 class GeometricSolver:
     """FaceReconstructor from landmark geometry (no model), per-user normalised.
 
-    Produces eyeBlink, eyeWide, eyeLookIn/Out/Up/Down (per eye), jawOpen,
-    mouthClose, mouthFunnel, mouthPucker, mouthSmile, mouthFrown, browInnerUp,
-    browDown and browOuterUp (Left/Right = the subject's sides); the other
-    ARKit weights stay 0. Cost: ~0.3 ms per frame on one CPU core.
+    Produces eyeBlink, eyeWide, eyeLookIn/Out/Up/Down (per eye) and, fitted
+    through the face model, the mouth and brow shapes listed in
+    :data:`avatar_app.reconstruction.shape_fit.MOUTH_SHAPES` / ``BROW_SHAPES``
+    (Left/Right = the subject's sides); the other ARKit weights stay 0.
+    Cost: under 1 ms per frame on one CPU core.
 
     Thread: one instance per processing thread; calls must come in time order.
 
@@ -214,6 +258,15 @@ class GeometricSolver:
             warmup_s=self.config.warmup_s,
             slow_interval_s=self.config.slow_interval_s,
         )
+        self._fits = None
+        n_mouth, n_brow = len(_fit_points("mouth")), len(_fit_points("brow")) + len(_fit_points("anchor"))
+        self._n_mouth = n_mouth
+        self._auto_region = RunningPercentiles(  # brows (and the mouth until the lips touch)
+            np.full(3 * (n_mouth + n_brow), 50.0), warmup_s=self.config.warmup_s,
+            slow_interval_s=self.config.slow_interval_s)
+        self._auto_region_closed = RunningPercentiles(  # the mouth over frames whose lips touch
+            np.full(3 * n_mouth, 50.0), warmup_s=self.config.warmup_s,
+            slow_interval_s=self.config.slow_interval_s)
         self.reset()
 
     # -- FaceReconstructor --------------------------------------------------
@@ -224,8 +277,12 @@ class GeometricSolver:
         self._explicit_ref: np.ndarray | None = None
         self._auto.reset()
         self._auto_closed.reset()
+        self._auto_region.reset()
+        self._auto_region_closed.reset()
+        self._explicit_region: np.ndarray | None = None
         self._last_t_s: float | None = None
         self._eye_angles = np.zeros((2, 2))  # (yaw, pitch) x (right eye, left eye), radians
+        self._asym_since: float | None = None  # when one eye began to be clearly more closed
         self.last_pose: HeadPose | None = None
         self.last_features: np.ndarray | None = None
 
@@ -244,6 +301,9 @@ class GeometricSolver:
             landmarks, ipd_m=self.config.ipd_m, hfov_deg=self.config.hfov_deg
         )
         self._explicit_ref = measure_features(self._neutral.points_m)
+        # the calibration frame seen through the same fit as every later frame
+        self._explicit_region = _region_points(
+            estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg).points_m)
 
     @property
     def neutral(self) -> NeutralFace | None:
@@ -292,6 +352,8 @@ class GeometricSolver:
         self.last_pose = pose
         self.last_features = feats
         weights, gaze = self._solve(feats, ref)
+        if self.config.fit_shapes:
+            self._fit_regions(pose.points_m, feats, t, weights)
         return FaceParams(
             blendshapes=weights,
             rotation=pose.rotation,
@@ -312,9 +374,71 @@ class GeometricSolver:
         # Touching lips have no gap, whoever the user is: a mouth open from the
         # first frame must not become the "closed" reference.
         ref[Feature.LIP_GAP] = min(ref[Feature.LIP_GAP], c.lips_closed_gap_m)
+        # An eye that was shut through much of the first seconds (a wink, a squint) must
+        # not become "open": a person's two eyes open about equally wide, and no open eye
+        # is narrower than eye_open_min (London neutral photos: 0.25 +- 0.03, here -2 sd).
+        eyes = [Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]
+        e = ref[eyes]
+        ref[eyes] = np.maximum(np.maximum(e, c.eye_ref_symmetry * e[::-1]), c.eye_open_min)
+        return ref
+
+    # -- the fitted regions -------------------------------------------------
+
+    def _fit_regions(self, points_m: np.ndarray, feats: np.ndarray, t: float, w: np.ndarray) -> None:
+        """Replace the mouth and brow weights by the face-model fit (``shape_fit``), in place."""
+        from avatar_app.reconstruction.shape_fit import default_fits
+
+        if self._fits is None:
+            self._fits = default_fits()
+        pts = _region_points(points_m)
+        if self._explicit_region is not None:
+            ref = self._explicit_region
+        else:
+            ref = self._region_reference(pts, feats, t)
+        delta = np.zeros((478, 3))
+        n_anchor = len(_fit_points("anchor"))
+        idx = np.array(_fit_points("mouth") + _fit_points("brow"), np.intp)
+        d = pts - ref
+        # Measured from the nose ridge: the forehead and the bridge between the brows, part of
+        # the head-pose fit, move with the brows and shift the whole head frame a little.
+        delta[idx] = d[:-n_anchor] - d[-n_anchor:].mean(0)
+        for fit in self._fits:
+            w[fit.shapes] = fit.solve(delta)
+
+    def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
+        """The user's rest position of the fitted points (automatic calibration).
+
+        Brows: running medians. Mouth: running medians over frames whose lips touch, or,
+        before the first such frame, over all frames with the lower inner lip raised onto the
+        upper one (touching lips have no gap, whoever the user is).
+        """
+        c = self.config
+        n = self._n_mouth
+        self._auto_region.update(pts.reshape(-1), t)
+        ref = self._auto_region.value.reshape(-1, 3).copy()
+        if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
+            self._auto_region_closed.update(pts[:n].reshape(-1), t)
+        if self._auto_region_closed.value is not None:
+            ref[:n] = self._auto_region_closed.value.reshape(-1, 3)
+        else:
+            up, lo = _inner_lip_rows()
+            ref[lo, 1] = ref[up, 1]  # an opening jaw drops the lower lip; the upper one stays
         return ref
 
     # -- the mapping --------------------------------------------------------
+
+    def _blink_link(self, blink: np.ndarray) -> float:
+        """Coupling of the eyes this frame: ``blink_onset_link`` while one eye has been clearly
+        more closed than the other for less than ``blink_onset_s`` (the eyes of a blink close a
+        frame or two apart), ``blink_link`` once the difference is held (a wink)."""
+        c = self.config
+        t = self._last_t_s if self._last_t_s is not None else 0.0
+        if max(blink) > 0.5 and abs(blink[0] - blink[1]) > 0.3:
+            if self._asym_since is None:
+                self._asym_since = t
+            return c.blink_onset_link if t - self._asym_since < c.blink_onset_s else c.blink_link
+        self._asym_since = None
+        return c.blink_link
 
     def _solve(self, f: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = self.config
@@ -327,7 +451,7 @@ class GeometricSolver:
             ref[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]], 1e-6
         )
         blink = _clip01((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
-        linked = np.maximum(blink, np.minimum(blink[::-1], c.blink_link * blink))
+        linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
         w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
         wide = _clip01((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
         w[B.eyeWideRight], w[B.eyeWideLeft] = wide

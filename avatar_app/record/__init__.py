@@ -3,7 +3,8 @@ wrapper, drift-free sync on the audio clock, and blendshape tracks (JSON Lines, 
 Face CSV, glTF animation)."""
 from avatar_app.record.alpha import AlphaClipRecorder
 from avatar_app.record.async_recorder import AsyncRecorder
-from avatar_app.record.formats import RecordingFormat, available_formats, open_recorder
+from avatar_app.record.factory import open_recorder
+from avatar_app.record.formats import RecordingFormat, available_formats
 from avatar_app.record.recorder import ClipRecorder
 from avatar_app.record.sidecar import SidecarTrack, SidecarWriter, read_sidecar
 from avatar_app.record.synced import SyncedRecorder

@@ -484,15 +484,3 @@ class ClipRecorder(ClosingContext):
             _log.info("%d frames before the recording start were skipped", self._skipped_early)
         if failed and self._error is not None:
             raise self._error
-
-
-
-def __getattr__(name: str):
-    # ``from avatar_app.record.recorder import AsyncRecorder`` (as ui/main_window.py
-    # does) keeps working; the class lives in async_recorder.py, which imports this
-    # module, hence the lazy look-up (PEP 562).
-    if name == "AsyncRecorder":
-        from avatar_app.record.async_recorder import AsyncRecorder
-
-        return AsyncRecorder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,6 +27,11 @@ Method (the audio device is the master clock, as in broadcast capture):
    slots before the midpoint to the next frame), so frames are duplicated or
    dropped as the rates require and the error never exceeds half a frame plus
    the clock-model error; it does not grow with the length of the clip.
+   While the writer is behind (``behind()``, given by
+   :class:`~avatar_app.record.async_recorder.AsyncRecorder`), a frame is
+   encoded in its first slot only and held on screen over the others (the
+   file's frame rate is then variable there): a starved pipeline delivering
+   2 fps would otherwise cost fifteen encodes per frame and starve the audio.
 
 File time 0 is the earlier of the first video frame and the first audio
 sample; audio before it is trimmed, and slots before the first frame show that
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -171,7 +177,12 @@ class SyncedRecorder(ClosingContext):
 
     Attributes:
         frames_in: frames given to :meth:`write_video`.
-        frames_duplicated: extra output slots filled by repeating a frame.
+        frames_duplicated: extra output slots filled by encoding a frame again.
+        slots_held: slots over which a frame stayed on screen without being encoded
+            again (while catching up; the file has a variable frame rate there).
+        behind: a callable, true while the writer is behind (asked before each repeat;
+            :class:`~avatar_app.record.async_recorder.AsyncRecorder` sets it); repeats
+            are then held, not encoded. Default: never behind.
         frames_dropped: frames never shown (two frames in one slot, or not after
             the previous frame on the file timeline, or before file time 0).
         audio_gap_samples: silence inserted for dropouts, samples.
@@ -203,6 +214,8 @@ class SyncedRecorder(ClosingContext):
         self._closed = False
         self.frames_in = 0
         self.frames_duplicated = 0
+        self.slots_held = 0
+        self.behind: Callable[[], bool] = lambda: False
         self.frames_dropped = 0
         self.audio_gap_samples = 0
         self.audio_trimmed_samples = 0
@@ -218,7 +231,9 @@ class SyncedRecorder(ClosingContext):
     frame_shape = property(lambda self: self.recorder.frame_shape,
                            doc="(height, width, channels) of the images taken.")
     frames_written = property(lambda self: self.recorder.frames_written,
-                              doc="Output frames (slots) encoded so far.")
+                              doc="Output frames encoded so far (slots, less the held ones).")
+    duration_s = property(lambda self: self.slot_time(self._slot),
+                          doc="File time up to which video has been placed (the end of the last slot), s.")
     error = property(lambda self: self.recorder.error, doc="The write error, if any.")
     closed = property(lambda self: self._closed, doc="True after close().")
 
@@ -335,21 +350,31 @@ class SyncedRecorder(ClosingContext):
         self._prev = (held, f)
         return True
 
-    def _emit_until(self, limit_s: float) -> None:
-        """Write the held frame to every slot with time < limit_s."""
+    def _emit_until(self, limit_s: float, final: bool = False) -> None:
+        """Place the held frame in every slot with time < limit_s.
+
+        The first slot is encoded; the others are encoded again, or held while
+        :attr:`behind` says so (except the last one of the clip when ``final``, so that
+        the video track lasts as long as the audio).
+        """
         img, f = self._prev
-        n = 0
+        encoded = held = 0
         if limit_s - self.slot_time(self._slot) > 10.0:
             _log.warning("no new video frame for %.1f s in %s; repeating the last one",
                          limit_s - f, self.path)
         while self.slot_time(self._slot) < limit_s:
-            self.recorder.write_video(img, self.slot_time(self._slot))
+            last = self.slot_time(self._slot + 1) >= limit_s
+            if encoded == 0 or (final and last) or not self.behind():
+                self.recorder.write_video(img, self.slot_time(self._slot))
+                encoded += 1
+            else:
+                held += 1
             self._slot += 1
-            n += 1
-        if n == 0:
+        if encoded == 0:
             self.frames_dropped += 1
         else:
-            self.frames_duplicated += n - 1
+            self.frames_duplicated += encoded - 1
+            self.slots_held += held
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
@@ -366,11 +391,11 @@ class SyncedRecorder(ClosingContext):
                 end = self._prev[1] + 0.5 / float(self._rate)
                 if self._sr:
                     end = max(end, self.recorder.audio_samples_written / self._sr)
-                self._emit_until(end)
+                self._emit_until(end, final=True)
         finally:
             self.recorder.close()
         if self.frames_in:
-            _log.info("recording %s: %d frames in, %d slots out (%d repeated, %d dropped), "
-                      "audio clock %+.0f ppm", self.path, self.frames_in, self.frames_written,
-                      self.frames_duplicated, self.frames_dropped, self.drift_ppm or 0.0)
+            _log.info("recording %s: %d frames in, %d encoded (%d repeated, %d slots held while catching up, "
+                      "%d dropped), audio clock %+.0f ppm", self.path, self.frames_in, self.frames_written,
+                      self.frames_duplicated, self.slots_held, self.frames_dropped, self.drift_ppm or 0.0)
 

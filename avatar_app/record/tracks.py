@@ -49,11 +49,12 @@ import numpy as np
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, RecordingError
-from avatar_app.outputs.rotations import (
+from avatar_app.core.rotations import (
     axis_angle_fraction,
+    euler_from_rotation,
     gaze_rotation,
+    nearest_rotation,
     quat_from_matrix,
-    yaw_pitch_roll,
 )
 
 _log = logging.getLogger(__name__)
@@ -135,14 +136,34 @@ def parse_timecode(tc: str, fps: float) -> float:
 
 
 # ---------------------------------------------------------------------------- CSV
+def live_link_angles(rot: np.ndarray) -> tuple[float, float, float]:
+    """Live Link Face's head (or eye) angles: yaw, pitch and roll with ARKit's pitch sign.
+
+    ARKit's right-handed face frame has pitch > 0 tipping the face down, the
+    opposite of the project's convention (:mod:`avatar_app.core.rotations`), so
+    pitch is negated: ``rot = Ry(yaw) @ Rx(pitch) @ Rz(roll)``.
+
+    Args:
+        rot: (3, 3) rotation matrix (re-orthonormalised first).
+
+    Returns:
+        (yaw, pitch, roll) radians; pitch in [-pi/2, pi/2].
+
+    Raises:
+        InputError: not a finite (3, 3) matrix.
+    """
+    yaw, pitch, roll = euler_from_rotation(nearest_rotation(rot))
+    return yaw, -pitch, roll
+
+
 def _angles(rotation: np.ndarray | None, gaze: np.ndarray | None, n: int) -> np.ndarray:
     out = np.zeros((n, 9))
     if rotation is not None:
         for i in range(n):
-            out[i, 0:3] = yaw_pitch_roll(rotation[i])
+            out[i, 0:3] = live_link_angles(rotation[i])
     if gaze is not None:
         for i in range(n):
-            eye = yaw_pitch_roll(gaze_rotation(float(gaze[i, 0]), float(gaze[i, 1])))
+            eye = live_link_angles(gaze_rotation(float(gaze[i, 0]), float(gaze[i, 1])))
             out[i, 3:6] = eye
             out[i, 6:9] = eye
     return out

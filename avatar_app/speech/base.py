@@ -141,3 +141,19 @@ def animate_offline(
         end = int(round(t * sr))
         out[i] = animator.process(x[max(0, end - ctx):end], t)
     return out
+
+
+def describe_speech(animator: object | None) -> str:
+    """What drives the mouth from the voice, for reports: the animator's ``describe()``, else its class name.
+
+    Args:
+        animator: a SpeechAnimator, or None (no audio drives the mouth).
+
+    Returns:
+        e.g. ``"speech2face.onnx on ort_cpu (fp32)"``, ``"loudness solver"``; "" for None.
+    """
+    if animator is None:
+        return ""
+    describe = getattr(animator, "describe", None)
+    return describe() if callable(describe) else type(animator).__name__
+

@@ -116,6 +116,10 @@ class LoudnessSpeechAnimator:
         self._max_hops = int(round(self.context_s / HOP_S)) - 2  # frames of 25 ms fit
         self.reset()
 
+    def describe(self) -> str:
+        """``"loudness solver"`` (what the render report names, as the engine's ``describe``)."""
+        return "loudness solver"
+
     def reset(self) -> None:
         """Forget floor, gate, smoothing and the speaker's tilt mean."""
         self.gate.reset()

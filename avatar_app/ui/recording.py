@@ -229,13 +229,15 @@ class RecordingController(QObject):
             full = getattr(rec, "dropped_frames", 0)
         return int(full), max(0, self.win.viewport.captures_skipped - self._rec_skip0)
 
-    def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True) -> str:
+    def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True, audio_lost_s: float = 0.0) -> str:
         """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
 
         Args:
-            dropped: frames lost.
+            dropped: video frames lost.
             fmt: the RecordingFormat recorded (default: the running recording's).
             encoder: the encoder was behind (else only the rendering for the recording was).
+            audio_lost_s: audio that did not reach the file, s (the recorder never drops
+                audio for load: only a failed write loses it).
 
         Returns:
             One sentence for the status bar and the "Saved …" message.
@@ -250,7 +252,8 @@ class RecordingController(QObject):
         advice.append("close other programs")
         s = "" if dropped == 1 else "s"
         who = "The encoder" if encoder else "Rendering for the recording"
-        return (f"{who} cannot keep up: {dropped} frame{s} dropped — "
+        audio = f"{audio_lost_s:.1f} s of audio lost" if audio_lost_s > 0 else "no audio lost"
+        return (f"{who} cannot keep up: {dropped} video frame{s} dropped, {audio} — "
                 f"{', '.join(advice[:-1])} or {advice[-1]}.")
 
     @staticmethod
@@ -305,7 +308,7 @@ class RecordingController(QObject):
             start (the reason is shown to the user; nothing raises).
         """
         from avatar_app.record import AsyncRecorder, SyncedRecorder
-        from avatar_app.record.formats import open_recorder
+        from avatar_app.record.factory import open_recorder
 
         win = self.win
         if self.recorder is not None:
@@ -443,6 +446,8 @@ class RecordingController(QObject):
             inner = getattr(rec, "recorder", None)
             frames = int(getattr(inner, "frames_written", 0) or 0)
             return error, {"frames": frames, "reason": reason, "fps": fps, "dropped": dropped, "format": fmt,
+                           "duration_s": getattr(inner, "duration_s", None),
+                           "audio_lost_s": float(getattr(rec, "audio_lost_s", 0.0)),
                            "encoder_behind": behind[0] > 0,
                            "sidecar": sidecar_path if sidecar is not None else None}
 
@@ -486,10 +491,11 @@ class RecordingController(QObject):
                                         f"{why}, so no file was saved.")
             win._show_error(self.last_record_message)
             return
-        saved = f"Saved {path} ({frames / fps:.1f} s)"
+        saved = f"Saved {path} ({info.get('duration_s') or frames / fps:.1f} s)"
         if dropped:
             self.record_drop_warning = self.recording_drop_message(dropped, info.get("format"),
-                                                                   bool(info.get("encoder_behind", True)))
+                                                                   bool(info.get("encoder_behind", True)),
+                                                                   info.get("audio_lost_s", 0.0))
             saved += f". {self.record_drop_warning}"
         if error is not None:
             self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "

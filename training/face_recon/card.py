@@ -523,6 +523,9 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
                   f"{g['iris_median_deg']:.1f}° from the iris geometry (looking straight ahead: "
                   f"{g['zero_median_deg']:.1f}°); the runtime uses "
                   f"{'the engine' if g['engine_median_deg'] <= g['iris_median_deg'] else 'the irises'}.", ""]
+    from avatar_app.evaluation.report import card_section
+
+    lines += card_section(Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity.json")
     lines += bars_table(card)
     lines += [
         "## Limits",

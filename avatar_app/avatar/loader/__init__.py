@@ -318,26 +318,14 @@ def _top_influences(group_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _framing(mesh: AvatarMesh, rig: ReducedRig | None) -> tuple[np.ndarray | None, float | None]:
-    """Camera centre and height: head and shoulders when a head joint exists, else the bounds."""
+    """Camera centre and height: the face, found from the bones (loader/framing.py), else the bounds."""
     if rig is None or mesh.skeleton is None or rig.names == ["root", "head"] and not rig.source_nodes:
         lo, hi = mesh.bounds()
         size = hi - lo
         # The renderer fits the height; keep the width inside a 4:3 frame too.
         return ((lo + hi) / 2).astype(np.float32), 1.15 * float(max(size[1], 0.75 * size[0], 1e-3))
-    heads = [rig.index(r) for r in ("head", "leftEye", "rightEye") if rig.index(r) is not None]
-    pts = []
-    for p in mesh.primitives:
-        if p.joints is None:
-            continue
-        w_head = np.zeros(p.num_vertices, np.float32)
-        for h in heads:
-            w_head += np.where(p.joints == h, p.weights, 0.0).sum(1)
-        pts.append(p.positions[w_head >= 0.5])
-    pts = np.concatenate(pts) if pts else np.zeros((0, 3), np.float32)
-    if len(pts) >= 4:
-        lo, hi = pts.min(0), pts.max(0)
-        hh = float(max(hi[1] - lo[1], 0.05))
-        centre = np.array([(lo[0] + hi[0]) / 2, (lo[1] + hi[1]) / 2 - 0.2 * hh, (lo[2] + hi[2]) / 2], np.float32)
-        return centre, 1.7 * hh
-    joint = mesh.skeleton.joint_position(mesh.skeleton.index("head"))
-    return (joint + np.array([0.0, 0.06, 0.0])).astype(np.float32), 0.55
+    from avatar_app.avatar.loader.framing import frame_avatar
+
+    centre, height, source = frame_avatar(mesh)
+    logger.info("%s: framed at its face, found from its %s", mesh.name, source)
+    return centre, height

@@ -1,0 +1,156 @@
+"""Blendshapes fitted to the face's visible displacement through the face model (analysis by synthesis).
+
+The face model (:mod:`avatar_app.avatar.face_model`) has MediaPipe's topology
+and is linear: ``points = neutral + B w``. So for a region of the face (the
+mouth, the brows) the weights that best reproduce what the camera sees solve a
+small bounded least-squares problem::
+
+    w* = argmin_{0 <= w <= 1}  || S (B_r w - (p_r - n_r)) ||^2 + sum_b lambda_b w_b^2
+
+with ``p_r`` the frame's head-frame points of the region (aligned to the
+model's template, :func:`avatar_app.reconstruction.normalise.align`), ``n_r``
+the user's neutral of the same points, ``B_r`` the model's shape offsets there,
+``S`` a per-axis weight (MediaPipe's depth is less reliable than x and y) and
+``lambda`` a small ridge prior that keeps rarely-needed shapes near 0 (the
+landmark loss with sparsity prior of DECA / 3DDFA-style fitting, solved in
+closed form per frame). The fit is deterministic and costs well under a
+millisecond per region (a non-negative least squares on up to 27 shapes).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from avatar_app.core import landmarks as lmk
+from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+
+#: Mouth shapes the fit may use, and their ridge weights (1 = the default prior).
+MOUTH_SHAPES: dict[str, float] = {
+    "jawOpen": 0.1, "mouthClose": 1.0, "mouthFunnel": 1.0, "mouthPucker": 1.0,
+    "mouthLeft": 1.0, "mouthRight": 1.0, "mouthSmileLeft": 0.5, "mouthSmileRight": 0.5,
+    "mouthFrownLeft": 1.0, "mouthFrownRight": 1.0, "mouthStretchLeft": 1.0, "mouthStretchRight": 1.0,
+    "mouthLowerDownLeft": 2.0, "mouthLowerDownRight": 2.0, "mouthUpperUpLeft": 2.0, "mouthUpperUpRight": 2.0,
+    "jawLeft": 20.0, "jawRight": 20.0,
+}
+#: Not fitted (left at 0): mouthRoll/Shrug/Press/Dimple and jawForward move the lip contour by
+#: 2-5 mm in ways MediaPipe does not resolve; fitted, they took up its jitter and its
+#: mirror asymmetry (0.45 of mouthShrugLower on a flipped still).
+BROW_SHAPES: dict[str, float] = {
+    "browInnerUp": 1.0, "browDownLeft": 1.0, "browDownRight": 1.0, "browOuterUpLeft": 1.0,
+    "browOuterUpRight": 1.0,
+}
+MOUTH_POINTS: tuple[int, ...] = tuple(sorted(set(
+    lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER + lmk.LIP_INNER_UPPER + lmk.LIP_INNER_LOWER + (152,))))
+BROW_POINTS: tuple[int, ...] = tuple(sorted(set(
+    lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER + lmk.RIGHT_BROW_UPPER + lmk.RIGHT_BROW_LOWER)))
+#: Rigid points of the nose ridge that no shape of the face model moves: displacements are
+#: measured relative to their mean (see GeometricSolver).
+ANCHOR_POINTS: tuple[int, ...] = (197, 195, 5, 4)
+#: Per-axis weights of the residual (x, y, z): MediaPipe's relative depth is the noisiest axis.
+AXIS_WEIGHTS = (1.0, 1.0, 0.5)
+#: Extra weight of single points in the residual: the mouth corners carry smiles, frowns and
+#: the mouth's width with two points of the 41 (MediaPipe tracks them well).
+POINT_WEIGHTS: dict[int, float] = {61: 6.0, 291: 6.0}
+#: Sparsity threshold (L1 prior), metres: a shape is used only when the (weighted) displacement
+#: along its direction exceeds this, so MediaPipe's jitter on a still face (about 1 px, 1.5 mm
+#: on a 100 px face, correlated over the region) does not flicker the avatar
+#: (tests/test_reconstruction_relations.py).
+DEAD_ZONE = 0.0005
+#: Ridge scale, in squared metres per unit weight: a shape must explain at least ~1 mm of
+#: displacement over the region before the prior lets it take a noticeable weight.
+RIDGE_M2 = 2e-6
+
+
+@dataclass(frozen=True)
+class RegionFit:
+    """A precomputed bounded least-squares fit of some shapes to some points.
+
+    Attributes:
+        points: (P,) landmark indices of the region.
+        shapes: (S,) blendshape indices (ARKit order) fitted.
+        design: (3P, S) float64 axis-weighted shape offsets.
+        chol: (S, S) float64 lower Cholesky factor of ``design.T @ design`` plus the
+            ridge prior (diagonal).
+        axis: (P, 3) per-point, per-axis residual weights.
+        l1: (S,) float64 sparsity (L1) weights: a shape is used only when the displacement
+            along its unit direction exceeds ``DEAD_ZONE`` metres.
+    """
+
+    points: np.ndarray
+    shapes: np.ndarray
+    design: np.ndarray
+    chol: np.ndarray
+    axis: np.ndarray
+    l1: np.ndarray
+
+    def solve(self, delta: np.ndarray) -> np.ndarray:
+        """Weights of the region's shapes for a displacement from the neutral.
+
+        The problem is reduced to its normal equations, factored once (``gram = L L^T``),
+        so each frame solves a tiny non-negative least squares ``min ||L^T w - L^-1 g||``
+        (Lawson and Hanson's NNLS, ``scipy.optimize.nnls``); a weight above 1 is held at 1
+        and the others are fitted again (the upper bound, exact when the held set is right).
+
+        Args:
+            delta: (478, 3) float head-frame points of the frame minus those of the
+                user's neutral, metres (model frame).
+
+        Returns:
+            (S,) float64 weights in [0, 1], in the order of :attr:`shapes`.
+        """
+        from scipy.linalg import solve_triangular
+        from scipy.optimize import nnls
+
+        d = np.asarray(delta, np.float64)[self.points] * self.axis
+        g = self.design.T @ d.reshape(-1) - self.l1
+        rhs = solve_triangular(self.chol, g, lower=True, check_finite=False)
+        a = self.chol.T
+        at_one = np.zeros(len(g), bool)
+        x = np.zeros(len(g))
+        for _ in range(len(g)):  # a weight that wants more than 1 is held at 1, the rest re-fitted
+            free = ~at_one
+            x[free], _ = nnls(a[:, free], rhs - a[:, at_one].sum(1))
+            x[at_one] = 1.0
+            over = free & (x > 1.0)
+            if not over.any():
+                break
+            at_one |= over
+        return np.minimum(x, 1.0)
+
+
+def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=None,
+                    ridge_m2: float = RIDGE_M2, dead_zone: float | None = None) -> RegionFit:
+    """Build a :class:`RegionFit` from the face model.
+
+    Args:
+        shapes: blendshape name -> ridge weight.
+        points: landmark indices of the region.
+        model: FaceModel (default: the shipped one).
+        ridge_m2: ridge scale.
+        dead_zone: sparsity threshold, metres (default :data:`DEAD_ZONE`).
+
+    Returns:
+        RegionFit.
+    """
+    from avatar_app.avatar.face_model import load_face_model
+
+    model = model or load_face_model()
+    dead_zone = DEAD_ZONE if dead_zone is None else float(dead_zone)
+    idx = np.array([BLENDSHAPE_NAMES.index(n) for n in shapes], np.intp)
+    pts = np.array(points, np.intp)
+    axis = np.array(AXIS_WEIGHTS, np.float64)
+    pw = np.array([POINT_WEIGHTS.get(int(i), 1.0) for i in pts], np.float64)
+    scale = pw[:, None] * axis  # (P, 3)
+    b = np.asarray(model.blendshapes, np.float64)[idx][:, pts, :] * scale  # (S, P, 3)
+    a = b.reshape(len(idx), -1).T  # (3P, S)
+    gram = a.T @ a + np.diag(ridge_m2 * np.array(list(shapes.values()), np.float64))
+    l1 = dead_zone * np.sqrt(np.einsum("ij,ij->j", a, a))
+    return RegionFit(pts, idx, a, np.linalg.cholesky(gram), scale, l1)
+
+
+@functools.lru_cache(maxsize=1)
+def default_fits() -> tuple[RegionFit, RegionFit]:
+    """The (mouth, brows) fits on the shipped face model (built once)."""
+    return make_region_fit(MOUTH_SHAPES, MOUTH_POINTS), make_region_fit(BROW_SHAPES, BROW_POINTS)

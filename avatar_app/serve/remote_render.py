@@ -1,0 +1,101 @@
+"""``avatar-app render --remote grpc://HOST:PORT``: an offline render whose engines run on a server.
+
+The solvers are the ones a local render uses (the face engine only when opted
+in, see :func:`~avatar_app.reconstruction.engine.face_engine_disabled_reason`;
+the speech engine when there is audio), opened on the ``remote`` backend: each
+engine call goes to the server, and to the local engine standing by when the
+server stops answering (:class:`~avatar_app.inference.remote.RemoteRunner`).
+Every switch becomes a warning in the render's report naming the wall-clock time,
+the frame and the clip time of the switch.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from avatar_app.core.clock import now_ns
+from avatar_app.inference.remote import SwitchEvent, remote_runners, set_remote_url
+
+logger = logging.getLogger(__name__)
+
+
+class _FrameClock:
+    """Records when each frame was done (process clock), to place switch events in the clip."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None):
+        self._progress = progress
+        self.marks: list[tuple[int, int]] = [(now_ns(), 0)]
+
+    def __call__(self, done: int, total: int) -> None:
+        self.marks.append((now_ns(), done))
+        if self._progress is not None:
+            self._progress(done, total)
+
+    def frame_at(self, t_ns: int) -> int:
+        """Index of the frame being processed at ``t_ns`` (frames done by then)."""
+        done = 0
+        for t, n in self.marks:
+            if t > t_ns:
+                break
+            done = n
+        return done
+
+
+def switch_warning(ev: SwitchEvent, frame: int, fps: float, local: str) -> str:
+    """The report's line for one switch.
+
+    Args:
+        ev: the switch.
+        frame: index of the first frame it affected.
+        fps: the output frame rate (for the clip time).
+        local: the local engine's description (``ort_cpu (fp32)``).
+    """
+    where = f"at {ev.clock()} (frame {frame}, {frame / fps:.2f} s into the clip)"
+    if ev.to == "local":
+        return f"{ev.model}: {ev.reason}; switched to the local engine ({local}) {where}"
+    return f"{ev.model}: {ev.reason}; switched back to the server {where}"
+
+
+def render_file_remote(url: str, input_path, output_path, options=None, progress=None, stop=None):
+    """:func:`~avatar_app.pipeline.render_file` with the engines on the server at ``url``.
+
+    Args:
+        url: ``grpc://HOST:PORT`` of an ``avatar-app serve``.
+        input_path, output_path, options, progress, stop: as for ``render_file``.
+
+    Returns:
+        The RenderReport; its ``warnings`` name every switch between server and local engines.
+
+    Raises:
+        InputError: a malformed URL; and whatever ``render_file`` raises.
+    """
+    from avatar_app.pipeline import RenderOptions, render_file
+    from avatar_app.reconstruction.engine import create_face_reconstructor
+    from avatar_app.speech.engine_animator import create_speech_animator
+
+    set_remote_url(url)
+    options = options or RenderOptions()
+    notes: list[str] = []
+    reconstructor = create_face_reconstructor(on_fallback=notes.append, backend="remote")
+    speech = create_speech_animator(backend="remote") if options.use_audio else None
+    clock = _FrameClock(progress)
+    try:
+        report = render_file(Path(input_path), Path(output_path), options, progress=clock,
+                             reconstructor=reconstructor, speech=speech, stop=stop)
+    finally:
+        runners = remote_runners(reconstructor, speech)
+        for obj in (reconstructor, speech):
+            if hasattr(obj, "close"):
+                obj.close()
+        set_remote_url(None)
+    report.warnings[:0] = notes
+    fps = report.frames_out / report.duration_s if report.duration_s > 0 else float(options.fps or 30.0)
+    for r in runners:
+        local = r.local.describe().split(" on ", 1)[-1]
+        for ev in r.events:
+            report.warnings.append(switch_warning(ev, clock.frame_at(ev.t_ns), fps, local))
+    if not runners:
+        report.warnings.append(f"no engine of this render runs on the server {url} (the geometric solver "
+                               "and the loudness solver need none; AVATAR_APP_FACE_ENGINE=1 opts in to the face engine)")
+    return report

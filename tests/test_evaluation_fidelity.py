@@ -1,0 +1,271 @@
+"""Issue 17's real-face bars for the default face path (the geometric solver), measured by
+avatar_app.evaluation on every real video of the test data (landmarks cached by file hash).
+
+A bar the solver does not meet yet is a strict xfail carrying its measured value: it turns
+into a failure (XPASS) the day it is met. Figures: benchmarks/results/fidelity.json and
+models/face_recon.md.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+from avatar_app.core.blendshapes import Blendshape as B
+from avatar_app.evaluation import benchmark as BM
+from avatar_app.evaluation import events as E
+from avatar_app.evaluation import fidelity as F
+from avatar_app.evaluation import geometry as G
+from avatar_app.reconstruction.geometric import GeometricSolver
+
+
+@pytest.fixture(scope="session")
+def clips(testdata):
+    from avatar_app.evaluation.landmarks import track_video
+
+    return [track_video(v) for v in BM.real_videos(testdata)]
+
+
+@pytest.fixture(scope="session")
+def solver_result(clips):
+    """evaluate_path of the default solver over every real clip (comparison (a))."""
+    return F.evaluate_path(GeometricSolver(), clips)
+
+
+@pytest.fixture(scope="session")
+def solver_weights(solver_result):
+    return {n: o.weights for n, o in solver_result["outputs"].items()}
+
+
+# ------------------------------------------------------------------ the measurement itself
+def test_geometry_follows_the_face_model_shapes():
+    """Each feature moves with the shape that should move it, on the subject's own side."""
+    from avatar_app.avatar.face_model import load_face_model
+
+    m = load_face_model()
+    f0 = G.shape_features(m.neutral)
+
+    def moved(name):
+        w = np.zeros(52, np.float32)
+        w[B[name]] = 1.0
+        return dict(zip(G.SHAPE_FEATURES, G.shape_features(m.evaluate(w)) - f0))
+
+    d = moved("eyeBlinkLeft")
+    assert d["eye_aperture_l"] < -0.15 and abs(d["eye_aperture_r"]) < 0.01 and d["eye_asymmetry"] > 0.15
+    assert moved("jawOpen")["lip_gap"] > 0.2
+    d = moved("mouthSmileLeft")
+    assert d["corner_height_l"] > 0.02 and abs(d["corner_height_r"]) < 0.005 and d["mouth_width"] > 0.02
+    assert moved("mouthPucker")["mouth_width"] < -0.05
+    assert moved("browInnerUp")["brow_height_l"] > 0.02 and moved("browDownRight")["brow_height_r"] < -0.02
+
+
+def test_scores_are_one_for_an_identical_copy_and_gain_halves(clips):
+    inp, _ = G.input_features(clips[0])
+    s = F.score_clip(inp, inp)
+    assert all(abs(v["r"] - 1.0) < 1e-9 and abs(v["gain"] - 1.0) < 1e-9 for v in s.features.values())
+    half = F.score_clip(inp, 0.5 * inp)
+    assert all(abs(v["gain"] - 0.5) < 1e-9 for v in half.features.values())
+    assert "brow_height" not in F.score_clip(inp * 0 + 1.0, inp).features  # constant input: not scored
+
+
+def test_landmark_cache_is_keyed_by_content(testdata, tmp_path, monkeypatch):
+    from avatar_app.evaluation import landmarks as LM
+
+    monkeypatch.setenv("AVATAR_APP_LANDMARK_CACHE", str(tmp_path / "cache"))
+    clip = tmp_path / "c.mp4"
+    shutil.copy(testdata / "video" / "grid_s1_bbaf2n.mp4", clip)
+    a = LM.track_video(clip)
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1
+    b = LM.track_video(clip)  # from the cache
+    np.testing.assert_array_equal(a.points, b.points)
+    assert a.found.all() and len(a) == 75
+    shutil.copy(testdata / "video" / "grid_s2_swwp2s.mp4", clip)  # same name, other content
+    c = LM.track_video(clip)
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 2
+    assert not np.allclose(a.points, c.points)
+
+
+@pytest.mark.slow
+def test_noise_floor_is_twice_the_jitter(testdata):
+    """NOISE_FLOOR holds at least twice MediaPipe's own jitter of each feature on a still face."""
+    import cv2
+
+    from avatar_app.reconstruction import normalise as N
+    from avatar_app.tracking import FaceTracker, RunningMode
+
+    img = cv2.imread(str(testdata / "images" / "grid_lbax4n_frame10.png"))
+    rng = np.random.default_rng(0)
+    h, w = img.shape[:2]
+    pts = []
+    with FaceTracker(RunningMode.IMAGE) as tracker:
+        for _ in range(200):
+            dx, dy = rng.uniform(-1, 1, 2)
+            shifted = cv2.warpAffine(img, np.float32([[1, 0, dx], [0, 1, dy]]), (w, h),
+                                     borderMode=cv2.BORDER_REPLICATE)
+            _, enc = cv2.imencode(".jpg", shifted, [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(85, 96))])
+            pts.append(tracker.process_image(cv2.imdecode(enc, cv2.IMREAD_COLOR)).points)
+    head, rot, _ = N.align(np.array(pts), (w, h))
+    sd = G.face_features(head, rot).std(0)
+    for name, v in zip(G.FEATURES, sd):
+        assert F.NOISE_FLOOR[name] >= 2.0 * v, (name, v)
+
+
+def test_event_labels_are_well_formed():
+    ev = E.load_events(BM.EVENTS_FILE)
+    kinds = {e["kind"] for e in ev}
+    assert {"wink", "pucker", "jaw_drop", "brow_raise", "cheek_puff"} <= kinds
+    for e in ev:
+        a, b = e["frames"]
+        assert 0 <= a <= b
+        if e["kind"] == "wink":
+            assert e["closed"] in ("left", "right")
+    # both sides are labelled, and the side checks against the landmarks: the closed eye is the narrower
+    assert {e["closed"] for e in ev if e["kind"] == "wink"} == {"left", "right"}
+
+
+def test_labelled_winks_close_the_named_eye_in_the_landmarks(clips):
+    """Second check of subject-left against image-left: the labelled eye is the one MediaPipe sees shut."""
+    by = {c.name: c for c in clips}
+    for e in E.load_events(BM.EVENTS_FILE):
+        if e["kind"] != "wink":
+            continue
+        inp, _ = G.input_features(by[e["clip"]])
+        fr = E.frames_of(e)
+        closed = inp[fr, G.FEATURES.index(f"eye_aperture_{e['closed'][0]}")]
+        other = inp[fr, G.FEATURES.index(f"eye_aperture_{'r' if e['closed'] == 'left' else 'l'}")]
+        assert np.all(closed < other), e
+        # subject's left eye (263) lies on the image's right in these unmirrored clips
+        assert np.all(by[e["clip"]].points[fr, 263, 0] > by[e["clip"]].points[fr, 33, 0])
+
+
+# ------------------------------------------------------------------ label-free bars, comparison (a)
+_MEASURED = {"corner_height": 0.76}  # pooled r of the solver where the bar is not met yet
+
+
+@pytest.mark.parametrize("feature", [
+    pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=f"not met: pooled r {_MEASURED[k]} < {v}"))
+    if k in _MEASURED else k for k, v in BM.BARS.items()])
+def test_pooled_r_meets_the_bar(solver_result, feature):
+    r = solver_result["pooled"][feature]["r"]
+    assert r >= BM.BARS[feature], (feature, r)
+
+
+def test_no_clip_mean_below_the_bar(solver_result):
+    worst = solver_result["min_clip_mean_r"]
+    assert worst >= BM.BAR_MIN_CLIP_MEAN, {n: v["mean_r"] for n, v in solver_result["clips"].items()}
+
+
+def test_solver_beats_its_baseline_on_lip_gap_and_mouth_width(clips, solver_result):
+    """The face-model fit (shape_fit) against the feature-mapped mouth it replaced (0.92 / 0.87)."""
+    from avatar_app.reconstruction.geometric import GeometricSolverConfig
+
+    old = F.evaluate_path(GeometricSolver(GeometricSolverConfig(fit_shapes=False)), clips)
+    for k in ("lip_gap", "mouth_width", "corner_height"):
+        assert solver_result["pooled"][k]["r"] > old["pooled"][k]["r"] + 0.03, k
+
+
+# ------------------------------------------------------------------ winks (issue 17, issue 21 item 10)
+def test_every_labelled_wink_frame_reads_on_the_right_side(solver_weights):
+    w = E.wink_scores(solver_weights, E.load_events(BM.EVENTS_FILE))
+    assert w["all_ok"], w["events"]
+
+
+def test_a_wink_does_not_pull_the_open_eye_shut(solver_weights):
+    """Issue 21 item 10: lp_d3 frames 6-20, the subject's left eye shut; the open right eye read
+    0.64-0.87 with blink_link 2.0."""
+    w = solver_weights["lp_d3"][6:21]
+    assert w[:, B.eyeBlinkRight].max() < 0.5, w[:, B.eyeBlinkRight]
+    assert (w[1:, B.eyeBlinkLeft] > 0.5).all()
+
+
+# ------------------------------------------------------------------ GRID
+_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.046 (s1) and 0.028 (s2) "
+                         "< 0.1; the talkers' lips part 2-4 mm, which the face model reproduces at jawOpen ~0.05-0.1")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_JAW) for n in ("grid_s1_bbaf2n", "grid_s2_swwp2s")])
+def test_jaw_opens_inside_words(testdata, clips, solver_weights, name):
+    clip = next(c for c in clips if c.name == name)
+    j = E.jaw_in_words(solver_weights[name][:, B.jawOpen], E.words_indicator(testdata / "video" / f"{name}.align",
+                                                                                 clip.times))
+    assert j["lift"] >= BM.BAR_JAW_LIFT, j
+
+
+def test_grid_blinks_hold(testdata, solver_weights):
+    for name in ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s"):
+        b = E.blink_scores(solver_weights[name], *E.blink_labels(testdata / "video" / "blinks.json", name))
+        assert not b["missed"] and not b["false"], (name, b)
+
+
+# ------------------------------------------------------------------ fusion (issue 17 item 4)
+@pytest.mark.slow
+def test_fusion_never_falls_below_vision_on_the_lip_gap(testdata, clips, solver_result):
+    from avatar_app.evaluation.mouth import fusion_scores, speech_weights
+
+    checked = 0
+    for clip, video in zip(clips, BM.real_videos(testdata)):
+        aw = speech_weights(video, clip.times)
+        if aw is None:
+            continue
+        inp, _ = G.input_features(clip)
+        po = solver_result["outputs"][clip.name]
+        s = fusion_scores(inp, po.weights, aw, po.found)
+        assert s["fused_r"] >= s["vision_r"] - BM.FUSION_TOLERANCE, (clip.name, s)
+        checked += 1
+    assert checked >= 5
+
+
+# ------------------------------------------------------------------ re-tracked avatar (b)
+@pytest.mark.slow
+@pytest.mark.gl
+def test_retracked_default_head_follows_the_face(clips, solver_result):
+    """(b) on every 4th frame: the default head rendered with the output, tracked by MediaPipe."""
+    from avatar_app.evaluation.retrack import retracked_features
+
+    series = []
+    for clip in clips:
+        po = solver_result["outputs"][clip.name]
+        frames = np.flatnonzero(po.found)[::4]
+        inp, _ = G.input_features(clip)
+        mask = np.zeros(len(clip), bool)
+        mask[frames] = True
+        series.append((np.where(mask[:, None], inp, np.nan), retracked_features(po, clip.times, frames)))
+    pooled = F.pooled(series)
+    for k, bar in BM.BARS_RETRACK.items():
+        assert pooled[k]["r"] >= bar, (k, pooled[k])
+
+
+# ------------------------------------------------------------------ London stills
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="not met: 3 of 71 people (4 %) read right on both criteria; every "
+                   "neutral photo reads neutral, but a still read alone has no neutral to compare a smile "
+                   "with (mean smile 0.07); models/face_recon.md")
+def test_london_smiles_and_neutrals(testdata):
+    from avatar_app.evaluation import london as L
+
+    res = L.evaluate(GeometricSolver(), testdata / "images" / "london")
+    assert res["overall"]["both_ok"] >= BM.BAR_LONDON
+    assert min(g["both_ok"] for g in res["groups"].values()) >= BM.BAR_LONDON_GROUP
+
+
+def test_london_neutral_photos_read_neutral(testdata):
+    """The half of the London bar the solver meets: every neutral photo, read alone, is neutral."""
+    from avatar_app.evaluation import london as L
+
+    rows = []
+    from avatar_app.evaluation.landmarks import track_image
+    from avatar_app.tracking import FaceTracker, RunningMode
+
+    solver = GeometricSolver()
+    with FaceTracker(RunningMode.IMAGE) as tracker:
+        for p in L.people(testdata / "images" / "london")[::4]:
+            rows.append(L.read_still(solver, track_image(p["neutral"], tracker=tracker)))
+    w = np.array(rows)
+    assert w.max() <= L.NEUTRAL_MAX and (0.5 * (w[:, B.mouthSmileLeft] + w[:, B.mouthSmileRight])).max() <= 0.15
+
+
+def test_reported_figures_are_finite(solver_result):
+    for name, v in solver_result["clips"].items():
+        assert math.isfinite(v["mean_r"]), name
