@@ -2,7 +2,7 @@
 
     avatar-app                      open the window (camera 0)
     avatar-app --source FILE        open the window playing a video file live
-    avatar-app render IN -o OUT.mp4 [--audio FILE] [--overlay] [--size WxH] [--fps N]
+    avatar-app render IN -o OUT.mp4 [--settings FILE] [--audio FILE] [--overlay] [--size WxH] [--fps N]
     avatar-app demo -o demo.mp4     a short clip from data the package carries
     avatar-app contact-sheet -o sheet.png   every blendshape on the face model and the avatar
     avatar-app engines list|build|calibrate|clear   the inference engines
@@ -149,9 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--fps", type=_fps, default=None,
                         help="output frame rate, 1..240 (default: the input video's; demo: its own clip's)")
         sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0, help="multisampling (default 0)")
-        sp.add_argument("--background", type=_background, default=(0, 177, 64),
-                        help="'transparent' or a hex colour (default 00b140, chroma green)")
-        sp.add_argument("--avatar", type=Path, default=None, help="a .glb/.gltf/.vrm avatar")
+        sp.add_argument("--background", type=_background, default=None,
+                        help="'transparent' or a hex colour (default: the settings file's, else 00b140, "
+                             "chroma green)")
+        sp.add_argument("--avatar", type=Path, default=None,
+                        help="a .glb/.gltf/.vrm avatar (default: the settings file's, else the default head)")
+        sp.add_argument("--settings", type=Path, default=None,
+                        help="the studio's settings file (File › Export settings…): tracking tuning, "
+                             "expressions, mirror, background, lighting and avatar as in the studio "
+                             "(default: a fresh studio's)")
         sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     r = sub.add_parser("render", help="render an avatar clip from a video file (every frame, offline)")
@@ -205,12 +211,25 @@ class _Progress:
 
 
 def _render_options(args):
-    from avatar_app.pipeline import RenderOptions
+    """RenderOptions from the command line and the studio's settings file (``--settings``).
 
+    Without ``--settings`` the post-processing is a fresh studio's; the options given
+    on the command line (``--background``, ``--avatar``) win over the file's.
+
+    Raises:
+        InputError: the settings file cannot be read.
+    """
+    from avatar_app.pipeline import RenderOptions
+    from avatar_app.pipeline.settings import StudioSettings, load_settings_file
+
+    studio = load_settings_file(args.settings) if args.settings is not None else StudioSettings()
+    bg = studio.avatar.background
+    background = args.background if args.background is not None else (bg if isinstance(bg, str) else tuple(bg))
+    avatar = args.avatar if args.avatar is not None else (Path(studio.avatar.path) if studio.avatar.path else None)
     return RenderOptions(
-        size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=args.background,
+        size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=background,
         audio_path=getattr(args, "audio", None), use_audio=not getattr(args, "no_audio", False),
-        avatar_path=args.avatar,
+        avatar_path=avatar, lighting=studio.avatar.lighting, settings=studio.chain(),
     )
 
 

@@ -1,15 +1,36 @@
-"""Shared fixtures: where the real test recordings live."""
+"""Shared fixtures: the real test recordings, the studio window's fixtures, the engine layer's,
+and two checks on every test: no thread left running, no Qt warning."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from inference_helpers import write_all
+from ui_helpers import VIEW_SIZE, StillSource, show_running, state_with
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTDATA = Path(os.environ.get("AVATAR_TESTDATA", ROOT.parent / "shared" / "testdata"))
+
+
+def _testdata_path() -> Path:
+    """$AVATAR_TESTDATA, else ../shared/testdata beside the checkout (or beside the main checkout of a
+    git worktree, whose .git file points there)."""
+    if os.environ.get("AVATAR_TESTDATA"):
+        return Path(os.environ["AVATAR_TESTDATA"])
+    candidates = [ROOT.parent / "shared" / "testdata"]
+    git = ROOT / ".git"
+    if git.is_file() and git.read_text().startswith("gitdir:"):
+        common = Path(git.read_text().split(":", 1)[1].strip()).parents[1]  # <main>/.git/worktrees/<name>
+        candidates.append(common.parent.parent / "shared" / "testdata")
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+TESTDATA = _testdata_path()
 
 
 _WORKER_XVFB: subprocess.Popen | None = None
@@ -87,3 +108,127 @@ def _qt_platform_first():
     w.deleteLater()
     app.processEvents()
     yield
+
+
+# ----------------------------------------------------------------------------- every test
+#: Seconds a test's threads get to finish after its fixtures were torn down.
+THREAD_GRACE_S = 5.0
+
+
+@pytest.fixture(autouse=True)
+def _no_threads_left(request):
+    """Fail a test that leaves threads running (napari's dangling-thread check), naming them.
+
+    Threads that existed before the test are ignored, and so are foreign threads that
+    merely called into Python (``threading._DummyThread``). A test that starts a thread
+    on purpose for later tests (none does) would mark itself ``allow_threads``.
+    """
+    before = set(threading.enumerate())
+    yield
+    if request.node.get_closest_marker("allow_threads"):
+        return
+    deadline = time.monotonic() + THREAD_GRACE_S
+    while True:
+        left = [t for t in threading.enumerate() if t not in before and t.is_alive()
+                and not isinstance(t, threading._DummyThread)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if left:
+        pytest.fail(f"the test left {len(left)} thread(s) running: {', '.join(sorted(t.name for t in left))}",
+                    pytrace=False)
+
+
+# ----------------------------------------------------------------------------- studio window
+@pytest.fixture
+def settings(tmp_path):
+    """A fresh QSettings in a temporary INI file, recordings into tmp_path/recordings."""
+    from PySide6.QtCore import QSettings
+
+    s = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    s.setValue("record_folder", str(tmp_path / "recordings"))
+    return s
+
+
+
+@pytest.fixture(scope="session")
+def head_images() -> dict[str, np.ndarray]:
+    """BGR 640x480 renders of the default head: "neutral" and "smile_left" (mouthSmileLeft = 1).
+
+    Rendered with flat light on grey so the face tracker sees them like a camera would;
+    the subject's left mouth corner is on the image's RIGHT (a non-mirrored camera view).
+    """
+    from avatar_app.render.headless import HeadlessRenderer
+
+    out = {}
+    with HeadlessRenderer(640, 480, background=(90, 90, 90), lighting="flat") as r:
+        for name, kw in (("neutral", {}), ("smile_left", {"mouthSmileLeft": 1.0})):
+            out[name] = np.ascontiguousarray(r.render(state_with(**kw))[:, :, ::-1])
+    return out
+
+
+
+@pytest.fixture
+def still_window(qtbot, settings, monkeypatch, head_images):
+    """The studio window on a StillSource "camera" showing the neutral head, no microphone."""
+    import avatar_app.capture.camera as camera_mod
+    import avatar_app.capture.mic as mic_mod
+    import avatar_app.ui.devices as devices_mod
+    from avatar_app.core.errors import CaptureError
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.ui.main_window import MainWindow
+
+    source = StillSource(head_images["neutral"])
+
+    def no_mic(*a, **k):
+        raise CaptureError("No microphone in this test.")
+
+    monkeypatch.setattr(mic_mod, "MicSource", no_mic)
+    monkeypatch.setattr(camera_mod, "CameraSource", lambda index, **k: source)
+    monkeypatch.setattr(devices_mod, "list_camera_devices",
+                        lambda probe=True: ([devices_mod.CameraDevice("test-still", "Still test camera", 0)], "test"))
+    # the geometric solver, whatever models are installed: the tests check the window, not a model
+    engines = EngineController(models={"face_recon": None, "speech2face": None})
+    win = MainWindow(camera=0, settings=settings, engines=engines)
+    win.still_source = source
+    show_running(qtbot, win, VIEW_SIZE)
+    yield win
+    win.close()
+
+
+
+@pytest.fixture
+def no_face_video(tmp_path) -> Path:
+    """A 3 s 320x240 25 fps FFmpeg test pattern (no face, no audio track) in tmp_path."""
+    import subprocess
+
+    path = tmp_path / "testsrc.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-t", "3",
+                    "-pix_fmt", "yuv420p", str(path)], check=True)
+    return path
+
+
+# ----------------------------------------------------------------------------- engine layer
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """name -> .onnx path of every tiny model, with .val.npz/.calib.npz beside each."""
+    return write_all(tmp_path_factory.mktemp("tiny_models"))
+
+
+
+@pytest.fixture
+def user_dirs(tmp_path, monkeypatch) -> Path:
+    """Point the user cache and data directories at a fresh temporary folder."""
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AVATAR_APP_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+
+@pytest.fixture
+def manager(user_dirs):
+    """An in-process EngineManager on a fresh cache (no child processes: fast)."""
+    from avatar_app.inference.cache import EngineCache
+    from avatar_app.inference.manager import EngineManager
+
+    return EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=False)

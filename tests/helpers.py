@@ -1,4 +1,5 @@
-"""Test helpers: ffprobe durations, align files, sidecar reading, running the CLI."""
+"""Test helpers (no fixtures, no tests): ffprobe durations, align files, sidecar reading, running the CLI,
+speech signals, screenshot checks."""
 from __future__ import annotations
 
 import json
@@ -6,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import av
 import numpy as np
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
@@ -89,3 +91,86 @@ def decode_rgba(path) -> list[np.ndarray]:
             except av.InvalidDataError:
                 break
         return out
+
+
+# ----------------------------------------------------------------------------- audio
+SR = 16000
+
+
+def load_mono16k(path: Path) -> np.ndarray:
+    """Decode any audio file with PyAV to (N,) float32 mono 16 kHz."""
+    out = []
+    with av.open(str(path)) as c:
+        rs = av.AudioResampler(format="flt", layout="mono", rate=SR)
+        for f in c.decode(audio=0):
+            out += [g.to_ndarray().reshape(-1) for g in rs.resample(f)]
+        out += [g.to_ndarray().reshape(-1) for g in rs.resample(None)]
+    return np.concatenate(out).astype(np.float32)
+
+
+def words_indicator(align_path: Path, times_s: np.ndarray) -> np.ndarray:
+    """(T,) bool: inside a word (not 'sil') of a GRID .align file (units 1/25000 s)."""
+    spans = []
+    for line in align_path.read_text().split("\n"):
+        if line.strip():
+            a, b, w = line.split()
+            if w != "sil":
+                spans.append((int(a) / 25000, int(b) / 25000))
+    return np.array([any(a <= t < b for a, b in spans) for t in times_s])
+
+
+def pink_noise(n: int, rng: np.random.Generator, level_dbfs: float) -> np.ndarray:
+    """(n,) float32 1/f noise with the given RMS level."""
+    spec = np.fft.rfft(rng.standard_normal(n))
+    k = np.arange(spec.size, dtype=np.float64)
+    k[0] = 1.0
+    y = np.fft.irfft(spec / np.sqrt(k), n)
+    return (y / np.sqrt(np.mean(y**2)) * 10 ** (level_dbfs / 20)).astype(np.float32)
+
+
+def keyboard_clicks(n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n,) float32 typing: 6 ms bursts (noise + a 1.5-4 kHz resonance), -12..-3 dBFS peaks."""
+    y = np.zeros(n, np.float32)
+    pos, length = 0, int(0.006 * SR)
+    env = np.exp(-np.arange(length) / (0.0015 * SR))
+    while True:
+        pos += int(rng.uniform(0.12, 0.3) * SR)
+        if pos + length > n:
+            return y
+        f = rng.uniform(1500, 4000)
+        burst = rng.standard_normal(length) * 10 ** (rng.uniform(-12, -3) / 20)
+        burst += np.sin(2 * np.pi * f * np.arange(length) / SR) * 10 ** (rng.uniform(-12, -3) / 20)
+        y[pos:pos + length] += (burst * env).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- screenshots
+#: The viewport's default background (cli.py, --background 00b140).
+CHROMA_RGB = (0, 177, 64)
+
+
+def avatar_visible(rgb: np.ndarray) -> tuple[bool, str]:
+    """Whether a screenshot shows the viewport with something drawn on its chroma background.
+
+    Criteria: chroma-green pixels cover >= 5 % of the screen (the viewport is
+    there and rendering); inside their bounding box >= 10 % of the pixels are
+    not background and span >= 20 colour bins (a shaded head, not a flat
+    rectangle or only the overlay text).
+
+    Args:
+        rgb: (H, W, 3) uint8 screenshot.
+
+    Returns:
+        (verdict, the measured numbers as text).
+    """
+    diff = np.abs(rgb.astype(np.int16) - np.array(CHROMA_RGB, np.int16)).max(axis=2)
+    green = diff <= 12
+    frac = float(green.mean())
+    if frac < 0.05:
+        return False, f"chroma background covers {frac:.1%} of the screen"
+    ys, xs = np.nonzero(green)
+    box = (slice(ys.min(), ys.max() + 1), slice(xs.min(), xs.max() + 1))
+    fg = ~green[box]
+    fg_frac = float(fg.mean())
+    colours = len(np.unique(rgb[box][fg] // 16, axis=0)) if fg.any() else 0
+    text = f"background {frac:.1%} of screen; foreground {fg_frac:.1%} of viewport in {colours} colour bins"
+    return fg_frac >= 0.10 and colours >= 20, text

@@ -104,7 +104,7 @@ def test_reader_delivers_newest_frames_with_driver_timestamps():
     assert cam.dropped > 0
     assert cam.timestamp_source == "driver"
     for f in frames:
-        t_cap, t_delivered = f.stamps["capture"]
+        t_cap, t_delivered = f.capture_stamps()["capture"]
         assert t_cap == f.t_capture_ns
         # the driver stamp lies 5 ms before the read returned
         assert 4_000_000 <= t_delivered - t_cap < 1_000_000_000
@@ -117,7 +117,7 @@ def test_implausible_driver_timestamp_falls_back_to_read_time():
     with CameraSource(0, capture_factory=make) as cam:
         f = cam.get_latest(timeout_s=2.0)
     assert f is not None and cam.timestamp_source == "read"
-    t_cap, t_delivered = f.stamps["capture"]
+    t_cap, t_delivered = f.capture_stamps()["capture"]
     assert 0 <= t_delivered - t_cap < 50_000_000
 
 

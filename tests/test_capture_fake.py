@@ -22,7 +22,7 @@ def test_delivery_is_exactly_delay_after_capture(delay_s: float):
             assert now_ns() - f.t_capture_ns >= int(round(delay_s * 1e9))
             frames.append(f)
     for f in frames:
-        t_cap, t_delivered = f.stamps["capture"]
+        t_cap, t_delivered = f.capture_stamps()["capture"]
         assert t_cap == f.t_capture_ns
         assert t_delivered - t_cap == int(round(delay_s * 1e9))
         assert f.image.shape == (120, 160, 3) and f.image.dtype == np.uint8

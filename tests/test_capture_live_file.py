@@ -53,7 +53,7 @@ def test_plays_whole_file_in_real_time(testdata: Path):
     for f in frames:
         # never delivered before its media time; stamp = delivery time
         assert f.t_capture_ns - t0 >= int(f.media_time_s * NS)
-        assert f.stamps["capture"] == (f.t_capture_ns, f.t_capture_ns)
+        assert f.capture_stamps()["capture"] == (f.t_capture_ns, f.t_capture_ns)
         assert f.image.shape == (288, 360, 3)
     # generous sanity: the frame sequence took about as long as the file
     assert 2.5 < (frames[-1].t_capture_ns - t0) / NS < 10

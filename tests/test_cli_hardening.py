@@ -10,12 +10,15 @@ import shutil
 import pytest
 
 from avatar_app.core.errors import BackendUnavailableError
-from avatar_app.inference.backends import BackendStatus, OrtBackend, register_backend, unregister_backend
+from avatar_app.inference.backends import (
+    BackendStatus,
+    OrtBackend,
+    register_backend,
+    unregister_backend,
+)
 from avatar_app.inference.base import Precision
 from avatar_app.inference.cache import EngineCache
 from avatar_app.inference.cli import add_engines_parser, run_engines
-
-from inference_fixtures import tiny_models, user_dirs  # noqa: F401
 from tests.helpers import run_cli
 
 

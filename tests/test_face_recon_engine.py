@@ -10,13 +10,22 @@ from avatar_app.core.errors import InputError, ModelLoadError, TrackingError
 from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.inference import EngineCache, EngineManager
+from avatar_app.pipeline.stages import StageChoice, build_reconstructor
 from avatar_app.reconstruction import FaceReconstructor
-from avatar_app.reconstruction.engine import (EngineReconstructor, EngineReconstructorConfig,
-                                              create_face_reconstructor, default_model_path,
-                                              gaze_from_weights)
+from avatar_app.reconstruction.engine import (
+    EngineReconstructor,
+    EngineReconstructorConfig,
+    default_model_path,
+    gaze_from_weights,
+)
 from avatar_app.reconstruction.head_pose import focal_length_px
 
 SIZE = (640, 480)
+
+
+def create_face_reconstructor(model_path=None, manager=None, on_fallback=None):
+    """The stage factory's face stage for one model file (render's policy)."""
+    return build_reconstructor(StageChoice(face_model=model_path, manager=manager, on_fallback=on_fallback))
 
 
 def _lm(weights=None, ident=None, ypr=(0.0, 0.0, 0.0), t=(0.0, 0.0, -0.6)) -> Landmarks:
@@ -113,17 +122,16 @@ def test_missing_model_and_bad_config(tmp_path, manager):
 
 def test_pipeline_default_is_the_solver_until_the_user_opts_in(monkeypatch, tmp_path):
     """The engine does not beat the frozen solver on real recordings yet, so it is opt-in."""
-    from avatar_app import pipeline
     from avatar_app.reconstruction import engine as eng
     from avatar_app.reconstruction.geometric import GeometricSolver
 
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("AVATAR_APP_FACE_ENGINE", raising=False)
-    assert isinstance(pipeline._default_reconstructor(), GeometricSolver)
+    assert isinstance(build_reconstructor(StageChoice()), GeometricSolver)
     monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")
-    assert isinstance(pipeline._default_reconstructor(), EngineReconstructor)
+    assert isinstance(build_reconstructor(StageChoice()), EngineReconstructor)
     monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/no_such_model.onnx")
-    assert isinstance(pipeline._default_reconstructor(), GeometricSolver)
+    assert isinstance(build_reconstructor(StageChoice()), GeometricSolver)
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
@@ -140,10 +148,11 @@ def test_reduced_precision_passes_the_engine_layers_verification(manager, precis
 @pytest.mark.parametrize("value,opted_in", [("1", True), ("true", True), ("YES", True), (" on ", True),
                                             ("0", False), ("", False), ("no", False)])
 def test_opt_in_values(monkeypatch, value, opted_in):
-    from avatar_app.reconstruction.engine import face_engine_disabled_reason
+    from avatar_app.pipeline.stages import engine_disabled_reason
 
     monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", value)
-    assert (face_engine_disabled_reason() is None) == opted_in
+    assert (engine_disabled_reason("face_recon") is None) == opted_in
+    assert engine_disabled_reason("speech2face") is None
 
 
 def test_fallback_is_told_to_the_user(tmp_path, manager):
@@ -221,3 +230,26 @@ def test_depth_scale_projects_on_the_viewing_ray_and_clips():
     assert depth_scale(a, a + 0.01 * side / np.linalg.norm(side)) == pytest.approx(1.0)
     assert depth_scale(a, a * 5.0) == 2.0 and depth_scale(a, -a) == 0.5
     assert depth_scale(np.zeros(3), a) == 1.0
+
+
+def test_calibration_samples_are_the_engines_own_inputs(manager):
+    """The INT8 calibration sample of a frame (the studio's face_recon_sample) is exactly what the
+    engine is fed for that frame after a neutral calibration: one pre-processing, field of view included."""
+    from avatar_app.pipeline.engines import face_recon_sample
+
+    rec = EngineReconstructor(default_model_path(), manager=manager, backend="ort_cpu", precision="fp32")
+    neutral = _lm()
+    w = np.zeros(52, np.float32)
+    w[B.jawOpen], w[B.eyeBlinkLeft] = 0.6, 0.8
+    frame = _lm(w, ypr=(0.2, -0.1, 0.05), t=(0.03, 0.0, -0.55))
+    rec.calibrate_neutral(neutral)
+    fed = []
+    infer = rec.slot.infer
+    rec.slot.infer = lambda feeds: (fed.append({k: np.array(v) for k, v in feeds.items()}), infer(feeds))[1]
+    rec.reconstruct(frame, 1.0)
+    sample = face_recon_sample(frame, neutral, None)
+    assert set(sample) == {"landmarks", "neutral"} == set(fed[-1])
+    for k in sample:
+        np.testing.assert_array_equal(sample[k], fed[-1][k])
+    assert face_recon_sample(None, neutral, None) is None and face_recon_sample(frame, None, None) is None
+    rec.close()

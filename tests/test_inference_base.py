@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inference_helpers import CrashingBackend
 
 from avatar_app.core.errors import BackendUnavailableError, InputError, ModelLoadError
 from avatar_app.inference import Precision, TensorSpec, candidate_plan, register_backend
 from avatar_app.inference.backends import backend_names, get_backend, unregister_backend
 from avatar_app.inference.base import BaseRunner
 from avatar_app.inference.ort import OrtRunner
-
-from inference_fixtures import CrashingBackend, tiny_models  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 

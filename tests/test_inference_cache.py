@@ -11,8 +11,6 @@ from avatar_app.inference.cache import MANIFEST_NAME, MANIFEST_SCHEMA
 from avatar_app.inference.dirs import user_cache_dir, user_data_dir
 from avatar_app.inference.modelinfo import ModelInfo, sha256_file
 
-from inference_fixtures import manager, tiny_models, user_dirs  # noqa: F401
-
 
 def test_user_dirs(monkeypatch, tmp_path):
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "c"))

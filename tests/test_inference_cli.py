@@ -6,11 +6,10 @@ import io
 
 import numpy as np
 import pytest
+from inference_helpers import HAS_TRT_RTX
 
-from avatar_app.inference.cli import add_engines_parser, resolve_model, run_engines
 from avatar_app.core.errors import InputError
-
-from inference_fixtures import HAS_TRT_RTX, tiny_models, user_dirs  # noqa: F401
+from avatar_app.inference.cli import add_engines_parser, resolve_model, run_engines
 
 
 def _run(*argv) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from avatar_app.inference.cache import EngineCache
 from avatar_app.inference.cli import add_engines_parser, run_engines
 from avatar_app.inference.manager import EngineManager
 
-from inference_fixtures import CrashingBackend, tiny_models, user_dirs  # noqa: F401
+from inference_helpers import CrashingBackend
 
 
 class _FailingBackend(OrtBackend):

@@ -13,12 +13,15 @@ from avatar_app.inference import Precision
 from avatar_app.inference.base import DEFAULT_TOLERANCES
 from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
 from avatar_app.inference.ort import OrtRunner
-from avatar_app.inference.precision import (META_INT8, WEIGHTED_OP_TYPES, FeedSetReader, Int8Recipe,
-                                            quantize_int8_mixed)
+from avatar_app.inference.precision import (
+    META_INT8,
+    WEIGHTED_OP_TYPES,
+    FeedSetReader,
+    Int8Recipe,
+    quantize_int8_mixed,
+)
 from avatar_app.inference.swap import EngineSlot
 from avatar_app.resources import resource_path
-
-from inference_fixtures import manager, user_dirs  # noqa: F401
 
 TOL = DEFAULT_TOLERANCES[Precision.INT8]
 

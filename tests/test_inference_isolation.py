@@ -2,13 +2,23 @@
 from __future__ import annotations
 
 import pytest
+from inference_helpers import (
+    CrashingBackend,
+    child_add,
+    child_progress,
+    child_raise_input_error,
+    segfault,
+)
 
 from avatar_app.core.errors import InputError
-from avatar_app.inference import ChildCrashError, EngineCache, EngineManager, Precision, run_isolated
+from avatar_app.inference import (
+    ChildCrashError,
+    EngineCache,
+    EngineManager,
+    Precision,
+    run_isolated,
+)
 from avatar_app.inference.backends import register_backend, unregister_backend
-
-from inference_fixtures import (CrashingBackend, child_add, child_progress, child_raise_input_error,  # noqa: F401
-                                segfault, tiny_models, user_dirs)
 
 
 def test_child_result_error_and_progress():

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from inference_helpers import numpy_reference
 
 from avatar_app.core.errors import BackendUnavailableError, ModelLoadError
 from avatar_app.inference import ort as ort_mod
 from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
 from avatar_app.inference.ort import OrtRunner, SessionFromOnnx, ThreadSettings
-
-from inference_fixtures import manager, numpy_reference, tiny_models, user_dirs  # noqa: F401
 
 
 @pytest.mark.parametrize("name", ["conv", "matmul", "layernorm", "gru"])

@@ -14,8 +14,6 @@ from avatar_app.inference.ort import OrtRunner
 from avatar_app.inference.precision import FeedSetReader, convert_fp16, quantize_int8
 from avatar_app.inference.verify import fp16_range_violations, verify
 
-from inference_fixtures import manager, tiny_models, user_dirs  # noqa: F401
-
 
 @pytest.mark.parametrize("name,precision", [
     ("conv", "fp16"), ("matmul", "fp16"), ("layernorm", "fp16"), ("gru", "fp16"),

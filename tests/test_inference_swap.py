@@ -13,8 +13,6 @@ from avatar_app.inference.base import DEFAULT_TOLERANCES
 from avatar_app.inference.modelinfo import ModelInfo, load_feed_set
 from avatar_app.inference.ort import OrtRunner
 
-from inference_fixtures import tiny_models, user_dirs  # noqa: F401
-
 
 def test_swap_precision_every_half_second_loses_no_call(tiny_models, user_dirs):
     """10 s of back-to-back calls while the precision changes every 0.5 s.

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from inference_helpers import HAS_TRT_RTX
 from onnx import TensorProto, helper
 
 from avatar_app.core.errors import EngineBuildError
@@ -13,8 +14,6 @@ from avatar_app.inference import Precision
 from avatar_app.inference.backends import BackendStatus, TrtBackend
 from avatar_app.inference.cache import MANIFEST_NAME
 from avatar_app.inference.modelinfo import ModelInfo, load_feed_set, sha256_file
-
-from inference_fixtures import HAS_TRT_RTX, manager, tiny_models, user_dirs  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not HAS_TRT_RTX, reason="tensorrt_rtx is not installed "
                                 "(pip install tensorrt-rtx-cu13)")

@@ -35,7 +35,7 @@ def test_fake_camera_delay_is_reported(delay_s):
     from avatar_app.pipeline import LivePipeline
 
     cam = FakeCamera(size=(320, 240), fps=30.0, delay_s=delay_s)
-    pipe = LivePipeline(cam, speech=None)
+    pipe = LivePipeline(cam)  # no audio ring: no speech stage
     presented = []
     pipe.on_state = lambda st: presented.append(st)
     pipe.start()

@@ -30,13 +30,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import decoded_duration, ffprobe_streams
+from tests.helpers import CHROMA_RGB, avatar_visible, decoded_duration, ffprobe_streams  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "packaging" / "avatar_app.spec"
 CLIP = "video/grid_s1_bbaf2n.mp4"
-CHROMA_RGB = (0, 177, 64)
-"""The viewport's default background (cli.py, --background 00b140)."""
 
 GRAB_SCRIPT = r"""
 import os, sys
@@ -81,34 +79,6 @@ def _load_rgb(png: Path) -> np.ndarray:
     assert not img.isNull(), f"cannot read {png}"
     rows = np.frombuffer(img.constBits(), np.uint8).reshape(img.height(), img.bytesPerLine())
     return rows[:, : img.width() * 3].reshape(img.height(), img.width(), 3).copy()
-
-
-def avatar_visible(rgb: np.ndarray) -> tuple[bool, str]:
-    """Whether a screenshot shows the viewport with something drawn on its chroma background.
-
-    Criteria: chroma-green pixels cover >= 5 % of the screen (the viewport is
-    there and rendering); inside their bounding box >= 10 % of the pixels are
-    not background and span >= 20 colour bins (a shaded head, not a flat
-    rectangle or only the overlay text).
-
-    Args:
-        rgb: (H, W, 3) uint8 screenshot.
-
-    Returns:
-        (verdict, the measured numbers as text).
-    """
-    diff = np.abs(rgb.astype(np.int16) - np.array(CHROMA_RGB, np.int16)).max(axis=2)
-    green = diff <= 12
-    frac = float(green.mean())
-    if frac < 0.05:
-        return False, f"chroma background covers {frac:.1%} of the screen"
-    ys, xs = np.nonzero(green)
-    box = (slice(ys.min(), ys.max() + 1), slice(xs.min(), xs.max() + 1))
-    fg = ~green[box]
-    fg_frac = float(fg.mean())
-    colours = len(np.unique(rgb[box][fg] // 16, axis=0)) if fg.any() else 0
-    text = f"background {frac:.1%} of screen; foreground {fg_frac:.1%} of viewport in {colours} colour bins"
-    return fg_frac >= 0.10 and colours >= 20, text
 
 
 class _Xvfb:

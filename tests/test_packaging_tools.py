@@ -101,7 +101,7 @@ def test_spec_is_valid_python():
 
 
 def test_avatar_visible_check_can_fail():
-    from tests.test_packaging import CHROMA_RGB, avatar_visible
+    from tests.helpers import CHROMA_RGB, avatar_visible
 
     h, w = 400, 600
     screen = np.zeros((h, w, 3), np.uint8)

@@ -12,7 +12,7 @@ from avatar_app.avatar.loader import load_avatar
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.rotations import rot_x, rot_y
 from avatar_app.core.types import AvatarState
-from tests.test_avatar_loader import GltfBuilder, quad
+from tests.gltf_helpers import GltfBuilder, quad
 
 pytestmark = pytest.mark.gl
 

@@ -246,7 +246,9 @@ def test_missing_egl_raises_a_clear_error(monkeypatch):
     def boom(*a, **k):
         raise Exception("libEGL.so.1: cannot open shared object file")
 
-    monkeypatch.setattr(headless.moderngl, "create_standalone_context", boom)
+    import avatar_app.render.context as context
+
+    monkeypatch.setattr(context.moderngl, "create_standalone_context", boom)
     with pytest.raises(BackendUnavailableError, match="EGL with OpenGL 3.3"):
         HeadlessRenderer(64, 64)
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,11 +9,20 @@ import pytest
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.errors import InputError, ModelLoadError
 from avatar_app.inference import EngineManager, ModelInfo
-from avatar_app.speech import SPEECH_MASK, LoudnessSpeechAnimator, SpeechAnimator, animate_offline
-from avatar_app.speech.engine_animator import (EngineSpeechAnimator, create_speech_animator,
-                                               default_model_path, infer_features)
+from avatar_app.pipeline.stages import StageChoice, build_speech
+from avatar_app.speech import (
+    SPEECH_MASK,
+    LoudnessSpeechAnimator,
+    SpeechAnimator,
+    animate_offline,
+)
+from avatar_app.speech.engine_animator import (
+    EngineSpeechAnimator,
+    default_model_path,
+    infer_features,
+)
 from avatar_app.speech.mel import log_mel
-from tests.test_speech_loudness import keyboard_clicks, load_mono16k, pink_noise, words_indicator
+from tests.helpers import keyboard_clicks, load_mono16k, pink_noise, words_indicator
 
 SR = 16000
 JAW = Blendshape.jawOpen
@@ -136,15 +144,14 @@ def test_time_going_back_restarts_and_bad_input(animator):
 def test_missing_model_falls_back_to_loudness(tmp_path):
     with pytest.raises(ModelLoadError, match="not found"):
         EngineSpeechAnimator(tmp_path / "none.onnx")
-    assert isinstance(create_speech_animator(tmp_path / "none.onnx"), LoudnessSpeechAnimator)
-    assert isinstance(create_speech_animator(MODEL, manager=EngineManager(isolate=False)),
+    assert isinstance(build_speech(StageChoice(speech_model=tmp_path / "none.onnx")), LoudnessSpeechAnimator)
+    assert isinstance(build_speech(StageChoice(speech_model=MODEL, manager=EngineManager(isolate=False))),
                       EngineSpeechAnimator)
+    assert build_speech(StageChoice(audio=False)) is None
 
 
 def test_pipeline_default_uses_the_engine():
-    from avatar_app import pipeline
-
-    a = pipeline._default_speech()
+    a = build_speech(StageChoice())
     try:
         assert isinstance(a, EngineSpeechAnimator)
     finally:

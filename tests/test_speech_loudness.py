@@ -1,9 +1,6 @@
 """LoudnessSpeechAnimator: silence and noise keep the mouth shut, speech opens it."""
 from __future__ import annotations
 
-from pathlib import Path
-
-import av
 import numpy as np
 import pytest
 
@@ -15,55 +12,10 @@ from avatar_app.speech import (
     SpeechAnimator,
     animate_offline,
 )
+from tests.helpers import keyboard_clicks, load_mono16k, pink_noise, words_indicator
 
 SR = 16000
 JAW = Blendshape.jawOpen
-
-
-def load_mono16k(path: Path) -> np.ndarray:
-    """Decode any audio file with PyAV to (N,) float32 mono 16 kHz."""
-    out = []
-    with av.open(str(path)) as c:
-        rs = av.AudioResampler(format="flt", layout="mono", rate=SR)
-        for f in c.decode(audio=0):
-            out += [g.to_ndarray().reshape(-1) for g in rs.resample(f)]
-        out += [g.to_ndarray().reshape(-1) for g in rs.resample(None)]
-    return np.concatenate(out).astype(np.float32)
-
-
-def words_indicator(align_path: Path, times_s: np.ndarray) -> np.ndarray:
-    """(T,) bool: inside a word (not 'sil') of a GRID .align file (units 1/25000 s)."""
-    spans = []
-    for line in align_path.read_text().split("\n"):
-        if line.strip():
-            a, b, w = line.split()
-            if w != "sil":
-                spans.append((int(a) / 25000, int(b) / 25000))
-    return np.array([any(a <= t < b for a, b in spans) for t in times_s])
-
-
-def pink_noise(n: int, rng: np.random.Generator, level_dbfs: float) -> np.ndarray:
-    """(n,) float32 1/f noise with the given RMS level."""
-    spec = np.fft.rfft(rng.standard_normal(n))
-    k = np.arange(spec.size, dtype=np.float64)
-    k[0] = 1.0
-    y = np.fft.irfft(spec / np.sqrt(k), n)
-    return (y / np.sqrt(np.mean(y**2)) * 10 ** (level_dbfs / 20)).astype(np.float32)
-
-
-def keyboard_clicks(n: int, rng: np.random.Generator) -> np.ndarray:
-    """(n,) float32 typing: 6 ms bursts (noise + a 1.5-4 kHz resonance), -12..-3 dBFS peaks."""
-    y = np.zeros(n, np.float32)
-    pos, length = 0, int(0.006 * SR)
-    env = np.exp(-np.arange(length) / (0.0015 * SR))
-    while True:
-        pos += int(rng.uniform(0.12, 0.3) * SR)
-        if pos + length > n:
-            return y
-        f = rng.uniform(1500, 4000)
-        burst = rng.standard_normal(length) * 10 ** (rng.uniform(-12, -3) / 20)
-        burst += np.sin(2 * np.pi * f * np.arange(length) / SR) * 10 ** (rng.uniform(-12, -3) / 20)
-        y[pos:pos + length] += (burst * env).astype(np.float32)
 
 
 def test_is_a_speech_animator():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from avatar_app.core.errors import InputError, TrackingError
-from avatar_app.tracking.filters import OneEuroFilter, smoothing_factor
+from avatar_app.fusion.filters import OneEuroFilter, smoothing_factor
 
 FPS = 30.0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from ui_helpers import StillSource
 
 from avatar_app.ui import devices
-from ui_fixtures import StillSource, head_images, settings  # noqa: F401
 
 
 def _fake_v4l2(tmp_path):
@@ -70,17 +70,18 @@ def test_camera_unplugged_and_back_is_reopened_by_id(qtbot, settings, monkeypatc
     win = MainWindow(camera=0, settings=settings)
     qtbot.addWidget(win)
     win.show()
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 3, timeout=20000)
-    first = win.pipeline
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 3,
+                    timeout=20000)
+    first = win.session.pipeline
     plugged["on"] = False
     opened[0].error = CaptureError("Camera 0 stopped delivering frames (unplugged?)")
-    qtbot.waitUntil(lambda: win._reconnecting, timeout=5000)
+    qtbot.waitUntil(lambda: win.session.reconnecting, timeout=5000)
     assert "waiting for it to return" in win.statusBar().currentMessage()
     qtbot.wait(2500)  # attempts while it is away fail quietly
-    assert win.pipeline is first and len(opened) == 1
+    assert win.session.pipeline is first and len(opened) == 1
     plugged["on"] = True
-    qtbot.waitUntil(lambda: win.pipeline is not first and win.pipeline is not None
-                    and win.pipeline.frames_processed >= 3, timeout=15000)
-    assert len(opened) == 2 and win.pipeline.source is opened[1]
-    assert "reconnected" in win.source_label.text() and not win._reconnecting
+    qtbot.waitUntil(lambda: win.session.pipeline is not first and win.session.pipeline is not None
+                    and win.session.pipeline.frames_processed >= 3, timeout=15000)
+    assert len(opened) == 2 and win.session.pipeline.source is opened[1]
+    assert "reconnected" in win.panels["sources"].source_label.text() and not win.session.reconnecting
     win.close()

@@ -4,7 +4,7 @@ The precision switch runs the shipped speech engine (models/speech2face.onnx): i
 serves every frame while a file with audio plays (EngineSpeechAnimator on the
 controller's "speech2face" slot). The other tests use a stand-in for "face_recon"
 (the tiny "matmul" ONNX model of avatar_app.inference.tiny_models, run once per
-frame on the processing thread through the window's slot, ui_fixtures.SlotStandIn),
+frame on the processing thread through the window's slot, ui_helpers.SlotStandIn),
 so they do not depend on the face model being trained. Builds run in child
 processes, as in the app.
 """
@@ -18,11 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ui_helpers import (
+    ServedCounter,
+    SlotStandIn,
+    qimage_to_array,
+    show_running,
+    tiny_model,
+    tiny_sample_fn,
+)
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.inference import BackendStatus, EngineCache, Precision
-from ui_fixtures import (ServedCounter, SlotStandIn, qimage_to_array, settings, show_running, tiny_model,  # noqa: F401
-                         tiny_sample_fn)
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 log = logging.getLogger(__name__)
@@ -39,7 +45,7 @@ def _isolated_dirs(monkeypatch, tmp_path):
 
 @pytest.fixture
 def engine_window(qtbot, testdata, settings, tmp_path, monkeypatch):
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
     _isolated_dirs(monkeypatch, tmp_path)
@@ -66,8 +72,9 @@ def speech_window(qtbot, testdata, settings, tmp_path, monkeypatch):
 
     ``win.speech_counter`` (ServedCounter) counts the speech engine's calls per precision.
     """
-    from avatar_app.ui.engines import EngineController, default_model_path
-    from avatar_app.ui.main_window import MainWindow, engine_speech_animator
+    from avatar_app.pipeline.engines import EngineController, default_model_path
+    from avatar_app.pipeline.stages import StageChoice, build_speech
+    from avatar_app.ui.main_window import MainWindow
 
     _isolated_dirs(monkeypatch, tmp_path)
     model = default_model_path("speech2face")
@@ -77,9 +84,11 @@ def speech_window(qtbot, testdata, settings, tmp_path, monkeypatch):
     counter = ServedCounter("blendshapes")
 
     def speech_factory(engines):
-        animator = engine_speech_animator(engines)  # the app's own factory
-        if animator is not None:
-            counter.attach(animator.slot)
+        slot = engines.slot("speech2face")
+        if slot is None:
+            return None  # the stage factory's loudness solver until the slot is open
+        animator = build_speech(StageChoice(live=True, slots={"speech2face": slot}))  # the app's own factory
+        counter.attach(animator.slot)
         return animator
 
     win = MainWindow(source=testdata / VIDEO, settings=settings, engines=ctl, speech_factory=speech_factory)
@@ -91,7 +100,7 @@ def speech_window(qtbot, testdata, settings, tmp_path, monkeypatch):
 
 
 def _active(win, name="face_recon"):
-    return win.engines.active(name)
+    return win.session.engines.active(name)
 
 
 def _save_screenshot(widget, name: str, folder: Path) -> Path:
@@ -145,10 +154,10 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
     up to ~180 ms with no build running, and renders take up to 190 ms.
     """
     win = speech_window
-    ctl, counter = win.engines, win.speech_counter
-    box = win.engines_panel.boxes["speech2face"]
+    ctl, counter = win.session.engines, win.speech_counter
+    box = win.panels["engines"].boxes["speech2face"]
     slot = ctl.slot("speech2face")
-    assert win.pipeline.processor.speech.slot is slot  # the learned animator, not the loudness solver
+    assert win.session.pipeline.processor.speech.slot is slot  # the learned animator, not the loudness solver
     presented: list[float] = []
     stamps: list[dict] = []
     last_index = [-1]
@@ -195,7 +204,7 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
     assert not counter.errors, counter.errors[:3]
     assert counter.sequence() == ["fp32", "int8", "fp32"], counter.runs
     assert counter.served["int8"] > 20 and counter.runs[-1][1] > 5, counter.runs
-    assert win.pipeline.processor.speech.slot is slot  # the same animator served all along
+    assert win.session.pipeline.processor.speech.slot is slot  # the same animator served all along
     jaw = BLENDSHAPE_NAMES.index("jawOpen")
     for p, rows in counter.last_rows.items():  # the mouth moves with the speech at every precision
         w = np.array(rows)
@@ -223,16 +232,16 @@ def test_unavailable_options_are_disabled_with_reasons(qtbot, engine_window):
     from avatar_app.ui.panels import item_enabled
 
     win = engine_window
-    ctl = win.engines
-    speech = win.engines_panel.boxes["speech2face"]
+    ctl = win.session.engines
+    speech = win.panels["engines"].boxes["speech2face"]
     assert not speech.backend.isEnabled() and "Model not installed" in speech.model_label.text()
     assert "loudness solver" in win.status_labels["engines"].text()
     # a machine without a GPU: CUDA cannot run, INT8 impossible on a backend that refuses it
     ctl.statuses["ort_cuda"] = BackendStatus("ort_cuda", True, "1.0", False, False, "no NVIDIA GPU found",
                                              precisions={p: "no NVIDIA GPU found" for p in ("fp32", "fp16", "int8")})
     ctl.statuses["ort_cpu"].precisions["fp16"] = "this CPU build has no float16 kernels (test)"
-    win.engines_panel.refresh()
-    face = win.engines_panel.boxes["face_recon"]
+    win.panels["engines"].refresh()
+    face = win.panels["engines"].boxes["face_recon"]
     i = face.backend.findData("ort_cuda")
     assert not item_enabled(face.backend, i)
     assert face.backend.model().item(i).toolTip() == "no NVIDIA GPU found"
@@ -250,21 +259,21 @@ def test_calibration_wizard_records_builds_int8_and_deletes(qtbot, engine_window
     from avatar_app.inference import MIN_USER_SAMPLES
 
     win = engine_window
-    cal = win.calibration_panel
-    store = win.engines.store("face_recon")
+    cal = win.panels["calibration"]
+    store = win.session.engines.store("face_recon")
     assert store is not None and not store.files()
     # live: the processing thread feeds the collector
     assert cal.start_samples()
-    start = win.pipeline.frames_processed
+    start = win.session.pipeline.frames_processed
     qtbot.waitUntil(lambda: cal.collector.counts()["face_recon"] >= 5, timeout=20000)
-    assert win.pipeline.frames_processed > start
+    assert win.session.pipeline.frames_processed > start
     assert cal.guidance.text()  # a prompt is shown
     # fill the rest quickly with synthetic landmarks (500 live frames would take ~30 s)
     rng = np.random.default_rng(0)
     while cal.collector.counts()["face_recon"] < MIN_USER_SAMPLES:
         cal.collector.add(Landmarks(rng.uniform(0, 1, (478, 3)).astype(np.float32), (640, 480)), None)
     qtbot.waitUntil(lambda: cal.collector is None, timeout=5000)  # stops itself and stores
-    assert win._sampler is None
+    assert win.session.outputs.sampler is None
     files = store.files()
     assert len(files) == 1 and np.load(files[0])["x"].shape == (MIN_USER_SAMPLES, 32)
     assert "1 file(s)" in cal.stored_label.text()

@@ -6,10 +6,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from ui_helpers import render_state, wait_frames
 
 from avatar_app.core.blendshapes import Blendshape
-from ui_fixtures import (head_images, render_state, settings, still_window,  # noqa: F401
-                         wait_frames)
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 
@@ -27,18 +26,18 @@ def _mouth_box(win, st):
 
 def test_expression_hotkey_changes_the_rendered_mouth(qtbot, still_window):
     win = still_window
-    for sld in win.tracking_panel.sliders.values():
+    for sld in win.panels["tracking"].sliders.values():
         sld.setValue(0)
     wait_frames(qtbot, win, 5)
-    st0 = win.pipeline.latest_state()
+    st0 = win.session.pipeline.latest_state()
     assert st0.face_found and st0.weights[Blendshape.mouthSmileLeft] < 0.3
     img0 = render_state(win, st0)
 
     qtbot.keyClick(win, Qt.Key.Key_F5)  # happy, toggle mode
-    assert win.tuner.expressions.is_active("happy")
+    assert win.session.expressions.is_active("happy")
     qtbot.wait(300)
     wait_frames(qtbot, win, 3)
-    st1 = win.pipeline.latest_state()
+    st1 = win.session.pipeline.latest_state()
     assert st1.weights[Blendshape.mouthSmileLeft] > 0.8 and st1.weights[Blendshape.mouthSmileRight] > 0.8
     # rendered with the first frame's head pose and gaze: only the weights differ, so tracking
     # jitter of the still source cannot move the hair
@@ -51,32 +50,32 @@ def test_expression_hotkey_changes_the_rendered_mouth(qtbot, still_window):
     assert d[: d.shape[0] // 5].mean() < 0.002  # the top of the head (hair) does not move
 
     qtbot.keyClick(win, Qt.Key.Key_F5)  # toggles off, fades out
-    assert not win.tuner.expressions.is_active("happy")
+    assert not win.session.expressions.is_active("happy")
     qtbot.wait(400)
     wait_frames(qtbot, win, 3)
-    assert win.pipeline.latest_state().weights[Blendshape.mouthSmileLeft] < 0.3
+    assert win.session.pipeline.latest_state().weights[Blendshape.mouthSmileLeft] < 0.3
 
 
 def test_hold_mode_and_custom_mix(qtbot, still_window):
     win = still_window
-    panel = win.expressions_panel
+    panel = win.panels["expressions"]
     panel.mode_combos["angry"].setCurrentIndex(panel.mode_combos["angry"].findData("hold"))
-    assert win.expression_settings.modes["angry"] == "hold"
+    assert win.session.settings.expressions.modes["angry"] == "hold"
     qtbot.keyPress(win, Qt.Key.Key_F6)
     qtbot.wait(300)
     wait_frames(qtbot, win, 3)
-    assert win.tuner.expressions.is_active("angry")
-    assert win.pipeline.latest_state().weights[Blendshape.browDownLeft] > 0.8
+    assert win.session.expressions.is_active("angry")
+    assert win.session.pipeline.latest_state().weights[Blendshape.browDownLeft] > 0.8
     qtbot.keyRelease(win, Qt.Key.Key_F6)
-    assert not win.tuner.expressions.is_active("angry")
+    assert not win.session.expressions.is_active("angry")
 
     panel.custom_edit.setText("jawOpen=1, tongueOut=1")
     panel.custom_edit.editingFinished.emit()
-    assert win.tuner.expressions.mixes()["custom"] == {"jawOpen": 1.0, "tongueOut": 1.0}
+    assert win.session.expressions.mixes()["custom"] == {"jawOpen": 1.0, "tongueOut": 1.0}
     qtbot.keyClick(win, Qt.Key.Key_F9)
     qtbot.wait(300)
     wait_frames(qtbot, win, 3)
-    st = win.pipeline.latest_state()
+    st = win.session.pipeline.latest_state()
     assert st.weights[Blendshape.jawOpen] > 0.9 and st.weights[Blendshape.tongueOut] > 0.9
     panel.custom_edit.setText("jawOpen=7")
     panel.custom_edit.editingFinished.emit()

@@ -1,6 +1,6 @@
 """The mirror convention, end to end: camera image -> tracking -> tuning -> rendered viewport.
 
-Convention (avatar_app.ui.tuning.MIRROR_CONVENTION): raise the LEFT corner of your
+Convention (avatar_app.fusion.tuning.MIRROR_CONVENTION): raise the LEFT corner of your
 mouth. Mirror ON: the corner on the LEFT of the picture rises (the avatar is your
 reflection). Mirror OFF: the avatar's own left corner rises, on the RIGHT of the picture.
 
@@ -13,10 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from ui_helpers import changed_columns, render_state, wait_frames
 
 from avatar_app.core.blendshapes import Blendshape
-from ui_fixtures import (changed_columns, head_images, render_state, settings, still_window,  # noqa: F401
-                         wait_frames)
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 
@@ -35,18 +34,18 @@ def test_mirror_convention_end_to_end(qtbot, still_window, head_images):
     cols = changed_columns(head_images["smile_left"], head_images["neutral"])
     assert np.median(cols) > head_images["neutral"].shape[1] / 2
 
-    panel = win.tracking_panel
+    panel = win.panels["tracking"]
     for region in panel.sliders:  # no smoothing: each step settles in a few frames
         panel.sliders[region].setValue(0)
     wait_frames(qtbot, win, 5)
-    assert win.calibrate_neutral()  # the user presses Ctrl+N looking neutral
+    assert win.session.calibrate_neutral()  # the user presses Ctrl+N looking neutral
     src.image = head_images["smile_left"]
     results = {}
     for mirror in (False, True):
         panel.mirror.setChecked(mirror)
-        assert win.tuner.settings.mirror is mirror
+        assert win.session.chain.tuner.settings.mirror is mirror
         wait_frames(qtbot, win, 8)
-        st = win.pipeline.latest_state()
+        st = win.session.pipeline.latest_state()
         results[mirror] = (float(st.weights[Blendshape.mouthSmileLeft]), float(st.weights[Blendshape.mouthSmileRight]))
         # what the smile shapes change in the viewport: the state against itself without them
         no_smile = st.weights.copy()

@@ -16,14 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtCore import QEvent, Qt
-
-from ui_fixtures import head_images, open_file_window, save_shot, settings, still_window, wait_frames  # noqa: F401
+from ui_helpers import open_file_window, save_shot, wait_frames
 
 VIDEO = "video/grid_s1_bbaf2n.mp4"
 
 
 def _engines():
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
 
     return EngineController(models={"face_recon": None, "speech2face": None})
 
@@ -82,14 +81,14 @@ def test_window_shows_and_warns_about_recording_drops(qtbot, still_window, monke
 
     monkeypatch.delenv("AVATAR_APP_SCREENSHOT", raising=False)
     win = still_window
-    o = win.output_panel
+    o = win.panels["output"]
     have = {f.key for f in available_formats()}
     key = "prores4444-mov" if "prores4444-mov" in have else "h264-mp4"
     o.format.setCurrentIndex(o.format.findData(key))
-    assert win.recording_format()[0].key == key
-    win.record_button.click()
-    rec = win.recorder
-    assert rec is not None and win.recording_dropped() == 0
+    assert win.recording.recording_format()[0].key == key
+    win.recording.record_button.click()
+    rec = win.recording.recorder
+    assert rec is not None and win.recording.recording_dropped() == 0
     # a slow encoder: the writer thread blocks on the first frame until the gate opens
     gate = threading.Event()
     inner_write = rec.recorder.write_video
@@ -102,26 +101,27 @@ def test_window_shows_and_warns_about_recording_drops(qtbot, still_window, monke
             return int(text.rsplit(" ", 1)[1]) if "recording dropped" in text else 0
 
         qtbot.waitUntil(lambda: shown() >= 3, timeout=5000)
-        assert win.recording_dropped() >= rec.dropped_queue_full >= 3
+        assert win.recording.recording_dropped() >= rec.dropped_queue_full >= 3
         assert "c0392b" in win.status_labels["rec"].styleSheet()
         msg = win.statusBar().currentMessage()
         # the warning is issued at the first drop and repeated at most every 5 s: it may still say 1,
         # and on a loaded machine the render thread may have skipped a frame for the clip first
         assert msg.startswith(("The encoder cannot keep up:", "Rendering for the recording cannot keep up:"))
         assert re.search(r"\d+ video frames? dropped, no audio lost", msg)
-        assert msg == win.record_drop_warning and "frame-rate cap" in msg
+        assert msg == win.recording.record_drop_warning and "frame-rate cap" in msg
         if key.startswith("prores") and "vp9-webm" in have:
             assert "use VP9 (.webm)" in msg
         assert not _message_boxes()  # a warning, not a dialog
         save_shot(win, "trial2_recording_drops")
     finally:
         gate.set()
-    dropped_at_stop = win.recording_dropped()
-    win.record_button.click()
-    qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=30000)
-    assert "cannot keep up" in win.last_record_message
+    dropped_at_stop = win.recording.recording_dropped()
+    win.recording.record_button.click()
+    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=30000)
+    msg = win.recording.last_record_message
+    assert "cannot keep up" in msg
     # the audio waited for the blocked encoder: only video was dropped, and the message says both
-    assert f"{dropped_at_stop} video frames dropped, no audio lost" in win.last_record_message, win.last_record_message
+    assert f"{dropped_at_stop} video frames dropped, no audio lost" in msg, msg
     assert rec.dropped_audio_chunks == 0
     assert win.status_labels["rec"].text() == "" and win.status_labels["rec"].styleSheet() == ""
     assert not _message_boxes()
@@ -131,43 +131,42 @@ def test_window_shows_and_warns_about_recording_drops(qtbot, still_window, monke
 @pytest.mark.gl
 def test_recording_without_drops_says_nothing_and_follows_the_fps_cap(qtbot, still_window):
     win = still_window
-    o = win.output_panel
+    o = win.panels["output"]
     o.fps_cap.setValue(15)
-    assert win.record_fps() == 15.0
-    win.record_button.click()
-    assert win.recorder is not None and win.recorder.recorder.recorder.fps == 15.0
+    assert win.recording.record_fps() == 15.0
+    win.recording.record_button.click()
+    assert win.recording.recorder is not None and win.recording.recorder.recorder.recorder.fps == 15.0
     wait_frames(qtbot, win, 10)
-    dropped = win.recording_dropped()  # normally 0; a loaded machine may really drop some
-    win.record_button.click()
-    qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=20000)
+    dropped = win.recording.recording_dropped()  # normally 0; a loaded machine may really drop some
+    win.recording.record_button.click()
+    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
     if dropped == 0:  # no drops: no warning at all
-        assert "dropped" not in win.last_record_message and win.record_drop_warning == ""
+        assert "dropped" not in win.recording.last_record_message and win.recording.record_drop_warning == ""
     else:  # drops are reported, never hidden
-        assert "dropped" in win.last_record_message
+        assert "dropped" in win.recording.last_record_message
     o.fps_cap.setValue(0)
-    assert win.record_fps() == 30.0
+    assert win.recording.record_fps() == 30.0
 
 
 @pytest.mark.gui
 @pytest.mark.gl
 def test_transparent_recording_defaults_to_vp9_and_keeps_alpha(qtbot, still_window):
-    from tests.helpers import decode_rgba
-
     from avatar_app.record.formats import available_formats
+    from tests.helpers import decode_rgba
 
     if "vp9-webm" not in {f.key for f in available_formats()}:
         pytest.skip("this FFmpeg build has no libvpx-vp9 encoder")
     win = still_window
-    o = win.output_panel
+    o = win.panels["output"]
     o.format.setCurrentIndex(o.format.findData("h264-mp4"))
-    win.avatar_panel.bg_transparent.setChecked(True)
-    fmt, note = win.recording_format()
+    win.panels["avatar"].bg_transparent.setChecked(True)
+    fmt, note = win.recording.recording_format()
     assert fmt.key == "vp9-webm" and "VP9" in note
-    win.record_button.click()
-    clip = win.record_path
-    qtbot.waitUntil(lambda: win.recorder.recorder.frames_in >= 10, timeout=20000)
-    win.record_button.click()
-    qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=20000)
+    win.recording.record_button.click()
+    clip = win.recording.record_path
+    qtbot.waitUntil(lambda: win.recording.recorder.recorder.frames_in >= 10, timeout=20000)
+    win.recording.record_button.click()
+    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
     assert clip.suffix == ".webm"
     frames = decode_rgba(clip)
     assert len(frames) >= 10
@@ -184,8 +183,8 @@ def test_failed_file_is_reported_in_place_without_a_dialog(qtbot, testdata, sett
     monkeypatch.delenv("AVATAR_APP_SCREENSHOT", raising=False)
     win = open_file_window(qtbot, testdata / VIDEO, settings)
     try:
-        s = win.sources_panel
-        good = win.pipeline
+        s = win.panels["sources"]
+        good = win.session.pipeline
         win.docks["engines"].raise_()  # the Sources tab is behind another one
         for text, expect in ((str(tmp_path / "typo.mp4"), "No such file"), (None, "Could not play not_a_video.mp4")):
             if text is None:
@@ -198,7 +197,7 @@ def test_failed_file_is_reported_in_place_without_a_dialog(qtbot, testdata, sett
             assert s.file_error.isVisibleTo(s)
             qtbot.wait(300)
             assert not _message_boxes(), [b.text() for b in _message_boxes()]
-            assert win.pipeline is good and good.running
+            assert win.session.pipeline is good and good.running
         assert "not_a_video.mp4" in win.statusBar().currentMessage()
         assert "keeps running" in win.statusBar().currentMessage()
         assert "sources" in win.front_tabs()  # the red text is in view
@@ -235,8 +234,8 @@ def test_no_camera_caption_and_disabled_record_tooltip(qtbot, settings, monkeypa
     win.show()
     qtbot.waitExposed(win)
     try:
-        assert win.pipeline is None and not _message_boxes()
-        cap = win.source_label
+        assert win.session.pipeline is None and not _message_boxes()
+        cap = win.panels["sources"].source_label
         assert cap.text() == ("No source: Camera 0 could not be opened: /dev/video0 does not exist.\n"
                               "Use File › Open video… to play a file.")
         assert cap.toolTip() == cap.text()
@@ -246,8 +245,8 @@ def test_no_camera_caption_and_disabled_record_tooltip(qtbot, settings, monkeypa
         assert shown[0].startswith("No source: Camera 0")
         assert all(fm.horizontalAdvance(ln) <= cap.contentsRect().width() for ln in shown)
         assert "exist Use" not in QLabel.text(cap).replace("\n", " ")
-        assert "does not exist Speech" not in win.mic_label.text()  # the microphone line: sentences too
-        b = win.record_button
+        assert "does not exist Speech" not in win.panels["sources"].mic_label.text()  # the microphone line: sentences too
+        b = win.recording.record_button
         assert not b.isEnabled() and b.toolTip().startswith("Nothing to record")
         assert win.testAttribute(Qt.WidgetAttribute.WA_AlwaysShowToolTips)
         centre = b.rect().center()

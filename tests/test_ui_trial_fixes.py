@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-
-from ui_fixtures import open_file_window, head_images, no_face_video, save_shot, settings, still_window, wait_frames  # noqa: F401
+from ui_helpers import open_file_window, save_shot, wait_frames
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 
@@ -22,7 +21,7 @@ OTHER = "video/grid_s2_swwp2s.mp4"
 
 
 def _engines():
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
 
     return EngineController(models={"face_recon": None, "speech2face": None})
 
@@ -42,14 +41,14 @@ def file_window(qtbot, testdata, settings):
 def _record(qtbot, win, seconds_ms: int = 1500, min_frames: int = 20) -> Path:
     """Record for at least ``seconds_ms`` and ``min_frames`` presented frames (a loaded machine
     renders fewer per second) with the button; returns the clip once "Saved" was said."""
-    win.record_button.click()
-    assert win.recorder is not None
-    path = win.record_path
+    win.recording.record_button.click()
+    assert win.recording.recorder is not None
+    path = win.recording.record_path
     start = win.viewport.frames_presented
     qtbot.wait(seconds_ms)
     qtbot.waitUntil(lambda: win.viewport.frames_presented >= start + min_frames, timeout=30000)
-    win.record_button.click()
-    qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=20000)
+    win.recording.record_button.click()
+    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
     return path
 
 
@@ -70,24 +69,24 @@ def test_record_is_refused_without_a_running_source(qtbot, settings, monkeypatch
     qtbot.addWidget(win)
     win.show()
     qtbot.waitExposed(win)
-    assert win.pipeline is None
-    assert not win.record_button.isEnabled() and "Nothing to record" in win.record_button.toolTip()
+    assert win.session.pipeline is None
+    assert not win.recording.record_button.isEnabled() and "Nothing to record" in win.recording.record_button.toolTip()
     save_shot(win, "trial_no_source_record_disabled")
     win.activateWindow()
     qtbot.waitUntil(win.isActiveWindow, timeout=5000)
     for _ in range(2):  # Ctrl+R, Ctrl+R: refused both times, never "Saved"
         qtbot.keyClick(win, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-        assert win.recorder is None and not win.record_button.isChecked()
-        assert "Nothing to record" in (win.last_error or "")
+        assert win.recording.recorder is None and not win.recording.record_button.isChecked()
+        assert "Nothing to record" in (win.notifier.last_error or "")
     qtbot.wait(300)  # a slow tick: the REC timer must not show
     assert "Saved" not in win.statusBar().currentMessage() and win.status_labels["rec"].text() == ""
     assert _recordings(settings) == []
     # a failed source switch leaves it refused as well
     bad = tmp_path / "broken.mp4"
     bad.write_bytes(b"not a video")
-    assert not win.open_file(bad)
-    assert win.pipeline is None and not win.record_button.isEnabled()
-    assert win.start_recording() is None and _recordings(settings) == []
+    assert not win.session.open_file(bad)
+    assert win.session.pipeline is None and not win.recording.record_button.isEnabled()
+    assert win.recording.start_recording() is None and _recordings(settings) == []
     win.close()
 
 
@@ -95,11 +94,11 @@ def test_finished_recording_without_frames_is_not_called_saved(qtbot, still_wind
     win = still_window
     empty = tmp_path / "empty.mp4"
     empty.write_bytes(b"")
-    win._on_recording_closed(empty, None, {"frames": 0, "reason": ""})
-    assert "Nothing was recorded" in win.last_record_message and "Saved" not in win.statusBar().currentMessage()
+    win.recording._on_recording_closed(empty, None, {"frames": 0, "reason": ""})
+    assert "Nothing was recorded" in win.recording.last_record_message and "Saved" not in win.statusBar().currentMessage()
     assert not empty.exists()  # an empty file is not left behind as if it were a clip
-    win._on_recording_closed(tmp_path / "missing.mp4", None, {"frames": 30, "reason": ""})
-    assert "Nothing was recorded" in win.last_record_message
+    win.recording._on_recording_closed(tmp_path / "missing.mp4", None, {"frames": 30, "reason": ""})
+    assert "Nothing was recorded" in win.recording.last_record_message
 
 
 # ------------------------------------------------------------------ 2, 3, 8: failed file switch
@@ -107,28 +106,28 @@ def test_failed_file_switch_keeps_the_source_and_the_recording(qtbot, file_windo
     from tests.helpers import ffprobe_streams
 
     win = file_window
-    s = win.sources_panel
-    good = win.pipeline
+    s = win.panels["sources"]
+    good = win.session.pipeline
     play_y = s.play_button.mapTo(s, s.play_button.rect().topLeft()).y()
-    win.record_button.click()
-    assert win.recorder is not None
-    clip = win.record_path
+    win.recording.record_button.click()
+    assert win.recording.recorder is not None
+    clip = win.recording.record_path
     # a path that does not exist, confirmed with Enter: refused before anything is opened
     typed = str(tmp_path / "typo" / "talk.mp4")
     s.file_edit.setText(typed)
     qtbot.keyClick(s.file_edit, Qt.Key.Key_Return)
     assert s.file_error.isVisibleTo(s) and "No such file" in s.file_error.text()
-    assert win.pipeline is good and s.file_edit.text() == typed
+    assert win.session.pipeline is good and s.file_edit.text() == typed
     # a file that is no video: opened beside the running source, which keeps playing
     bad = tmp_path / "not_a_video.mp4"
     bad.write_bytes(b"garbage " * 100)
     s.file_edit.setText(str(bad))
     s.play_button.click()
     qtbot.waitUntil(lambda: "not_a_video.mp4" in s.file_error.text(), timeout=20000)
-    assert win.pipeline is good and good.running and good.error is None
+    assert win.session.pipeline is good and good.running and good.error is None
     wait_frames(qtbot, win, 5)  # the preview and the avatar go on
     assert s.file_edit.text() == str(bad)
-    assert "[Errno" not in s.file_error.text() and "[Errno" not in (win.last_error or "")
+    assert "[Errno" not in s.file_error.text() and "[Errno" not in (win.notifier.last_error or "")
     assert "Details" in s.file_error.toolTip() and "not a readable video" in s.file_error.toolTip()
     assert "keeps playing" in s.file_error.text()
     # the error is two elided lines: the Play button stays where it was
@@ -136,28 +135,28 @@ def test_failed_file_switch_keeps_the_source_and_the_recording(qtbot, file_windo
     assert s.file_error.height() <= 2 * s.file_error.fontMetrics().lineSpacing() + 4
     save_shot(win, "trial_failed_switch")
     # the recording went on through the failed switch
-    assert win.recorder is not None and win.record_button.isChecked()
+    assert win.recording.recorder is not None and win.recording.record_button.isChecked()
     qtbot.wait(1200)
-    win.record_button.click()
-    qtbot.waitUntil(lambda: win.last_record_message.startswith("Saved"), timeout=20000)
+    win.recording.record_button.click()
+    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
     assert float(ffprobe_streams(clip)["video"]["duration"]) > 0.5
     # Enter plays a good file; the file replaced is stopped
     s.file_edit.setText(str(testdata / OTHER))
     qtbot.keyClick(s.file_edit, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: win.pipeline is not good and win.pipeline is not None
-                    and str(win.pipeline.source.path).endswith("grid_s2_swwp2s.mp4"), timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline is not good and win.session.pipeline is not None
+                    and str(win.session.pipeline.source.path).endswith("grid_s2_swwp2s.mp4"), timeout=20000)
     assert not s.file_error.isVisibleTo(s)
     qtbot.waitUntil(lambda: not good.running, timeout=10000)
 
 
 def test_long_source_error_stays_in_its_lines(qtbot, file_window):
     win = file_window
-    label = win.source_label
+    label = win.panels["sources"].source_label
     h = label.height()
     label.setText("No source: " + "a very long explanation " * 40 + "\nsecond line\nthird line")
     qtbot.wait(50)
     assert label.height() == h and label.text().endswith("third line") and "third line" in label.toolTip()
-    assert label.geometry().top() >= win.preview.geometry().bottom()
+    assert label.geometry().top() >= win.panels["sources"].preview.geometry().bottom()
 
 
 # ------------------------------------------------------------------ 3: the source dies while recording
@@ -166,17 +165,18 @@ def test_source_failure_while_recording_finishes_the_clip(qtbot, still_window):
     from tests.helpers import ffprobe_streams
 
     win = still_window
-    win.record_button.click()
-    assert win.recorder is not None
-    clip = win.record_path
-    qtbot.waitUntil(lambda: win.recorder is not None and win.recorder.recorder.frames_in >= 15, timeout=20000)
+    win.recording.record_button.click()
+    assert win.recording.recorder is not None
+    clip = win.recording.record_path
+    qtbot.waitUntil(lambda: win.recording.recorder is not None and win.recording.recorder.recorder.frames_in >= 15,
+                    timeout=20000)
     win.still_source.error = CaptureError("camera unplugged")
-    qtbot.waitUntil(lambda: win.recorder is None, timeout=10000)
-    assert not win.record_button.isChecked() and win.record_button.text() == "● Record"
-    qtbot.waitUntil(lambda: "Recording stopped" in win.last_record_message, timeout=20000)
-    msg = win.last_record_message
+    qtbot.waitUntil(lambda: win.recording.recorder is None, timeout=10000)
+    assert not win.recording.record_button.isChecked() and win.recording.record_button.text() == "● Record"
+    qtbot.waitUntil(lambda: "Recording stopped" in win.recording.last_record_message, timeout=20000)
+    msg = win.recording.last_record_message
     assert "camera was lost" in msg and "camera unplugged" in msg and f"Saved {clip}" in msg
-    assert win.status_labels["rec"].text() == "" and win.record_time_label.text() == ""
+    assert win.status_labels["rec"].text() == "" and win.recording.record_time_label.text() == ""
     streams = ffprobe_streams(clip)
     assert "video" in streams and float(streams["video"]["duration"]) > 0.3
 
@@ -186,11 +186,11 @@ def test_transparent_background_records_with_alpha(qtbot, still_window, settings
     from tests.helpers import alpha_decoder, decoded_duration
 
     win = still_window
-    o = win.output_panel
+    o = win.panels["output"]
     o.format.setCurrentIndex(o.format.findData("h264-mp4"))
     assert not o.format_note.isVisibleTo(o)
-    win.avatar_panel.bg_transparent.setChecked(True)
-    fmt, note = win.recording_format()
+    win.panels["avatar"].bg_transparent.setChecked(True)
+    fmt, note = win.recording.recording_format()
     assert fmt.alpha and o.format_note.isVisibleTo(o) and "H.264" in o.format_note.text()
     assert fmt.label in o.format_note.text()
     win.docks["output"].raise_()
@@ -208,8 +208,8 @@ def test_transparent_background_records_with_alpha(qtbot, still_window, settings
         assert "a" in first.format.name.replace("yuv", ""), first.format.name  # yuva…
     assert decoded_duration(clip, "video") > 0.5  # (WebM streams carry no duration of their own)
     # back to a colour: the chosen format again, no note
-    win.avatar_panel.bg_green.setChecked(True)
-    assert win.recording_format()[0].key == "h264-mp4" and not o.format_note.isVisibleTo(o)
+    win.panels["avatar"].bg_green.setChecked(True)
+    assert win.recording.recording_format()[0].key == "h264-mp4" and not o.format_note.isVisibleTo(o)
 
 
 # ------------------------------------------------------------------ 5, 9: no face, no audio track
@@ -221,10 +221,11 @@ def test_no_face_is_shown_and_cleared(qtbot, settings, no_face_video, testdata):
     win.viewport.setFixedSize(640, 360)
     win.show()
     qtbot.waitExposed(win)
-    assert "no audio track (recording will be silent)" in win.mic_label.text()
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5, timeout=20000)
-    qtbot.waitUntil(lambda: win.no_face_shown, timeout=10000)
-    assert not win.pipeline.latest_state().face_found
+    assert "no audio track (recording will be silent)" in win.panels["sources"].mic_label.text()
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
+                    timeout=20000)
+    qtbot.waitUntil(lambda: win.live.no_face_shown, timeout=10000)
+    assert not win.session.pipeline.latest_state().face_found
     assert win.status_labels["face"].text() == "No face found"
     assert win.viewport.notice.isVisible() and "No face found" in win.viewport.notice.text()
     save_shot(win, "trial_no_face")
@@ -232,10 +233,10 @@ def test_no_face_is_shown_and_cleared(qtbot, settings, no_face_video, testdata):
     assert not win.viewport.notice.isVisible()
     win.toggle_panels(False)
     assert win.viewport.notice.isVisible()
-    assert win.open_file(testdata / VIDEO)
-    qtbot.waitUntil(lambda: not win.no_face_shown, timeout=20000)
-    assert win.pipeline.latest_state().face_found and not win.viewport.notice.isVisible()
-    assert win.status_labels["face"].text() == "" and win.mic_label.text() == "Audio: the file's own track"
+    assert win.session.open_file(testdata / VIDEO)
+    qtbot.waitUntil(lambda: not win.live.no_face_shown, timeout=20000)
+    assert win.session.pipeline.latest_state().face_found and not win.viewport.notice.isVisible()
+    assert win.status_labels["face"].text() == "" and win.panels["sources"].mic_label.text() == "Audio: the file's own track"
     win.close()
 
 
@@ -269,10 +270,10 @@ def test_show_recordings_without_a_file_manager_says_where(qtbot, still_window, 
 
     monkeypatch.setattr(output_mod, "QDesktopServices", NoFileManager)
     win = still_window
-    folder = win.record_folder()
-    win.output_panel.open_folder.click()
+    folder = win.recording.record_folder()
+    win.panels["output"].open_folder.click()
     assert opened == [str(folder)] and folder.is_dir()
-    assert win.last_info is not None and str(folder) in win.last_info
+    assert win.notifier.last_info is not None and str(folder) in win.notifier.last_info
     save_shot(win, "trial_show_recordings")
 
 

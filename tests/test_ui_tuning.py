@@ -1,4 +1,4 @@
-"""The studio's post-processing (ui.tuning) and settings models (ui.settings), without Qt widgets."""
+"""The post-processing chain (fusion.tuning, fusion.expressions) and the settings model, without Qt."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,13 @@ import pytest
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.errors import InputError
 from avatar_app.core.types import AvatarState
-from avatar_app.ui.tuning import (AvatarTuner, ExpressionLayer, TuningSettings, format_mix, parse_mix)
+from avatar_app.fusion.tuning import (
+    AvatarTuner,
+    ExpressionLayer,
+    TuningSettings,
+    format_mix,
+    parse_mix,
+)
 
 DT_NS = 33_333_333
 
@@ -21,15 +27,15 @@ def _yaw(r):
 
 
 def _rot(yaw=0.0, roll=0.0):
-    from avatar_app.ui.tuning import _euler
+    from avatar_app.core.rotations import rotation_from_euler
 
-    return _euler(yaw, 0.1, roll).astype(np.float32)
+    return rotation_from_euler(yaw, 0.1, roll).astype(np.float32)
 
 
 def _states(n, t0=1, **kw):
     base = AvatarState.neutral()
     for i in range(n):
-        yield replace(base, t_capture_ns=int(t0 * 1e9) + i * DT_NS, **kw)
+        yield replace(base, t_capture_ns=int(t0 * 1e9) + i * DT_NS, media_time_s=t0 + i * DT_NS / 1e9, **kw)
 
 
 def _no_smoothing(**kw) -> TuningSettings:
@@ -147,7 +153,7 @@ def test_invalid_tuning_settings_are_refused():
 def test_settings_json_round_trip_and_damaged_values(qapp, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from avatar_app.ui import settings as store
+    from avatar_app.pipeline import settings as store
 
     qs = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     t = TuningSettings(link_eyes=True, mirror=False)

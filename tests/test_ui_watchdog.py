@@ -25,8 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from ui_fixtures import settings  # noqa: F401
-
 pytestmark = [pytest.mark.gui, pytest.mark.gl, pytest.mark.slow]
 
 RUN_S = 20.0
@@ -41,24 +39,25 @@ def test_no_gui_stall_over_50ms_in_20s(qtbot, testdata, settings):
     qtbot.addWidget(win)
     win.show()
     qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 10, timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 10,
+                    timeout=20000)
     # start-up is not measured: first frames, device listing, and opening the installed engines
     # (backend probing imports TensorRT / CUDA libraries in a worker thread, which holds the GIL)
     qtbot.waitUntil(lambda: all(not e.installed or e.slot is not None or e.error
-                                for e in win.engines.entries.values()), timeout=60000)
+                                for e in win.session.engines.entries.values()), timeout=60000)
     qtbot.wait(1500)
     wd = GuiWatchdog(threshold_ms=LIMIT_MS)
     wd.start()
     frames0 = win.viewport.frames_presented
     try:
         qtbot.wait(int(RUN_S * 1000 * 0.25))
-        win.sources_panel.file_edit.setText(str(testdata / "video" / "grid_s2_swwp2s.mp4"))
-        win.sources_panel.play_button.click()  # opened on the opener thread
+        win.panels["sources"].file_edit.setText(str(testdata / "video" / "grid_s2_swwp2s.mp4"))
+        win.panels["sources"].play_button.click()  # opened on the opener thread
         qtbot.wait(int(RUN_S * 1000 * 0.25))
         win.docks["latency"].raise_()
-        win.record_button.click()
+        win.recording.record_button.click()
         qtbot.wait(int(RUN_S * 1000 * 0.25))
-        win.record_button.click()  # finished on a worker thread
+        win.recording.record_button.click()  # finished on a worker thread
         qtbot.wait(int(RUN_S * 1000 * 0.25))
     finally:
         wd.stop()

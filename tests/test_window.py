@@ -6,7 +6,6 @@ Set AVATAR_UPDATE_APPROVED=1 to rewrite the approved image after a deliberate ch
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -82,25 +81,26 @@ def _state(**weights):
 def test_window_plays_file_and_shows_avatar(qtbot, file_window):
     win = file_window
     assert win.viewport.error is None, win.viewport.error
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 15, timeout=20000)
-    qtbot.waitUntil(lambda: win.pipeline.stats.summary().count >= 5, timeout=10000)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 15,
+                    timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline.stats.summary().count >= 5, timeout=10000)
     img = _grab(qtbot, win)
     _save(img, "window_viewport_live")
     _save(_qimage_to_array(win.grab().toImage()), "window_live")
     green = np.all(img == img[0, 0], axis=2).mean()
     assert 0.3 < green < 0.95, f"viewport is {green:.0%} background"
     assert img.std() > 20
-    s = win.pipeline.stats.summary()
+    s = win.session.pipeline.stats.summary()
     assert s.camera_to_screen is not None and "track" in s.stages
     assert win.viewport.overlay.isVisible() and "camera-to-screen" in win.viewport.overlay.text()
-    assert win.pipeline.latest_state().face_found
+    assert win.session.pipeline.latest_state().face_found
 
 
 def test_viewport_matches_approved_image_and_mouth_moves(qtbot, file_window):
     import cv2
 
     win = file_window
-    win.stop_pipeline()
+    win.session.stop_pipeline()
     closed = _grab(qtbot, win, _state())
     opened = _grab(qtbot, win, _state(jawOpen=1.0))
     _save(closed, "viewport_neutral")
@@ -128,10 +128,10 @@ def test_missing_camera_shows_message_and_window_stays_usable(qtbot, settings, t
     win = MainWindow(camera=97, settings=settings)
     qtbot.addWidget(win)
     win.show()
-    assert win.last_error and "Camera 97" in win.last_error
-    assert win.pipeline is None
-    assert win.open_file(testdata / "video" / "grid_s1_bbaf2n.mp4")
-    qtbot.waitUntil(lambda: win.pipeline.frames_processed >= 5, timeout=20000)
+    assert win.notifier.last_error and "Camera 97" in win.notifier.last_error
+    assert win.session.pipeline is None
+    assert win.session.open_file(testdata / "video" / "grid_s1_bbaf2n.mp4")
+    qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= 5, timeout=20000)
     win.close()
 
 
@@ -150,9 +150,9 @@ def test_no_microphone_is_reported_tracking_continues(qtbot, settings, monkeypat
     win = MainWindow(camera=0, settings=settings)
     qtbot.addWidget(win)
     win.show()
-    assert "No microphone" in win.mic_label.text() and "Speech is off" in win.mic_label.text()
-    assert win.pipeline is not None and win.pipeline.ring is None
-    qtbot.waitUntil(lambda: win.pipeline.frames_processed >= 5, timeout=20000)
+    assert "No microphone" in win.panels["sources"].mic_label.text() and "Speech is off" in win.panels["sources"].mic_label.text()
+    assert win.session.pipeline is not None and win.session.pipeline.ring is None
+    qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= 5, timeout=20000)
     win.close()
 
 
@@ -160,13 +160,13 @@ def test_record_button_writes_clip_with_sound(qtbot, file_window, settings):
     from tests.helpers import ffprobe_streams
 
     win = file_window
-    qtbot.waitUntil(lambda: win.pipeline.frames_processed >= 5, timeout=20000)
-    win.record_button.click()
-    assert win.recorder is not None
-    path = win.record_path
+    qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= 5, timeout=20000)
+    win.recording.record_button.click()
+    assert win.recording.recorder is not None
+    path = win.recording.record_path
     qtbot.wait(2500)
-    win.record_button.click()
-    assert win.recorder is None
+    win.recording.record_button.click()
+    assert win.recording.recorder is None
     # the file is finished on a worker thread (no GUI-thread stall); "Saved" says it is complete
     qtbot.waitUntil(lambda: "Saved" in win.statusBar().currentMessage(), timeout=15000)
     streams = ffprobe_streams(path)
@@ -193,7 +193,25 @@ def _decoded_tracks(path):
 
 
 def test_settings_persist_overlay_choice(qtbot, file_window, settings):
-    file_window.overlay_box.setChecked(False)
+    file_window.panels["latency"].overlay_box.setChecked(False)
     settings.sync()
     assert settings.value("overlay", type=bool) is False
     assert settings.value("last_file", type=str).endswith("grid_s1_bbaf2n.mp4")
+
+
+def test_export_settings_writes_what_render_reads(qtbot, file_window, tmp_path):
+    """File › Export settings… writes the session's settings; render --settings reads the same look."""
+    from avatar_app.pipeline.settings import load_settings_file
+
+    t = file_window.panels["tracking"]
+    t.mirror.setChecked(False)
+    t.sliders["mouth"].setValue(80)
+    assert file_window.export_action.text() == "&Export settings…"
+    path = file_window._on_export_settings(tmp_path / "out" / "studio.json")
+    assert path == tmp_path / "out" / "studio.json" and "studio.json" in file_window.statusBar().currentMessage()
+    back = load_settings_file(path)
+    assert back.tuning.mirror is False and back.tuning.smoothing["mouth"] == pytest.approx(0.8)
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    assert file_window._on_export_settings(blocked / "studio.json") is None  # a file where the folder should be
+    assert "Cannot write the settings file" in file_window.notifier.last_error

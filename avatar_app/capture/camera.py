@@ -90,7 +90,7 @@ class CameraSource(EndlessVideoMixin):
     ``t_capture_ns`` of each Frame is the driver's buffer timestamp when it is
     plausible (V4L2 on Linux), else ``now_ns()`` when the read returned;
     :attr:`timestamp_source` says which ("driver" or "read").
-    ``frame.stamps["capture"] = (t_capture_ns, t_delivered_ns)``.
+    ``frame.t_delivered_ns`` is when it was put into the slot.
 
     Thread: construct, start, stop and get_latest from one thread (the reader
     thread is internal). A camera that stops delivering ends the reader thread
@@ -248,8 +248,7 @@ class CameraSource(EndlessVideoMixin):
                 if index == 0:
                     self._check_first(image)
                 frame = Frame(index=index, t_capture_ns=t_cap, image=image,
-                              media_time_s=(t_cap - self._t_start_ns) / _NS_PER_S)
-                frame.stamps["capture"] = (t_cap, now_ns())
+                              media_time_s=(t_cap - self._t_start_ns) / _NS_PER_S, t_delivered_ns=now_ns())
                 self._slot.put(frame)
                 index += 1
         except Exception as e:  # noqa: BLE001 - thread boundary: record, never crash the app

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -34,7 +35,7 @@ class FakeCamera(EndlessVideoMixin):
     is exact: ``t_capture_ns = t_delivered_ns - round(delay_s * 1e9)`` where
     ``t_delivered_ns`` is ``now_ns()`` read just before the hand-over, so
     ``t_delivered_ns - t_capture_ns == delay`` to the nanosecond even when the
-    thread is woken late. ``frame.stamps["capture"] = (t_capture_ns, t_delivered_ns)``.
+    thread is woken late. ``frame.t_delivered_ns`` is that hand-over time.
 
     Images: a moving pattern (a bright square that moves left to right over a
     gradient, with the frame index encoded as 16 black/white cells in the top
@@ -127,8 +128,7 @@ class FakeCamera(EndlessVideoMixin):
                     _, frame = pending.popleft()
                     t_delivered = now_ns()
                     t_cap = t_delivered - self.delay_ns
-                    frame.t_capture_ns = t_cap
-                    frame.stamps["capture"] = (t_cap, t_delivered)
+                    frame = replace(frame, t_capture_ns=t_cap, t_delivered_ns=t_delivered)
                     self._slot.put(frame)
                     continue
                 if t_next_capture <= now:

@@ -29,8 +29,8 @@ class LiveFileSource:
 
     Time origin: ``t0 = now_ns()`` at :meth:`start`. A frame with media time ``m``
     (seconds from the first video frame) is delivered at ``t0 + m`` and stamped
-    ``t_capture_ns = now_ns()`` at delivery (``frame.stamps["capture"]`` holds the
-    same value twice). Audio sample ``i`` of the 16 kHz mono track gets the
+    ``t_capture_ns = now_ns()`` at delivery (``frame.t_delivered_ns`` holds the
+    same value). Audio sample ``i`` of the 16 kHz mono track gets the
     timestamp ``t0 + (audio_start_s + i / rate)`` and is written in blocks of
     ``block_s`` once the block's end time has passed, like a microphone. So the
     audio and the frames share one time line (within the thread's wake-up
@@ -138,8 +138,7 @@ class LiveFileSource:
                     return
                 t = now_ns()
                 frame = Frame(index=index, t_capture_ns=t, image=fr.image,
-                              media_time_s=(shift / _NS_PER_S) + fr.media_time_s)
-                frame.stamps["capture"] = (t, t)
+                              media_time_s=(shift / _NS_PER_S) + fr.media_time_s, t_delivered_ns=t)
                 self._slot.put(frame)
                 index += 1
             if not self.loop:

@@ -17,7 +17,7 @@ def stage_timer(stamps: MutableMapping[str, tuple[int, int]], name: str) -> Iter
     """Record ``(start_ns, end_ns)`` of a stage into ``stamps[name]``.
 
     Args:
-        stamps: the per-frame stamp mapping (``Frame.stamps``).
+        stamps: the per-frame stamp record (:data:`avatar_app.core.types.StageStamps`).
         name: stage name, e.g. ``"track"``, ``"reconstruct"``, ``"render"``.
     """
     start = now_ns()

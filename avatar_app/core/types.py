@@ -17,26 +17,37 @@ import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 
+#: Per-stage timings of one frame: stage name -> ``(start_ns, end_ns)`` on the process clock.
+#: A separate, mutable record made per processed frame (``stage_timer`` fills it); the
+#: Frame itself stays frozen. The "capture" stage is ``(t_capture_ns, t_delivered_ns)``.
+StageStamps = dict[str, tuple[int, int]]
 
-@dataclass
+
+@dataclass(frozen=True)
 class Frame:
-    """One video frame.
+    """One video frame (immutable: several threads may hold it).
 
     Attributes:
         index: 0-based frame number within its source.
         t_capture_ns: capture time on the process clock (live) or the time the
             frame was decoded (offline).
-        image: (H, W, 3) uint8 BGR.
+        image: (H, W, 3) uint8 BGR (not copied: do not write into it).
         media_time_s: presentation time in the file, seconds; for live sources the
             time since the source started.
-        stamps: per-stage ``(start_ns, end_ns)``, filled by ``stage_timer``.
+        t_delivered_ns: when the source handed the frame on (its newest-frame slot),
+            process clock; 0 when not known (file decoding).
     """
 
     index: int
     t_capture_ns: int
     image: np.ndarray
     media_time_s: float = 0.0
-    stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    t_delivered_ns: int = 0
+
+    def capture_stamps(self) -> StageStamps:
+        """A new stamp record holding the "capture" stage ``(t_capture_ns, t_delivered_ns)`` (empty when
+        the delivery time is not known)."""
+        return {"capture": (self.t_capture_ns, self.t_delivered_ns)} if self.t_delivered_ns else {}
 
 
 @dataclass(frozen=True)

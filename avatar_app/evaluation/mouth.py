@@ -40,9 +40,9 @@ def speech_weights(video: Path, times: np.ndarray, speech=None) -> np.ndarray | 
     if audio.samples.size == 0 or float(np.abs(audio.samples).max()) < 10 ** (-70 / 20):
         return None
     if speech is None:
-        from avatar_app.speech.engine_animator import create_speech_animator
+        from avatar_app.pipeline.stages import StageChoice, build_speech
 
-        speech = create_speech_animator()
+        speech = build_speech(StageChoice())
     if hasattr(speech, "reset"):
         speech.reset()
     look = float(getattr(speech, "offline_lookahead_s", 0.0) or 0.0)

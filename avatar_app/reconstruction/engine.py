@@ -32,14 +32,18 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES, Blendshape
-from avatar_app.core.errors import AvatarError, InputError, ModelLoadError, TrackingError
+from avatar_app.core.errors import (
+    AvatarError,
+    InputError,
+    ModelLoadError,
+    TrackingError,
+)
 from avatar_app.core.landmarks import DEFAULT_HFOV_DEG
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import normalise as N
@@ -153,6 +157,42 @@ def gaze_from_irises(head: np.ndarray, neutral: np.ndarray) -> np.ndarray:
     return ang.astype(np.float32)
 
 
+def head_frame(landmarks: Landmarks, hfov_deg: float = DEFAULT_HFOV_DEG):
+    """The engine's pre-processing of one face: aligned to the rig's template.
+
+    Args:
+        landmarks: (478, 3) image-normalised points and the image size.
+        hfov_deg: the camera's assumed horizontal field of view, degrees.
+
+    Returns:
+        ``(head, r0, t0)``: (478, 3) float32 head-frame points in metres, the coarse
+        rotation (3, 3) and translation (3,) of :func:`~avatar_app.reconstruction.normalise.align`.
+
+    Raises:
+        InputError: invalid landmarks.
+    """
+    head, r0, t0 = N.align(check_landmarks(landmarks), landmarks.image_size, hfov_deg)
+    return head[0], r0[0], t0[0]
+
+
+def engine_feeds(landmarks: Landmarks, neutral: Landmarks,
+                 hfov_deg: float = DEFAULT_HFOV_DEG) -> dict[str, np.ndarray]:
+    """The face_recon inputs of one frame with an explicit neutral face, as :class:`EngineReconstructor`
+    computes them (:func:`head_frame` of both, then
+    :func:`~avatar_app.reconstruction.normalise.network_inputs`): INT8 calibration samples are
+    recorded with this, so they match real inference inputs.
+
+    Returns:
+        ``{"landmarks": (1, 478, 3), "neutral": (1, 478, 3)}`` float32.
+
+    Raises:
+        InputError: invalid landmarks.
+    """
+    head = head_frame(landmarks, hfov_deg)[0]
+    ref = head_frame(neutral, hfov_deg)[0]
+    return N.network_inputs(head[None], ref[None])
+
+
 class EngineReconstructor:
     """A :class:`~avatar_app.reconstruction.base.FaceReconstructor` running the face_recon engine.
 
@@ -260,14 +300,13 @@ class EngineReconstructor:
         Raises:
             InputError: invalid landmarks.
         """
-        pts = check_landmarks(landmarks)
-        head, r0, t0 = N.align(pts, landmarks.image_size, self.config.hfov_deg)
-        self._explicit = head[0]
-        out = self._infer(head[0], head[0])
-        self._explicit_rot, trans = N.compose_pose(r0[0], t0[0], out["rotation_6d"], out["translation"])
+        head, r0, t0 = head_frame(landmarks, self.config.hfov_deg)
+        self._explicit = head
+        out = self._infer(head, head)
+        self._explicit_rot, trans = N.compose_pose(r0, t0, out["rotation_6d"], out["translation"])
         self._identity = np.asarray(out["identity"], np.float32)
         self._identity_n = 1
-        self._depth_scale, self._depth_scale_n = depth_scale(t0[0], trans), 1
+        self._depth_scale, self._depth_scale_n = depth_scale(t0, trans), 1
 
     @property
     def is_calibrated(self) -> bool:
@@ -309,7 +348,6 @@ class EngineReconstructor:
             TrackingError: ``t_s`` does not increase.
             AvatarError: the engine failed or returned non-finite values.
         """
-        pts = check_landmarks(landmarks)
         t = float(t_s)
         if not math.isfinite(t):
             raise InputError(f"frame time must be finite, got {t_s}")
@@ -318,19 +356,18 @@ class EngineReconstructor:
         self._last_t = t
         if self._t_first is None:
             self._t_first = t
-        head, r0, t0 = N.align(pts, landmarks.image_size, self.config.hfov_deg)
-        head = head[0]
+        head, r0, t0 = head_frame(landmarks, self.config.hfov_deg)
         if self._explicit is None:
             self._auto.update(head, t)
         neutral = self.neutral_head
         out = self._infer(head, neutral)
-        rot, trans = N.compose_pose(r0[0], t0[0], out["rotation_6d"], out["translation"])
+        rot, trans = N.compose_pose(r0, t0, out["rotation_6d"], out["translation"])
         if self._explicit_rot is not None:
             rot = rot @ self._explicit_rot.T
-        self.last_pose0 = (r0[0], t0[0])
+        self.last_pose0 = (r0, t0)
         self._update_identity(np.asarray(out["identity"], np.float32), t)
-        self._update_depth_scale(depth_scale(t0[0], trans), t)
-        trans = t0[0] * self._depth_scale
+        self._update_depth_scale(depth_scale(t0, trans), t)
+        trans = t0 * self._depth_scale
         w = np.clip(np.asarray(out["blendshapes"], np.float32), 0.0, 1.0)
         if self.config.gaze_source == "engine":
             gaze = gaze_from_weights(w)
@@ -382,67 +419,3 @@ class EngineReconstructor:
             return value + (x - value) / (n + 1), n + 1
         dt = t - t_prev if t_prev is not None else 0.0
         return value + (1.0 - math.exp(-max(dt, 0.0) / self.config.identity_tau_s)) * (x - value), n
-
-
-#: Why the learned face engine is not used unless the user opts in (None = used by default).
-#: Measured (models/face_recon.md): on real recordings it does not yet beat the frozen
-#: geometric solver everywhere (blink precision/recall 0.94/0.94 vs 1.0/1.0, GRID jawOpen r
-#: 0.46/0.52 vs 0.54/0.48), so the solver stays the default.
-FACE_ENGINE_OFF_REASON = (
-    "the learned face engine does not yet beat the geometric solver on real recordings "
-    "(see models/face_recon.md); set AVATAR_APP_FACE_ENGINE=1 to try it"
-)
-
-
-#: Values of AVATAR_APP_FACE_ENGINE that opt in (case-insensitive).
-FACE_ENGINE_OPT_IN = ("1", "true", "yes", "on")
-
-
-def face_engine_disabled_reason() -> str | None:
-    """Why the face_recon engine is off by default, or None when the user opted in
-    (AVATAR_APP_FACE_ENGINE set to one of :data:`FACE_ENGINE_OPT_IN`)."""
-    import os
-
-    if os.environ.get("AVATAR_APP_FACE_ENGINE", "").strip().lower() in FACE_ENGINE_OPT_IN:
-        return None
-    return FACE_ENGINE_OFF_REASON
-
-
-def create_face_reconstructor(model_path: str | Path | None = None, manager=None,
-                              on_fallback: Callable[[str], None] | None = None, **kwargs):
-    """The engine reconstructor when it is enabled and its model loads, else the geometric solver (logged).
-
-    The default model is used only after opting in (:func:`face_engine_disabled_reason`);
-    an explicit ``model_path`` is always tried.
-
-    Args:
-        model_path: face_recon ONNX (default :func:`default_model_path`).
-        manager: optional EngineManager.
-        on_fallback: called with a sentence for the user when the engine was asked for (opted
-            in, or an explicit ``model_path``) but cannot be used, so the solver stands in.
-        **kwargs: passed to :class:`EngineReconstructor`.
-
-    Returns:
-        An :class:`EngineReconstructor` or a
-        :class:`~avatar_app.reconstruction.geometric.GeometricSolver`.
-    """
-    path = Path(model_path) if model_path is not None else default_model_path()
-    off = face_engine_disabled_reason() if model_path is None else None
-    if off:
-        _log.info("face reconstruction: geometric solver (%s)", off)
-    elif path.is_file():
-        try:
-            return EngineReconstructor(path, manager=manager, **kwargs)
-        except AvatarError as exc:
-            _log.warning("face reconstruction engine unavailable (%s); using the geometric solver", exc)
-            if on_fallback is not None:
-                on_fallback(f"the learned face engine cannot be used ({exc}); the geometric solver "
-                            "tracks the face instead")
-    else:
-        _log.info("no face reconstruction model at %s; using the geometric solver", path)
-        if on_fallback is not None:
-            on_fallback(f"the learned face engine was asked for but {path} does not exist; the "
-                        "geometric solver tracks the face instead")
-    from avatar_app.reconstruction.geometric import GeometricSolver
-
-    return GeometricSolver()

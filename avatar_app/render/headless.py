@@ -1,36 +1,25 @@
-"""Offscreen rendering into numpy arrays through an EGL context (Mesa llvmpipe without a GPU).
+"""Offscreen rendering into numpy arrays on the calling thread (EGL: Mesa llvmpipe without a GPU).
 
-Used by the offline ``render`` command, the recorder's tests and the benchmarks.
+Used by tests, benchmarks and training scripts; the app's own rendering runs on a
+:class:`~avatar_app.render.thread.RenderThread`.
 """
 from __future__ import annotations
 
 import logging
 
-import moderngl
 import numpy as np
 
 from avatar_app.avatar.mesh import AvatarMesh
-from avatar_app.core.errors import BackendUnavailableError, InputError
+from avatar_app.core.errors import InputError
 from avatar_app.core.types import AvatarState
+from avatar_app.render.context import create_context
 from avatar_app.render.renderer import CHROMA_GREEN, Background, Lighting, Renderer
 
 logger = logging.getLogger(__name__)
 
 
-def create_egl_context() -> moderngl.Context:
-    """A standalone OpenGL 3.3 core context over EGL.
-
-    Raises:
-        BackendUnavailableError: EGL or OpenGL 3.3 is not available (on Linux install
-            the Debian packages libegl1 and libgl1-mesa-dri).
-    """
-    try:
-        return moderngl.create_standalone_context(backend="egl", require=330)
-    except Exception as exc:  # moderngl/glcontext raise plain Exception subclasses here
-        raise BackendUnavailableError(
-            "Cannot create an offscreen OpenGL context: EGL with OpenGL 3.3 core is not available "
-            f"({exc}). On Debian/Ubuntu install libegl1 and libgl1-mesa-dri."
-        ) from exc
+#: The context picker's old name (training and benchmark scripts use it).
+create_egl_context = create_context
 
 
 class HeadlessRenderer:
@@ -63,7 +52,7 @@ class HeadlessRenderer:
         if width <= 0 or height <= 0 or width > 8192 or height > 8192:
             raise InputError(f"render size must be within 1..8192 pixels, got {width}x{height}")
         self.width, self.height = int(width), int(height)
-        self.ctx = create_egl_context()
+        self.ctx = create_context()
         try:
             self.renderer = Renderer(self.ctx, msaa=msaa, background=background, lighting=lighting)
             if avatar is None:

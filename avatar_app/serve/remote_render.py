@@ -1,7 +1,7 @@
 """``avatar-app render --remote grpc://HOST:PORT``: an offline render whose engines run on a server.
 
 The solvers are the ones a local render uses (the face engine only when opted
-in, see :func:`~avatar_app.reconstruction.engine.face_engine_disabled_reason`;
+in, see :func:`~avatar_app.pipeline.stages.engine_disabled_reason`;
 the speech engine when there is audio), opened on the ``remote`` backend: each
 engine call goes to the server, and to the local engine standing by when the
 server stops answering (:class:`~avatar_app.inference.remote.RemoteRunner`).
@@ -71,14 +71,14 @@ def render_file_remote(url: str, input_path, output_path, options=None, progress
         InputError: a malformed URL; and whatever ``render_file`` raises.
     """
     from avatar_app.pipeline import RenderOptions, render_file
-    from avatar_app.reconstruction.engine import create_face_reconstructor
-    from avatar_app.speech.engine_animator import create_speech_animator
+    from avatar_app.pipeline.stages import StageChoice, build_reconstructor, build_speech
 
     set_remote_url(url)
     options = options or RenderOptions()
     notes: list[str] = []
-    reconstructor = create_face_reconstructor(on_fallback=notes.append, backend="remote")
-    speech = create_speech_animator(backend="remote") if options.use_audio else None
+    choice = StageChoice(audio=options.use_audio, backend="remote", on_fallback=notes.append)
+    reconstructor = build_reconstructor(choice)
+    speech = build_speech(choice)
     clock = _FrameClock(progress)
     try:
         report = render_file(Path(input_path), Path(output_path), options, progress=clock,

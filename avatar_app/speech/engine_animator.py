@@ -273,28 +273,3 @@ def infer_features(slot, feats: np.ndarray, receptive_field: int, max_t: int = 3
             m = min(step, n - s)
             out[s: s + m] = y[j, ctx: ctx + m]
     return out
-
-
-def create_speech_animator(model_path: str | Path | None = None, manager=None, **kwargs):
-    """The learned animator when its model loads, else the loudness solver (logged).
-
-    Args:
-        model_path: speech2face ONNX (default :func:`default_model_path`).
-        manager: optional EngineManager.
-        **kwargs: passed to :class:`EngineSpeechAnimator`.
-
-    Returns:
-        An :class:`EngineSpeechAnimator` or a
-        :class:`~avatar_app.speech.loudness.LoudnessSpeechAnimator`.
-    """
-    path = Path(model_path) if model_path is not None else default_model_path()
-    if path.is_file():
-        try:
-            return EngineSpeechAnimator(path, manager=manager, **kwargs)
-        except AvatarError as exc:
-            _log.warning("speech engine unavailable (%s); using the loudness solver", exc)
-    else:
-        _log.info("no speech model at %s; using the loudness solver", path)
-    from avatar_app.speech.loudness import LoudnessSpeechAnimator
-
-    return LoudnessSpeechAnimator()

@@ -1,5 +1,4 @@
-"""Tracking stage: MediaPipe face landmarks, face selection, One Euro filter."""
+"""Tracking stage: MediaPipe face landmarks and face selection."""
 from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
-from avatar_app.tracking.filters import OneEuroFilter
 
-__all__ = ["FaceTracker", "RunningMode", "OneEuroFilter"]
+__all__ = ["FaceTracker", "RunningMode"]

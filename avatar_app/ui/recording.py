@@ -22,14 +22,11 @@ from PySide6.QtWidgets import QLabel, QPushButton
 
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError
+from avatar_app.pipeline.outputs import RECORD_FPS, RECORD_SIZE
 from avatar_app.ui.panels import plain_error
 
 log = logging.getLogger(__name__)
 
-#: Size of window recordings (and of the virtual camera's frames), pixels (width, height).
-RECORD_SIZE = (1280, 720)
-#: Frame rate of window recordings, Hz; a lower frame-rate cap lowers it (see RecordingController.record_fps).
-RECORD_FPS = 30.0
 #: Alpha formats for live recording from the window, fastest first. Measured at 1280x720 on the
 #: 2-core development machine (encoder only, 2 threads, moving avatar frames): VP9 realtime
 #: (libvpx-vp9, cpu-used 8, row-mt) 9 ms CPU a frame; ProRes 4444 prores_aw 12 ms; prores_ks 66-82 ms;
@@ -48,14 +45,17 @@ class RecordingController(QObject):
     The window owns one and forwards to it: the record button's toggles, Ctrl+R,
     the viewport's captured frames (:meth:`on_frame_captured`), the slow status
     tick (:meth:`update_status`) and a failing source (:meth:`stop_because`).
-    It reads from the window: ``pipeline`` (its ``ring`` is the audio),
-    ``viewport``, ``output_settings``, ``avatar_settings``, ``settings``,
-    ``status``, ``status_labels["rec"]``, ``effective_fps_cap()``, ``_last_state``,
-    ``_update_capture()``, ``_show_error()`` and the ``_worker`` executor.
+    It reads from the session: ``pipeline`` (its ``ring`` is the audio), the
+    output and avatar settings, the store (the recording folder), the frame-rate
+    cap, the newest state and the worker executor; it asks the viewport for
+    1280x720 renders.
 
     Args:
-        win: the MainWindow (also the QObject parent).
+        session: the StudioSession.
+        viewport: the AvatarViewportWidget (renders the recording's frames).
+        notifier: the window's Notifier (status bar, message boxes).
         audio_rate: sample rate of the source's audio ring, Hz (the clip's audio rate).
+        parent: the QObject parent.
 
     Attributes:
         record_button: the checkable "● Record" / "■ Stop" toolbar button.
@@ -69,26 +69,29 @@ class RecordingController(QObject):
             ("Saved …" or what went wrong).
         record_drop_warning: the last "encoder cannot keep up" warning of the
             running or last recording ("" if none).
+        status_label: the status bar's REC label (the window adds it).
+
+    Signals:
+        format_note_changed(str): which format recordings really use ("" = the chosen one).
 
     Thread: GUI thread only.
     """
 
     _recording_closed = Signal(object, object, object)
+    format_note_changed = Signal(str)
 
-    def __init__(self, win, audio_rate: int):
-        super().__init__(win)
-        self.win = win
+    def __init__(self, session, viewport, notifier, audio_rate: int, parent=None):
+        super().__init__(parent)
+        self.session = session
+        self.viewport = viewport
+        self.notifier = notifier
+        self.status_label = QLabel("")
+        self.status_label.setToolTip("Recording time, and frames the recording dropped because the encoder "
+                                     "could not keep up")
         self.audio_rate = int(audio_rate)
-        self.recorder = None
         self.record_path: Path | None = None
-        self.sidecar = None  # record.SidecarWriter of the running recording
         self.sidecar_path: Path | None = None
-        self._sidecar_t0_ns: int | None = None
-        self._sidecar_last_t_ns = 0
-        self._record_stop_reason = ""
         self.last_record_message = ""
-        self._rec_t0_ns = 0
-        self._rec_audio_end_ns = 0
         self._rec_fps = RECORD_FPS
         self._rec_format = None
         self._rec_skip0 = 0  # viewport.captures_skipped when the recording started
@@ -105,11 +108,23 @@ class RecordingController(QObject):
         self.audio_timer.setInterval(100)
         self.audio_timer.timeout.connect(self._on_audio_tick)
 
+    @property
+    def recorder(self):
+        """The running ``AsyncRecorder(SyncedRecorder(...))`` (the session's recording), or None."""
+        rec = self.session.recording
+        return rec.recorder if rec is not None else None
+
+    @property
+    def sidecar(self):
+        """The running recording's ``record.SidecarWriter``, or None."""
+        rec = self.session.recording
+        return rec.sidecar if rec is not None else None
+
     # ================================================================== folder
     def record_folder(self) -> Path:
         """Folder recordings go to (persisted; default: the user's Videos folder / avatar_app)."""
         default = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.MoviesLocation) or str(Path.home())
-        return Path(self.win.settings.value("record_folder", str(Path(default) / "avatar_app"), type=str))
+        return Path(self.session.store.value("record_folder", str(Path(default) / "avatar_app"), type=str))
 
     def set_record_folder(self, folder: Path) -> None:
         """Persist the recording folder.
@@ -117,7 +132,7 @@ class RecordingController(QObject):
         Args:
             folder: where the next recordings go (created when a recording starts).
         """
-        self.win.settings.setValue("record_folder", str(folder))
+        self.session.store.setValue("record_folder", str(folder))
 
     # ================================================================== button, shortcut
     def _on_record_toggled(self, on: bool) -> None:
@@ -135,7 +150,7 @@ class RecordingController(QObject):
 
     def record_blocker(self) -> str:
         """Why a recording cannot start now, as the user should read it; "" when it can."""
-        pipe = self.win.pipeline
+        pipe = self.session.pipeline
         if pipe is None:
             return NO_SOURCE_TO_RECORD
         if not pipe.running:
@@ -172,10 +187,10 @@ class RecordingController(QObject):
         from avatar_app.record.formats import choose_alpha_format, format_by_key
 
         try:
-            fmt = format_by_key(self.win.output_settings.format)
+            fmt = format_by_key(self.session.settings.output.format)
         except AvatarError:
             fmt = format_by_key("h264-mp4")
-        if self.win.avatar_settings.background != "transparent" or fmt.alpha:
+        if self.session.settings.avatar.background != "transparent" or fmt.alpha:
             return fmt, ""
         try:
             alpha = self._live_alpha_format() or choose_alpha_format()
@@ -193,10 +208,18 @@ class RecordingController(QObject):
         have = {f.key: f for f in available_formats(alpha=True)}
         return next((have[k] for k in LIVE_ALPHA_ORDER if k in have), None)
 
+    def update_capture(self) -> None:
+        """Have the viewport render 1280x720 frames while recording or feeding the virtual camera."""
+        vp = self.viewport
+        vp.capture_size = RECORD_SIZE
+        if self.recorder is None:
+            vp.capture_components = 3
+        vp.capture_frames = self.recorder is not None or self.session.outputs.capturing
+
     def update_format_note(self) -> None:
         """Show in the Output panel which format the recording will really use."""
         _, note = self.recording_format()
-        self.win.output_panel.set_format_note(note)
+        self.format_note_changed.emit(note)
 
     def record_fps(self) -> float:
         """Frame rate of the next recording, Hz: RECORD_FPS, or the frame-rate cap when lower.
@@ -205,7 +228,7 @@ class RecordingController(QObject):
         fill it), so the encoder's work follows this rate, not the source's: a lower
         cap (Output › Performance) is what lets a slow encoder keep up.
         """
-        cap = self.win.effective_fps_cap()
+        cap = self.session.effective_fps_cap()
         return float(min(RECORD_FPS, cap)) if cap > 0 else RECORD_FPS
 
     # ================================================================== drops, REC timer
@@ -221,13 +244,10 @@ class RecordingController(QObject):
 
     def _recording_drop_counts(self) -> tuple[int, int]:
         """(frames the encoder queue refused, states the viewport skipped) of the running recording."""
-        rec = self.recorder
+        rec = self.session.recording
         if rec is None:
             return 0, 0
-        full = getattr(rec, "dropped_queue_full", None)
-        if full is None:  # an older AsyncRecorder: its total
-            full = getattr(rec, "dropped_frames", 0)
-        return int(full), max(0, self.win.viewport.captures_skipped - self._rec_skip0)
+        return rec.queue_drops(), max(0, self.viewport.captures_skipped - self._rec_skip0)
 
     def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True, audio_lost_s: float = 0.0) -> str:
         """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
@@ -271,21 +291,22 @@ class RecordingController(QObject):
             self._rec_drops_warned = (dropped, now, encoder)
             self.record_drop_warning = self.recording_drop_message(dropped, encoder=encoder)
             log.warning("%s", self.record_drop_warning)
-            self.win.status.showMessage(self.record_drop_warning, 10000)
+            self.notifier.status(self.record_drop_warning, 10000)
 
     def update_status(self) -> None:
         """Show the REC timer (seconds since the start) and the frames dropped so far; warn about drops.
 
         Called by the window's slow tick (5 Hz); the timer runs whatever the source does.
         """
-        rec = f"● REC {(now_ns() - self._rec_t0_ns) / 1e9:6.1f} s" if self.recorder is not None else ""
+        clip = self.session.recording
+        rec = f"● REC {(now_ns() - clip.t0_ns) / 1e9:6.1f} s" if clip is not None else ""
         dropped = self.recording_dropped()
         if rec and dropped:
             rec += f" · recording dropped {dropped}"
             self._warn_recording_drops(dropped)
-        for lab in (self.win.status_labels["rec"], self.record_time_label):
+        for lab in (self.status_label, self.record_time_label):
             lab.setStyleSheet("color: #c0392b;" if rec and dropped else "")
-        self.win.status_labels["rec"].setText(rec)
+        self.status_label.setText(rec)
         self.record_time_label.setText(f"  {rec}" if rec else "")
 
     # ================================================================== start, stop
@@ -293,12 +314,9 @@ class RecordingController(QObject):
         """Start recording the avatar (1280x720, 30 fps) with the source's audio. Returns the path.
 
         The format is the Output panel's; formats that keep transparency record RGBA.
-        Sync is the CLI's (record/synced.py): the file is built by a
-        :class:`~avatar_app.record.SyncedRecorder` with the audio sample clock as the
-        master; each rendered frame is placed at the capture time of the camera frame
-        it shows (``AvatarState.t_capture_ns``), the audio at the capture time of its
-        samples, both on the process clock (``now_ns``). So the avatar's lips meet the
-        voice whatever the camera-to-screen latency, and the clip does not drift.
+        The session records (:class:`~avatar_app.pipeline.recording.StudioRecording`,
+        synced as the CLI's: the audio sample clock is the master, each frame placed at
+        the capture time of the camera frame it shows).
 
         Args:
             path: the clip to write (default: a time-stamped file in :meth:`record_folder`).
@@ -307,17 +325,13 @@ class RecordingController(QObject):
             The clip's path, or None when a recording runs already or none could
             start (the reason is shown to the user; nothing raises).
         """
-        from avatar_app.record import AsyncRecorder, SyncedRecorder
-        from avatar_app.record.factory import open_recorder
-
-        win = self.win
         if self.recorder is not None:
             return None
         why = self.record_blocker()
         if why:  # never a recording without a running source: it would save nothing
             self._reset_record_button()
             self.update_enabled()
-            win._show_error(why)
+            self.notifier.error(why)
             return None
         fmt, note = self.recording_format()
         if path is None:
@@ -325,35 +339,25 @@ class RecordingController(QObject):
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                win._show_error(f"Cannot create the recording folder {folder}: {exc}")
+                self.notifier.error(f"Cannot create the recording folder {folder}: {exc}")
                 self._reset_record_button()
                 return None
             path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
-        ring = win.pipeline.ring if win.pipeline is not None else None
         fps = self.record_fps()
         try:
-            rec = open_recorder(path, *RECORD_SIZE, fps,
-                                audio_sample_rate=self.audio_rate if ring is not None else None, fmt=fmt)
-            self.recorder = AsyncRecorder(SyncedRecorder(rec))
+            clip = self.session.start_recording(path, fmt, fps)
         except AvatarError as exc:
-            win._show_error(str(exc))
+            self.notifier.error(str(exc))
             self._reset_record_button()
             return None
-        self.record_path = path
-        self._record_stop_reason = ""
-        self._rec_t0_ns = now_ns()
+        self.record_path, self.sidecar_path = path, clip.sidecar_path
         self._rec_fps, self._rec_format = fps, fmt
-        self._rec_skip0 = win.viewport.captures_skipped
+        self._rec_skip0 = self.viewport.captures_skipped
         self._rec_drops_warned = (0, 0.0, False)
         self.record_drop_warning = ""
-        # audio from the newest video frame's capture on (the clip starts with its first frame)
-        st = win._last_state
-        self._rec_audio_end_ns = st.t_capture_ns if st is not None and st.t_capture_ns < self._rec_t0_ns \
-            else self._rec_t0_ns
-        self._open_sidecar(path, self._rec_audio_end_ns if ring is not None else None)
-        win.viewport.capture_components = 4 if rec.frame_shape[2] == 4 else 3
-        win._update_capture()
-        if ring is not None:
+        self.viewport.capture_components = 4 if clip.frame_shape[2] == 4 else 3
+        self.update_capture()
+        if clip.ring is not None:
             self.audio_timer.start()
         if not self.record_button.isChecked():
             self.record_button.blockSignals(True)
@@ -361,43 +365,8 @@ class RecordingController(QObject):
             self.record_button.blockSignals(False)
         self.record_button.setText("■ Stop")
         self.update_enabled()
-        win.status.showMessage(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
+        self.notifier.status(f"Recording to {path}" + (f". {note}" if note else ""), 5000)
         return path
-
-    def _open_sidecar(self, clip_path: Path, audio_start_ns: int | None) -> None:
-        """Start the JSON Lines blendshape track beside the clip (as the CLI's render writes).
-
-        One line per avatar state placed in the recording (record/sidecar.py);
-        its ``t`` is the capture time relative to the clip's start (the earlier of
-        the first frame and the first audio sample, as SyncedRecorder places them),
-        which is the file time to within the audio clock's drift (about 100 ppm).
-        A track that cannot be written is logged and skipped; the clip goes on.
-        """
-        from avatar_app.pipeline import sidecar_path_for
-        from avatar_app.record.sidecar import SidecarWriter
-
-        self.sidecar, self.sidecar_path = None, sidecar_path_for(clip_path)
-        self._sidecar_t0_ns = audio_start_ns
-        self._sidecar_last_t_ns = 0
-        try:
-            self.sidecar = SidecarWriter(self.sidecar_path, fps=self._rec_fps)
-        except AvatarError as exc:
-            log.warning("no blendshape track for this recording: %s", exc)
-            self.sidecar_path = None
-
-    def _write_sidecar(self, state, t_capture_ns: int) -> None:
-        sidecar = self.sidecar
-        if sidecar is None or state is None or t_capture_ns <= self._sidecar_last_t_ns:
-            return
-        if self._sidecar_last_t_ns == 0:  # the first frame: file time 0 is the earlier of it and the audio
-            t0 = self._sidecar_t0_ns
-            self._sidecar_t0_ns = t_capture_ns if t0 is None else min(t0, t_capture_ns)
-        self._sidecar_last_t_ns = t_capture_ns
-        try:
-            sidecar.write(state, media_time_s=max(0.0, (t_capture_ns - self._sidecar_t0_ns) / 1e9))
-        except AvatarError as exc:
-            log.warning("blendshape track stopped: %s", exc)
-            self.sidecar = None
 
     def stop_recording(self, wait: bool = True) -> None:
         """Stop and finalise the recording; says where it went.
@@ -406,55 +375,28 @@ class RecordingController(QObject):
             wait: finish writing on this thread (True) or on a worker (False: the
                 "Saved" message comes when the file is complete).
         """
-        win = self.win
         behind = self._recording_drop_counts()  # final: nothing is written after this
         dropped = sum(behind)
-        rec, self.recorder = self.recorder, None
-        sidecar, self.sidecar = self.sidecar, None
-        sidecar_path = self.sidecar_path
-        reason, self._record_stop_reason = self._record_stop_reason, ""
-        win._update_capture()
+        clip = self.session.stop_recording(self.viewport.captured_state)
+        self.update_capture()
         self.audio_timer.stop()
         self._reset_record_button()
         self.update_enabled()
-        for lab in (win.status_labels["rec"], self.record_time_label):
+        for lab in (self.status_label, self.record_time_label):
             lab.setText("")
             lab.setStyleSheet("")
-        if rec is None:
+        if clip is None:
             return
-        # audio up to the end of the last frame's slot, so that both tracks end together
-        st = win.viewport.captured_state
-        ring = win.pipeline.ring if win.pipeline is not None else None
-        until = None
-        if st is not None and ring is not None and ring.latest_t_ns is not None:
-            until = min(st.t_capture_ns + int(1e9 / self._rec_fps), ring.latest_t_ns)
-        self._on_audio_tick(rec, until)
-        path = self.record_path
-        fps, fmt = self._rec_fps, self._rec_format
+        path = clip.path
 
         def finish():
-            error = None
-            try:
-                rec.close()
-            except AvatarError as exc:
-                error = exc
-            if sidecar is not None:
-                try:
-                    sidecar.close()
-                except AvatarError as exc:
-                    log.warning("%s", exc)
-            inner = getattr(rec, "recorder", None)
-            frames = int(getattr(inner, "frames_written", 0) or 0)
-            return error, {"frames": frames, "reason": reason, "fps": fps, "dropped": dropped, "format": fmt,
-                           "duration_s": getattr(inner, "duration_s", None),
-                           "audio_lost_s": float(getattr(rec, "audio_lost_s", 0.0)),
-                           "encoder_behind": behind[0] > 0,
-                           "sidecar": sidecar_path if sidecar is not None else None}
+            error, info = clip.finish()
+            return error, {**info, "dropped": dropped, "encoder_behind": behind[0] > 0}
 
         if wait:
             self._on_recording_closed(path, *finish())
         else:
-            win._worker.submit(lambda: self._recording_closed.emit(path, *finish()))
+            self.session.worker.submit(lambda: self._recording_closed.emit(path, *finish()))
 
     def _on_recording_closed(self, path, error, info=None) -> None:
         """Say what the finished recording holds; "Saved" only for a file with video frames in it.
@@ -467,7 +409,6 @@ class RecordingController(QObject):
                 "fps": the clip's frame rate, "dropped": frames lost because the encoder could
                 not keep up (see :meth:`recording_dropped`), "format": its RecordingFormat}.
         """
-        win = self.win
         info = info or {}
         frames = int(info.get("frames", 0))
         dropped = int(info.get("dropped", 0) or 0)
@@ -489,7 +430,7 @@ class RecordingController(QObject):
             why = f" ({plain_error(str(error))})" if error is not None else ""
             self.last_record_message = (f"{stopped}Nothing was recorded: no avatar frame reached the recording"
                                         f"{why}, so no file was saved.")
-            win._show_error(self.last_record_message)
+            self.notifier.error(self.last_record_message)
             return
         saved = f"Saved {path} ({info.get('duration_s') or frames / fps:.1f} s)"
         if dropped:
@@ -500,13 +441,13 @@ class RecordingController(QObject):
         if error is not None:
             self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "
                                         f"What was written is kept: {path}.")
-            win._show_error(self.last_record_message)
+            self.notifier.error(self.last_record_message)
         elif reason:
             self.last_record_message = f"{stopped}{saved}."
-            win._show_error(self.last_record_message)
+            self.notifier.error(self.last_record_message)
         else:
             self.last_record_message = saved
-            win.status.showMessage(saved, 10000)
+            self.notifier.status(saved, 10000)
 
     def stop_because(self, reason: str) -> None:
         """Finish the running recording (the clip is kept) and tell the user why it stopped.
@@ -514,9 +455,9 @@ class RecordingController(QObject):
         Args:
             reason: why, as the user should read it (e.g. "the camera was lost (…)").
         """
-        if self.recorder is None:
+        if self.session.recording is None:
             return
-        self._record_stop_reason = reason
+        self.session.recording.stop_reason = reason
         self.stop_recording(wait=False)
 
     # ================================================================== frames, audio
@@ -530,52 +471,21 @@ class RecordingController(QObject):
                 capture time. The recording places the frame at that state's
                 ``t_capture_ns``.
         """
-        rec = self.recorder
-        if rec is None:
-            return
-        win = self.win
-        if win.output_settings.overlay_in_recording and win.pipeline is not None:
-            from avatar_app.pipeline import draw_overlay
-
-            rgb = draw_overlay(rgb, win.pipeline.stats.summary().lines())
-        st = win.viewport.captured_state
-        t_capture_ns = st.t_capture_ns if st is not None and st.t_capture_ns > 0 else t_ns
         try:
-            queued = rec.write_video(rgb, t_capture_ns / 1e9)  # SyncedRecorder: shared-clock capture time
+            self.session.record_frame(rgb, self.viewport.captured_state, t_ns)
         except AvatarError as exc:
             log.warning("recording stopped: %s", exc)
             self.stop_recording(wait=False)  # reports the error when the file is closed
-            return
-        if queued:
-            self._write_sidecar(st, t_capture_ns)
 
-    def _on_audio_tick(self, rec=None, until_ns: int | None = None) -> None:
-        """Hand the recorder the source's audio since the last tick (GUI timer, 10 Hz).
-
-        Args:
-            rec: the recorder (default: the running one).
-            until_ns: end of the audio to write (default: 60 ms before now, so that
-                late blocks have arrived).
-        """
-        rec = rec or self.recorder
-        pipe = self.win.pipeline
-        ring = pipe.ring if pipe is not None else None
-        if rec is None or ring is None:
+    def _on_audio_tick(self) -> None:
+        """Hand the recording the source's audio since the last tick (GUI timer, 10 Hz)."""
+        clip = self.session.recording
+        if clip is None:
             return
-        rate = self.audio_rate
-        end = now_ns() - 60_000_000 if until_ns is None else int(until_ns)
-        # whole samples only, so that consecutive windows continue the stream sample by sample
-        n = (end - self._rec_audio_end_ns) * rate // 1_000_000_000
-        if n <= 0:
-            return
-        end = self._rec_audio_end_ns + n * 1_000_000_000 // rate
-        samples = ring.read_window(end, n / rate)
         try:
-            # SyncedRecorder: the capture time of the first sample on the shared clock
-            rec.write_audio(samples, self._rec_audio_end_ns / 1e9)
+            clip.feed_audio()
         except AvatarError as exc:
-            self.win._show_error(str(exc))
-        self._rec_audio_end_ns = end
+            self.notifier.error(str(exc))
 
 
 __all__ = ["RecordingController", "RECORD_SIZE", "RECORD_FPS", "LIVE_ALPHA_ORDER", "DROP_WARNING_INTERVAL_S",

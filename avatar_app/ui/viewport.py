@@ -1,263 +1,29 @@
-"""The avatar viewport: the shared Renderer on a render thread, shown in a plain widget, plus the overlay.
+"""The avatar viewport: the project's render thread, shown in a plain widget, plus the overlay.
 
 Why not a QOpenGLWidget: with one in a window, Qt composes the whole window
 through OpenGL on the GUI thread at every update. On software OpenGL (Mesa
 llvmpipe, the machines without a GPU this app supports) that kept the GUI
-thread busy for 50-200 ms at a time. Here a render thread owns an offscreen
-OpenGL 3.3 context (EGL on Linux, the platform's default elsewhere) and the
-project's :class:`~avatar_app.render.renderer.Renderer`; it renders the newest
-state at the widget's size in device pixels (HiDPI-correct), reads it back and
-hands a QImage to the widget, which only draws the image. Frames for the
-recorder are rendered at the recording size on the same thread, so the GUI
-thread never reads pixels back either.
+thread busy for 50-200 ms at a time. Here a
+:class:`~avatar_app.render.thread.RenderThread` with the newest-wins policy owns
+an offscreen OpenGL 3.3 context (EGL on Linux) and the Renderer; it renders the
+newest state at the widget's size in device pixels (HiDPI-correct) and reads it
+back; this widget wraps the pixels in a QImage and only draws the image. Frames
+for the recorder are rendered at the recording size on the same thread, so the
+GUI thread never reads pixels back either. Nothing here touches OpenGL.
 """
 from __future__ import annotations
 
 import logging
-import sys
-import threading
-from dataclasses import replace
 
-import numpy as np
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter
 from PySide6.QtWidgets import QLabel, QWidget
 
 from avatar_app.core.clock import now_ns
-from avatar_app.core.errors import AvatarError
 from avatar_app.core.types import AvatarState
+from avatar_app.render.thread import RenderedFrame, RenderPolicy, RenderThread
 
 log = logging.getLogger(__name__)
-
-_STOP = object()
-
-
-def _gil_free_finish():
-    """``glFinish`` called through ctypes, which releases the GIL while it waits.
-
-    moderngl keeps Python's GIL while OpenGL works; with software rendering the
-    wait for a frame (10-30 ms) then blocks every Python thread, the GUI's
-    included. Finishing through ctypes first lets other threads run while the
-    rasteriser works; the read-back that follows only copies. Returns None when
-    the function cannot be found (moderngl's own finish is used then).
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        if sys.platform.startswith("linux"):
-            egl = ctypes.CDLL("libEGL.so.1")
-            egl.eglGetProcAddress.restype = ctypes.c_void_p
-            egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
-            addr = egl.eglGetProcAddress(b"glFinish")
-            return ctypes.CFUNCTYPE(None)(addr) if addr else None
-        if sys.platform == "win32":
-            return ctypes.WinDLL("opengl32").glFinish
-        path = ctypes.util.find_library("OpenGL")
-        return ctypes.CDLL(path).glFinish if path else None
-    except (OSError, AttributeError) as exc:
-        log.info("glFinish through ctypes unavailable (%s); the render thread will hold the GIL", exc)
-        return None
-
-
-def _create_context():
-    """A standalone OpenGL 3.3 core context for the render thread."""
-    import moderngl
-
-    if sys.platform.startswith("linux"):
-        from avatar_app.render.headless import create_egl_context
-
-        return create_egl_context()
-    return moderngl.create_standalone_context(require=330)
-
-
-class _RenderThread(threading.Thread):
-    """Owns the GL context and Renderer; renders the newest state on request.
-
-    Thread: everything except the public request methods runs on this thread.
-    """
-
-    def __init__(self, view: "AvatarViewportWidget", background, lighting, msaa):
-        super().__init__(name="viewport-render", daemon=True)
-        self.view = view
-        self._cond = threading.Condition()
-        self._state: AvatarState | None = None
-        self._seq = 0
-        self._done_seq = 0
-        self._size = (0, 0, 1.0)
-        self._capture: tuple[int, int, int] | None = None
-        self._unrendered = False  # the state waiting was not rendered yet
-        #: States replaced before they were rendered while capturing (lost to the recording).
-        self.captures_skipped = 0
-        self._commands: list = []
-        self._settings = {"background": background, "lighting": lighting, "msaa": msaa}
-        self._stopping = False
-        self.renderer = None
-        self.ready = threading.Event()
-        self.error: str | None = None
-        #: The newest rendered frame as a QImage (also delivered by signal).
-        self.last_image: QImage | None = None
-
-    # -- requests (any thread) ---------------------------------------------------------
-    def submit(self, state: AvatarState) -> int:
-        """Render ``state`` next (newest wins); returns its request number.
-
-        While capturing, a new state that replaces one not rendered yet counts in
-        ``captures_skipped`` (that frame never reaches the recording).
-        """
-        with self._cond:
-            if self._capture is not None and self._unrendered and state is not self._state:
-                self.captures_skipped += 1
-            self._unrendered = state is not self._state or self._unrendered
-            self._state = state
-            self._seq += 1
-            self._cond.notify()
-            return self._seq
-
-    def command(self, name: str, value) -> None:
-        with self._cond:
-            self._commands.append((name, value))
-            self._seq += 1
-            self._cond.notify()
-
-    def set_size(self, width: int, height: int, ratio: float) -> None:
-        with self._cond:
-            self._size = (int(width), int(height), float(ratio))
-
-    def set_capture(self, spec: tuple[int, int, int] | None) -> None:
-        with self._cond:
-            self._capture = spec
-
-    def wait_done(self, seq: int, timeout_s: float) -> bool:
-        """Block until request ``seq`` was rendered (GUI thread: only for explicit grabs)."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._done_seq >= seq or self._stopping, timeout_s)
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        self.join(timeout=5)
-
-    # -- the thread -------------------------------------------------------------------
-    def run(self) -> None:
-        from avatar_app.render.renderer import Renderer
-
-        what = "OpenGL 3.3 could not be started for the avatar view"
-        try:
-            self.ctx = _create_context()
-            s = self._settings
-            self.renderer = Renderer(self.ctx, background=s["background"], msaa=s["msaa"], lighting=s["lighting"])
-            from avatar_app.avatar.default_head import build_default_head
-
-            what = "The default avatar could not be built"
-            self.renderer.set_avatar(build_default_head())
-        except Exception as exc:  # noqa: BLE001 - OpenGL missing or too old: the window stays usable
-            self.error = f"{what}: {exc}"
-            log.error("%s", self.error)
-            if self.renderer is not None:
-                self.renderer.release()
-            if getattr(self, "ctx", None) is not None:
-                self.ctx.release()
-            self.renderer = None
-            self.ready.set()
-            try:
-                self.view.gl_failed.emit(self.error)
-            except RuntimeError:  # the widget is gone
-                pass
-            return
-        self.error = None
-        self._finish = _gil_free_finish() or self.ctx.finish
-        self.ready.set()
-        fbos: dict[tuple[int, int], object] = {}
-        try:
-            while True:
-                with self._cond:
-                    self._cond.wait_for(lambda: self._stopping or self._seq > self._done_seq)
-                    if self._stopping:
-                        break
-                    seq, state, commands = self._seq, self._state, self._commands
-                    self._unrendered = False
-                    self._commands = []
-                    width, height, ratio = self._size
-                    capture = self._capture
-                for name, value in commands:
-                    self._apply(name, value)
-                if state is not None and width > 0 and height > 0:
-                    self._render(state, width, height, ratio, capture, fbos)
-                with self._cond:
-                    self._done_seq = seq
-                    self._cond.notify_all()
-        finally:
-            for fbo, col, dep in fbos.values():
-                fbo.release()
-                col.release()
-                dep.release()
-            self.renderer.release()
-            self.ctx.release()
-
-    def _apply(self, name: str, value) -> None:
-        try:
-            if name == "avatar":
-                self.renderer.set_avatar(value)
-            elif name == "background":
-                self.renderer.background = value
-            elif name == "lighting":
-                self.renderer.lighting = value
-            elif name == "msaa":
-                self.renderer.msaa = value
-        except AvatarError as exc:
-            log.warning("viewport: cannot apply %s: %s", name, exc)
-
-    def _fbo(self, fbos, w: int, h: int):
-        key = (w, h)
-        if key not in fbos:
-            if len(fbos) > 3:  # drop sizes from old resizes
-                for k in [k for k in fbos if k != self._capture_key]:
-                    for obj in fbos.pop(k):
-                        obj.release()
-            col = self.ctx.renderbuffer((w, h), 4)
-            dep = self.ctx.depth_renderbuffer((w, h))
-            fbos[key] = (self.ctx.framebuffer(color_attachments=[col], depth_attachment=dep), col, dep)
-        return fbos[key][0]
-
-    _capture_key = None
-
-    def _read(self, fbo, w: int, h: int, components: int) -> np.ndarray:
-        self._finish()  # wait for the rasteriser without holding the GIL
-        out = np.empty((h, w, components), np.uint8)
-        fbo.read_into(out, components=components, alignment=1)
-        return out
-
-    def _render(self, state: AvatarState, width: int, height: int, ratio: float, capture, fbos) -> None:
-        r = self.renderer
-        comps = 4 if r.transparent else 3
-        fbo = self._fbo(fbos, width, height)
-        t0 = now_ns()
-        r.render(state, width, height, fbo, flip_y=True)
-        rgb = self._read(fbo, width, height, comps)
-        t1 = now_ns()
-        fmt = QImage.Format.Format_RGBA8888 if comps == 4 else QImage.Format.Format_RGB888
-        img = QImage(rgb.data, width, height, width * comps, fmt).copy()
-        img.setDevicePixelRatio(ratio)
-        if state.stamps:
-            stamps = dict(state.stamps)
-            stamps["render"] = (t0, t1)
-            state = replace(state, stamps=stamps)
-        captured = None
-        if capture is not None:
-            cw, ch, cc = capture
-            self._capture_key = (cw, ch)
-            cfbo = self._fbo(fbos, cw, ch)
-            r.render(state, cw, ch, cfbo, flip_y=True)
-            captured = self._read(cfbo, cw, ch, 4 if cc == 4 else 3)
-        self.last_image = img
-        if not self._stopping:
-            try:
-                self.view._frame_rendered.emit(img, state, captured)
-            except RuntimeError:  # the widget was deleted while we rendered
-                self._stopping = True
-
 
 class AvatarViewportWidget(QWidget):
     """Shows the newest AvatarState rendered by the project's moderngl Renderer (on a render thread).
@@ -319,7 +85,11 @@ class AvatarViewportWidget(QWidget):
         self._hint_timer = QTimer(self)
         self._hint_timer.setSingleShot(True)
         self._hint_timer.timeout.connect(self._hide_hint)
-        self._thread = _RenderThread(self, self.background, lighting, self.msaa)
+        self._size = (1, 1, 1.0)
+        self._last_image: QImage | None = None
+        self._thread = RenderThread(RenderPolicy.NEWEST, self._on_render_thread_frame, size=(1, 1),
+                                    background=self.background, lighting=lighting, msaa=self.msaa,
+                                    name="viewport-render", on_failed=self._on_render_thread_failed)
         self._thread.start()
 
     # -- API -------------------------------------------------------------------------
@@ -329,13 +99,20 @@ class AvatarViewportWidget(QWidget):
 
         Counts since the widget was made; the window takes the difference over a recording.
         """
-        return self._thread.captures_skipped + self._captures_overwritten
+        return self._thread.skipped + self._captures_overwritten
+
+    def _submit(self, state: AvatarState) -> int:
+        w, h, _ = self._size
+        capture = None
+        if self.capture_frames:
+            cw, ch = self.capture_size or (1280, 720)
+            capture = (cw, ch, self.capture_components)
+        return self._thread.submit(state, size=(w, h), capture=capture)
 
     def show_state(self, state: AvatarState) -> None:
         """Render ``state`` next (asynchronously; newest wins)."""
         self._state = state
-        self._sync_capture()
-        self._thread.submit(state)
+        self._submit(state)
 
     def set_overlay_lines(self, lines: list[str] | None) -> None:
         """Show (or hide, with None) the latency overlay text."""
@@ -414,12 +191,12 @@ class AvatarViewportWidget(QWidget):
         if msaa is not None:
             self.msaa = int(msaa)
             self._thread.command("msaa", self.msaa)
-        self._thread.submit(self._state)
+        self._submit(self._state)
 
     def set_avatar(self, mesh) -> None:
         """Show another avatar (an AvatarMesh)."""
         self._thread.command("avatar", mesh)
-        self._thread.submit(self._state)
+        self._submit(self._state)
 
     @property
     def renderer(self):
@@ -429,7 +206,7 @@ class AvatarViewportWidget(QWidget):
     @property
     def error(self) -> str | None:
         """Why OpenGL could not start, or None."""
-        return self._error or self._thread.error
+        return self._error or (self._thread.error_message or None)
 
     def grabFramebuffer(self, timeout_s: float = 5.0) -> QImage:  # noqa: N802 (QOpenGLWidget's name)
         """Render the current state now and return it, (device-pixel size) QImage.
@@ -439,9 +216,9 @@ class AvatarViewportWidget(QWidget):
         """
         self._thread.ready.wait(timeout_s)
         self._sync_size()
-        seq = self._thread.submit(self._state)
+        seq = self._submit(self._state)
         self._thread.wait_done(seq, timeout_s)
-        img = self._thread.last_image
+        img = self._last_image
         return img.copy() if img is not None else QImage()
 
     def shutdown(self) -> None:
@@ -452,14 +229,28 @@ class AvatarViewportWidget(QWidget):
     # -- internals ---------------------------------------------------------------------
     def _sync_size(self) -> None:
         ratio = self.devicePixelRatioF()
-        self._thread.set_size(max(1, round(self.width() * ratio)), max(1, round(self.height() * ratio)), ratio)
+        self._size = (max(1, round(self.width() * ratio)), max(1, round(self.height() * ratio)), ratio)
 
-    def _sync_capture(self) -> None:
-        if self.capture_frames:
-            w, h = self.capture_size or (1280, 720)
-            self._thread.set_capture((w, h, self.capture_components))
-        else:
-            self._thread.set_capture(None)
+    def _on_render_thread_frame(self, frame: RenderedFrame) -> None:
+        """Render thread: wrap the pixels in a QImage and hand it to the GUI thread (queued signal)."""
+        rgb = frame.image
+        h, w, comps = rgb.shape
+        fmt = QImage.Format.Format_RGBA8888 if comps == 4 else QImage.Format.Format_RGB888
+        img = QImage(rgb.data, w, h, w * comps, fmt).copy()
+        img.setDevicePixelRatio(self._size[2])
+        self._last_image = img
+        try:
+            self._frame_rendered.emit(img, frame.state, frame.captured)
+        except RuntimeError:  # the widget was deleted while the thread rendered
+            self._thread.stop(timeout_s=0)
+
+    def _on_render_thread_failed(self, message: str) -> None:
+        """Render thread: OpenGL or the default avatar could not be set up (the window stays usable)."""
+        log.error("%s", message)
+        try:
+            self.gl_failed.emit(message)
+        except RuntimeError:  # the widget is gone
+            pass
 
     def _on_gl_failed(self, message: str) -> None:
         self._error = message
@@ -476,13 +267,13 @@ class AvatarViewportWidget(QWidget):
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._sync_size()
-        self._thread.submit(self._state)
+        self._submit(self._state)
         self._place_messages()
         super().resizeEvent(event)
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._sync_size()
-        self._thread.submit(self._state)
+        self._submit(self._state)
         super().showEvent(event)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)

@@ -1,11 +1,24 @@
-"""The studio's dockable panels. Each panel changes the pipeline through its MainWindow's API."""
+"""The studio's dockable panels. Each panel works through the studio session and its controllers.
+
+A panel gets the :class:`~avatar_app.pipeline.session.StudioSession` (state and
+actions), its :class:`~avatar_app.ui.bridge.SessionBridge` (the session's events
+as Qt signals) and the window's :class:`~avatar_app.ui.messages.Notifier`; never
+the window itself.
+"""
 from __future__ import annotations
 
 import re
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QFrame, QLabel, QScrollArea, QSizePolicy, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QWidget,
+)
 
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
 
@@ -146,17 +159,21 @@ def pyqtgraph():
 
 
 class Panel(QWidget):
-    """Base of the panels: keeps the window and wraps itself in a scroll area for its dock.
+    """Base of the panels: keeps the session and its controllers; wraps itself in a scroll area for its dock.
 
     Args:
-        win: the MainWindow.
+        session: the StudioSession.
+        bridge: its SessionBridge (signals), or None.
+        notifier: the window's Notifier (status bar, message boxes), or None.
 
     Thread: GUI thread only.
     """
 
-    def __init__(self, win):
+    def __init__(self, session, bridge=None, notifier=None):
         super().__init__()
-        self.win = win
+        self.session = session
+        self.bridge = bridge
+        self.notifier = notifier
 
     def scroll_wrapped(self) -> QScrollArea:
         """This panel inside a frameless, vertically scrolling area (nothing clips when the dock is small)."""

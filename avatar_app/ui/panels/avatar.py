@@ -5,10 +5,21 @@ import importlib.util
 from pathlib import Path
 
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QButtonGroup, QColorDialog, QComboBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QPushButton, QRadioButton, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QColorDialog,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+)
 
-from avatar_app.ui import settings as store
+from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, hint
 
 CHROMA_GREEN = [0, 177, 64]
@@ -24,9 +35,9 @@ class AvatarPanel(Panel):
     (for compositing; record in a format that keeps alpha); lighting preset; MSAA.
     """
 
-    def __init__(self, win):
-        super().__init__(win)
-        a = win.avatar_settings
+    def __init__(self, session, bridge=None, notifier=None):
+        super().__init__(session, bridge, notifier)
+        a = session.settings.avatar
         lay = QVBoxLayout(self)
 
         lg = QGroupBox("Avatar")
@@ -113,12 +124,12 @@ class AvatarPanel(Panel):
             background = list(CHROMA_GREEN)
         else:
             background = list(self._colour)
-        return store.AvatarSettings(path=self.win.avatar_settings.path, background=background,
+        return store.AvatarSettings(path=self.session.settings.avatar.path, background=background,
                                     lighting=self.lighting.currentData(), msaa=int(self.msaa.currentData()))
 
     def _changed(self, *_):
         if not self._loading:
-            self.win.set_avatar_settings(self.current())
+            self.session.set_avatar_settings(self.current())
 
     def set_colour(self, rgb) -> None:
         """Use a solid background colour (R, G, B bytes)."""
@@ -135,25 +146,33 @@ class AvatarPanel(Panel):
             self.set_colour((c.red(), c.green(), c.blue()))
 
     def choose_file(self) -> None:
-        if not loader_available():
-            self.win._show_error(self.load_button.toolTip())
-            return
         path, _ = QFileDialog.getOpenFileName(self, "Load an avatar", str(Path.home()),
                                               "Avatars (*.glb *.gltf *.vrm);;All files (*)")
         if path:
-            self.win.load_avatar(Path(path))
+            self.load(Path(path))
+
+    def load(self, path: Path) -> bool:
+        """Load the avatar at ``path`` in the background (the view shows it once loaded); False when this
+        installation cannot load avatars (and says so)."""
+        if not loader_available():
+            self.notifier.error(self.load_button.toolTip())
+            return False
+        self.session.load_avatar(Path(path))
+        return True
 
     def use_default(self) -> None:
+        """Show the default head again (remembered)."""
         from avatar_app.avatar.default_head import build_default_head
 
-        self.win.viewport.set_avatar(build_default_head())
-        a = self.win.avatar_settings
-        a.path = ""
-        store.save_area(self.win.settings, a)
-        self.avatar_label.setText("Default head")
+        self.bridge.avatar_loaded.emit(None, build_default_head())
 
     def on_avatar_loaded(self, path: Path, mesh=None) -> None:
-        """The window loaded ``path`` (``mesh``: the loaded avatar, with its load report if any)."""
+        """The view shows the avatar of ``path`` (None: the default head; ``mesh``: the avatar, with its
+        load report if any)."""
+        if path is None:
+            self.avatar_label.setText("Default head")
+            self.avatar_label.setToolTip("")
+            return
         text = Path(path).name
         report = getattr(mesh, "report", None)
         if report is not None:

@@ -12,17 +12,15 @@ against FP32 in the background. Step 4 deletes the recordings.
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 
-import numpy as np
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QGroupBox, QLabel, QProgressBar, QPushButton, QVBoxLayout
 
 from avatar_app.core.errors import AvatarError
 from avatar_app.inference import MIN_USER_SAMPLES
+from avatar_app.pipeline.calibration import VOICE_LEVEL_DB, SampleCollector  # noqa: F401
 from avatar_app.ui.panels import Panel, hint
-from avatar_app.ui.panels.sources import level_dbfs
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +34,6 @@ GUIDANCE = (
     "Keep talking: count from one to twenty.",
 )
 PROMPT_S = 5.0
-#: Voice samples count only while the input is above this level (you are talking), dBFS.
-VOICE_LEVEL_DB = -45.0
 
 
 class _AutoLabel(QLabel):
@@ -53,95 +49,11 @@ class _AutoLabel(QLabel):
         self.setVisible(bool(text))
 
 
-class SampleCollector:
-    """Collects calibration samples on the processing thread.
-
-    Args:
-        engines: engine name -> sample_fn (see ui.engines.SampleFn).
-        specs: engine name -> the model's input TensorSpecs (checked on the first sample).
-        neutral: the neutral face's Landmarks, or None.
-        target: samples wanted per engine.
-
-    Thread: ``__call__`` on the processing thread; the rest from the GUI thread.
-    """
-
-    def __init__(self, engines: dict, specs: dict, neutral, target: int = MIN_USER_SAMPLES):
-        self.fns = dict(engines)
-        self.specs = dict(specs)
-        self.neutral = neutral
-        self.target = int(target)
-        self.samples: dict[str, list[dict[str, np.ndarray]]] = {n: [] for n in self.fns}
-        self.errors: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def add(self, landmarks, audio) -> None:
-        """Offer one frame: its Landmarks (or None: no face), (N,) 16 kHz audio (or None: silence)."""
-        for name, fn in self.fns.items():
-            if name in self.errors or len(self.samples[name]) >= self.target:
-                continue
-            try:
-                feeds = fn(landmarks, self.neutral, audio)
-            except AvatarError as exc:
-                self.errors[name] = str(exc)
-                continue
-            if feeds is None:
-                continue
-            if not self.samples[name]:
-                why = self._mismatch(name, feeds)
-                if why:
-                    self.errors[name] = why
-                    continue
-            with self._lock:
-                self.samples[name].append({k: np.asarray(v) for k, v in feeds.items()})
-
-    def _mismatch(self, name: str, feeds: dict) -> str:
-        for spec in self.specs.get(name, ()):
-            if spec.name not in feeds:
-                return f"the samples lack the model input '{spec.name}'"
-            try:
-                spec.check(np.asarray(feeds[spec.name]))
-            except AvatarError as exc:
-                return f"the samples do not fit the model: {exc}"
-        return ""
-
-    def __call__(self, state, pipeline) -> None:
-        """The window's per-frame hook (processing thread)."""
-        if pipeline is None:
-            return
-        lm = pipeline.processor.last_landmarks
-        lm = lm if state.face_found else None
-        audio = None
-        ring = pipeline.ring
-        if ring is not None:
-            window = ring.read_window(state.t_capture_ns, 1.0)
-            if level_dbfs(window[-1600:]) > VOICE_LEVEL_DB:
-                audio = window
-        self.add(lm, audio)
-
-    def counts(self) -> dict[str, int]:
-        """Samples collected per engine."""
-        with self._lock:
-            return {n: len(v) for n, v in self.samples.items()}
-
-    def done(self) -> bool:
-        """Whether every engine without an error has its target."""
-        c = self.counts()
-        return all(c[n] >= self.target for n in self.fns if n not in self.errors)
-
-    def stacked(self, name: str) -> dict[str, np.ndarray] | None:
-        """The samples of ``name`` stacked on axis 0 (None when there are none)."""
-        with self._lock:
-            items = list(self.samples[name])
-        if not items:
-            return None
-        return {k: np.concatenate([it[k] for it in items], axis=0) for k in items[0]}
-
-
 class CalibrationPanel(Panel):
     """The calibration wizard (see the module docstring)."""
 
-    def __init__(self, win, target: int = MIN_USER_SAMPLES):
-        super().__init__(win)
+    def __init__(self, session, bridge=None, notifier=None, target: int = MIN_USER_SAMPLES):
+        super().__init__(session, bridge, notifier)
         self.target = int(target)
         self.collector: SampleCollector | None = None
         self._countdown = 0
@@ -204,7 +116,8 @@ class CalibrationPanel(Panel):
         self.timer = QTimer(self)
         self.timer.setInterval(200)
         self.timer.timeout.connect(self._on_tick)
-        win.engines.changed.connect(lambda _n: self.refresh())
+        bridge.engine_changed.connect(lambda _n: self.refresh())
+        bridge.neutral_calibrated.connect(self.on_neutral_captured)
         self.refresh()
 
     # -- step 1 -----------------------------------------------------------------------
@@ -215,7 +128,7 @@ class CalibrationPanel(Panel):
         self.timer.start()
 
     def on_neutral_captured(self) -> None:
-        """Called by the window after a neutral calibration."""
+        """After a neutral calibration (the session's ``neutral_calibrated``)."""
         import time
 
         self.neutral_label.setText(f"Captured at {time.strftime('%H:%M:%S')}.")
@@ -223,7 +136,7 @@ class CalibrationPanel(Panel):
 
     # -- step 2 -----------------------------------------------------------------------
     def _engines_for_samples(self) -> dict:
-        ctl = self.win.engines
+        ctl = self.session.engines
         return {n: e.sample_fn for n, e in ctl.entries.items() if e.installed and e.sample_fn is not None}
 
     def start_samples(self) -> bool:
@@ -232,13 +145,13 @@ class CalibrationPanel(Panel):
         if not engines:
             self.guidance.setText("No learned engine is installed: nothing to calibrate.")
             return False
-        if self.win.pipeline is None:
+        s = self.session
+        if s.pipeline is None:
             self.guidance.setText("Open a camera (or a file) first.")
             return False
-        specs = {n: (self.win.engines.entry(n).info.inputs if self.win.engines.entry(n).info else ())
-                 for n in engines}
-        self.collector = SampleCollector(engines, specs, self.win.neutral_landmarks, self.target)
-        self.win._sampler = self.collector
+        specs = {n: (s.engines.entry(n).info.inputs if s.engines.entry(n).info else ()) for n in engines}
+        self.collector = SampleCollector(engines, specs, s.neutral_landmarks, self.target)
+        s.outputs.sampler = self.collector
         self._prompt_t = 0.0
         self.timer.start()
         self._on_tick()
@@ -246,7 +159,7 @@ class CalibrationPanel(Panel):
 
     def stop_samples(self, store: bool = True) -> dict[str, int]:
         """Stop recording; with ``store``, save what was collected. Returns samples stored per engine."""
-        self.win._sampler = None
+        self.session.outputs.sampler = None
         col, self.collector = self.collector, None
         self.record_button.blockSignals(True)
         self.record_button.setChecked(False)
@@ -256,14 +169,14 @@ class CalibrationPanel(Panel):
         if col is not None and store:
             for name in col.fns:
                 feeds = col.stacked(name)
-                st = self.win.engines.store(name)
+                st = self.session.engines.store(name)
                 if feeds is None or st is None:
                     continue
                 try:
                     st.add(feeds)
                     stored[name] = next(iter(feeds.values())).shape[0]
                 except (AvatarError, OSError) as exc:
-                    self.win._show_error(f"Could not store the calibration samples of {name}: {exc}")
+                    self.notifier.error(f"Could not store the calibration samples of {name}: {exc}")
             errs = "; ".join(f"{n}: {e}" for n, e in col.errors.items())
             text = ", ".join(f"{n} {k}" for n, k in stored.items()) or "nothing"
             self.guidance.setText(f"Stored {text} samples." + (f" Skipped {errs}." if errs else ""))
@@ -285,8 +198,8 @@ class CalibrationPanel(Panel):
         if self._countdown > 0:
             self._countdown -= 1
             if self._countdown == 0:
-                self.win.calibrate_neutral()
-                if self.win.neutral_landmarks is None:
+                self.session.calibrate_neutral()
+                if self.session.neutral_landmarks is None:
                     self.neutral_label.setText("No face found: look at the camera and try again.")
             else:
                 self.neutral_label.setText(f"Look at the camera and relax… {1 + self._countdown // 5}")
@@ -313,7 +226,7 @@ class CalibrationPanel(Panel):
         Returns:
             engine name -> the Future of its request.
         """
-        ctl = self.win.engines
+        ctl = self.session.engines
         futures = {}
         for name, e in ctl.entries.items():
             st = ctl.store(name)
@@ -322,7 +235,7 @@ class CalibrationPanel(Panel):
             backend = e.choice[0]
             if ctl.precision_reason(name, backend, "int8"):
                 backend = "ort_cpu"
-            fut = self.win.set_engine_choice(name, backend, "int8")
+            fut = self.session.set_engine_choice(name, backend, "int8")
             if fut is not None:
                 futures[name] = fut
         self.build_label.setText("Building and verifying: " + ", ".join(futures) if futures else
@@ -334,8 +247,8 @@ class CalibrationPanel(Panel):
     def delete_recordings(self) -> int:
         """Delete every stored calibration sample file of every engine; returns how many were deleted."""
         n = 0
-        for name in self.win.engines.entries:
-            st = self.win.engines.store(name)
+        for name in self.session.engines.entries:
+            st = self.session.engines.store(name)
             if st is not None:
                 n += st.clear()
         self.stored_label.setText(f"Deleted {n} file(s).")
@@ -344,7 +257,8 @@ class CalibrationPanel(Panel):
 
     # -- refresh ----------------------------------------------------------------------
     def refresh(self, keep_stored_text: bool = False) -> None:
-        ctl = self.win.engines
+        """Show what is installed, stored and in use."""
+        ctl = self.session.engines
         installed = [n for n, e in ctl.entries.items() if e.installed]
         has_engines = bool(installed)
         self.record_button.setEnabled(has_engines)
@@ -375,6 +289,6 @@ class CalibrationPanel(Panel):
 
     def shutdown(self) -> None:
         """Stop recording samples (window closing)."""
-        self.win._sampler = None
+        self.session.outputs.sampler = None
         self.collector = None
         self.timer.stop()

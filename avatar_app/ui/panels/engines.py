@@ -1,9 +1,16 @@
 """Engines panel: backend and precision per engine, build progress, verification of the active engine."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QProgressBar, QVBoxLayout
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QProgressBar,
+    QVBoxLayout,
+)
 
-from avatar_app.ui.engines import BACKEND_LABELS, PRECISIONS
+from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
 from avatar_app.ui.panels import Panel, hint, item_enabled, set_item_enabled
 
 
@@ -46,7 +53,7 @@ class _EngineBox(QGroupBox):
             return
         backend = self.backend.currentData()
         precision = self.precision.currentData()
-        self.panel.win.set_engine_choice(self.name, backend, precision)
+        self.panel.session.set_engine_choice(self.name, backend, precision)
         self.refresh()
 
     def select(self, backend: str, precision: str | None) -> None:
@@ -58,7 +65,7 @@ class _EngineBox(QGroupBox):
         self._on_choice()
 
     def refresh(self) -> None:
-        ctl = self.panel.win.engines
+        ctl = self.panel.session.engines
         e = ctl.entry(self.name)
         self._updating = True
         try:
@@ -83,7 +90,7 @@ class _EngineBox(QGroupBox):
             self.model_label.setText(f"Model: {e.model_path.name}")
             self.model_label.setToolTip(str(e.model_path))
         else:
-            from avatar_app.ui.engines import FALLBACKS
+            from avatar_app.pipeline.engines import FALLBACKS
 
             fallback = FALLBACKS.get(self.name, "built-in fallback")
             off = ctl.disabled.get(self.name)
@@ -119,19 +126,20 @@ class EnginesPanel(Panel):
     current one keeps serving, then swaps between two frames.
     """
 
-    def __init__(self, win):
-        super().__init__(win)
+    def __init__(self, session, bridge=None, notifier=None):
+        super().__init__(session, bridge, notifier)
         lay = QVBoxLayout(self)
         lay.addWidget(hint("Auto picks the fastest engine that passed verification; disabled options show "
                            "why in their tooltip. Switching builds in the background; the current engine "
                            "keeps running until the new one is verified."))
         self.boxes: dict[str, _EngineBox] = {}
-        for name, e in win.engines.entries.items():
+        for name, e in session.engines.entries.items():
             box = _EngineBox(self, name, e.label)
             self.boxes[name] = box
             lay.addWidget(box)
         lay.addStretch(1)
-        win.engines.statuses_ready.connect(self.refresh)
+        bridge.statuses_ready.connect(self.refresh)
+        bridge.engine_changed.connect(self.refresh)
         self.refresh()
 
     def refresh(self, name: str | None = None) -> None:

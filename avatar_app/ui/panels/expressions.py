@@ -3,13 +3,21 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import (QComboBox, QGridLayout, QGroupBox, QKeySequenceEdit, QLabel, QLineEdit, QPushButton,
-                               QVBoxLayout)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGridLayout,
+    QGroupBox,
+    QKeySequenceEdit,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+)
 
 from avatar_app.core.errors import AvatarError
-from avatar_app.ui import settings as store
+from avatar_app.fusion.expressions import EXPRESSION_PRESETS, format_mix, parse_mix
+from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, hint
-from avatar_app.ui.tuning import EXPRESSION_PRESETS, format_mix, parse_mix
 
 _MODIFIERS = (Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.ControlModifier
               | Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.MetaModifier)
@@ -21,12 +29,12 @@ class ExpressionsPanel(Panel):
     "Toggle" switches the expression on with one press and off with the next;
     "Hold" shows it while the key is held. Expressions fade in (0.12 s) and out
     (0.25 s) and pull only the shapes they name, so tracking goes on underneath
-    (ui.tuning.ExpressionLayer). Hotkeys work while the studio window has focus.
+    (fusion.expressions.ExpressionLayer). Hotkeys work while the studio window has focus.
     """
 
-    def __init__(self, win):
-        super().__init__(win)
-        e = win.expression_settings
+    def __init__(self, session, bridge=None, notifier=None):
+        super().__init__(session, bridge, notifier)
+        e = session.settings.expressions
         lay = QVBoxLayout(self)
         lay.addWidget(hint("Press a hotkey while the window has focus. Toggle: press on, press off. "
                            "Hold: on while you hold the key."))
@@ -100,12 +108,12 @@ class ExpressionsPanel(Panel):
             self.custom_error.setText("")
         except AvatarError as exc:
             self.custom_error.setText(str(exc))
-        self.win.set_expression_settings(e)
+        self.session.set_expression_settings(e)
 
     # -- activation ---------------------------------------------------------------------
     def set_active(self, name: str, on: bool) -> None:
         """Switch expression ``name`` on or off."""
-        self.win.tuner.expressions.set_active(name, on)
+        self.session.expressions.set_active(name, on)
         b = self.test_buttons[name]
         if b.isChecked() != on:
             b.blockSignals(True)
@@ -126,8 +134,8 @@ class ExpressionsPanel(Panel):
         """
         key = event.key()
         mods = event.modifiers() & _MODIFIERS
-        hotkeys = self.win.expression_settings.hotkeys
-        modes = self.win.expression_settings.modes
+        hotkeys = self.session.settings.expressions.hotkeys
+        modes = self.session.settings.expressions.modes
         matched = False
         for name, text in hotkeys.items():
             seq = QKeySequence(text)
@@ -142,10 +150,10 @@ class ExpressionsPanel(Panel):
             if modes.get(name) == "hold":
                 self.set_active(name, pressed)
             elif pressed:
-                self.set_active(name, not self.win.tuner.expressions.is_active(name))
+                self.set_active(name, not self.session.expressions.is_active(name))
         return matched
 
     def _show_active(self) -> None:
-        amounts = self.win.tuner.expressions.amounts()
+        amounts = self.session.expressions.amounts()
         text = ", ".join(f"{n} {a:.0%}" for n, a in amounts.items() if a > 0)
         self.active_label.setText(f"Active: {text}" if text else "No expression active.")

@@ -5,7 +5,7 @@ import numpy as np
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout
 
-from avatar_app.ui import settings as store
+from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, legend_label, pyqtgraph, set_legend
 
 #: Colours of the stage curves (colour-blind-safe Okabe-Ito palette).
@@ -18,15 +18,17 @@ class LatencyPanel(Panel):
     frames per second and dropped frames. Updated 4 times a second while visible.
     """
 
-    def __init__(self, win):
+    def __init__(self, session, bridge=None, notifier=None, history=None):
         pg = pyqtgraph()
 
-        super().__init__(win)
+        super().__init__(session, bridge, notifier)
+        #: ``history()`` -> the LiveView (``latency_history``, ``fps_history``), or None before it exists.
+        self.history = history or (lambda: None)
         lay = QVBoxLayout(self)
         top = QHBoxLayout()
         self.overlay_box = QCheckBox("Latency overlay in the viewport")
-        self.overlay_box.setChecked(win.settings.value("overlay", True, type=bool))
-        self.overlay_box.toggled.connect(lambda on: win.settings.setValue("overlay", on))
+        self.overlay_box.setChecked(session.store.value("overlay", True, type=bool))
+        self.overlay_box.toggled.connect(lambda on: session.store.setValue("overlay", on))
         top.addWidget(self.overlay_box)
         top.addStretch(1)
         self.summary = QLabel("")
@@ -83,7 +85,8 @@ class LatencyPanel(Panel):
 
     def series(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Stage (and "camera-to-screen") -> (seconds before now, ms) over the plot window."""
-        hist = list(self.win.latency_history)
+        live = self.history()
+        hist = list(live.latency_history) if live is not None else []
         if not hist:
             return {}
         t_end = hist[-1][0]
@@ -98,11 +101,12 @@ class LatencyPanel(Panel):
 
     def update_plots(self) -> None:
         """Redraw (skipped while hidden or when the CPU mode pauses plots)."""
-        if not self.isVisible() or not store.CPU_MODES[self.win.output_settings.cpu_mode][3]:
+        live = self.history()
+        if live is None or not self.isVisible() or not store.CPU_MODES[self.session.settings.output.cpu_mode][3]:
             return
         for name, (t, ms) in self.series().items():
             self._curve(name).setData(t, ms, connect="finite")
-        fh = list(self.win.fps_history)
+        fh = list(live.fps_history)
         if len(fh) >= 2:
             t = np.array([f[0] for f in fh]) - fh[-1][0]
             self.fps_curve.setData(t, np.array([f[1] for f in fh]))

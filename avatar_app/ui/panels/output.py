@@ -5,10 +5,22 @@ from pathlib import Path
 
 from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+)
 
-from avatar_app.ui import settings as store
+from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, hint, set_item_enabled
 
 
@@ -25,16 +37,26 @@ class OutputPanel(Panel):
     latency plots.
     """
 
-    def __init__(self, win):
-        super().__init__(win)
-        o = win.output_settings
+    def __init__(self, session, bridge=None, notifier=None, recording=None):
+        super().__init__(session, bridge, notifier)
+        self.recording = recording
+        o = session.settings.output
         lay = QVBoxLayout(self)
+        lay.addWidget(self._build_recording(recording))
+        lay.addWidget(self._build_performance())
+        lay.addWidget(self._build_live_outputs(o))
+        lay.addStretch(1)
+        self._load(o)
+        recording.format_note_changed.connect(self.set_format_note)
+        session.worker.submit(self._probe_vcam)
+
+    def _build_recording(self, recording) -> QGroupBox:
         rg = QGroupBox("Recording")
         form = QFormLayout(rg)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         frow = QHBoxLayout()
-        self.folder_edit = QLineEdit(str(win.record_folder()))
-        self.folder_edit.editingFinished.connect(lambda: win.set_record_folder(Path(self.folder_edit.text())))
+        self.folder_edit = QLineEdit(str(recording.record_folder()))
+        self.folder_edit.editingFinished.connect(lambda: recording.set_record_folder(Path(self.folder_edit.text())))
         browse = QPushButton("Browse…")
         browse.clicked.connect(self.choose_folder)
         frow.addWidget(self.folder_edit, 1)
@@ -61,8 +83,9 @@ class OutputPanel(Panel):
         form.addRow(self.format_note)
         self.overlay = QCheckBox("Latency overlay in recordings")
         form.addRow(self.overlay)
-        lay.addWidget(rg)
+        return rg
 
+    def _build_performance(self) -> QGroupBox:
         pg = QGroupBox("Performance")
         pf = QFormLayout(pg)
         pf.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -78,8 +101,9 @@ class OutputPanel(Panel):
             self.cpu_mode.addItem(label, key)
         pf.addRow("CPU budget", self.cpu_mode)
         pf.addRow(hint("Balanced: 30 fps cap. Low CPU: 20 fps cap, no MSAA, no camera preview or plots."))
-        lay.addWidget(pg)
+        return pg
 
+    def _build_live_outputs(self, o) -> QGroupBox:
         og = QGroupBox("Live outputs")
         ol = QFormLayout(og)
         ol.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -105,9 +129,10 @@ class OutputPanel(Panel):
         ol.addRow(self.vcam)
         self.vcam_status = hint("checking…")
         ol.addRow(self.vcam_status)
-        lay.addWidget(og)
-        lay.addStretch(1)
+        return og
 
+    def _load(self, o) -> None:
+        """Show OutputSettings ``o`` and connect the controls."""
         self._loading = True
         self.format.setCurrentIndex(max(0, self.format.findData(o.format)))
         self.overlay.setChecked(o.overlay_in_recording)
@@ -128,7 +153,6 @@ class OutputPanel(Panel):
         self.vmc_port.editingFinished.connect(self._changed)
         self.vmc_names.currentIndexChanged.connect(self._changed)
         self.vcam_probed.connect(self._on_vcam_probed)
-        win._worker.submit(self._probe_vcam)
 
     vcam_probed = Signal(bool, str)
 
@@ -168,7 +192,7 @@ class OutputPanel(Panel):
 
     def _changed(self, *_):
         if not self._loading:
-            self.win.set_output_settings(self.current())
+            self.session.set_output_settings(self.current())
 
     def set_format_note(self, text: str) -> None:
         """Show (or hide, with "") the note on the format recordings really use."""
@@ -181,19 +205,19 @@ class OutputPanel(Panel):
         Returns:
             Whether a file manager opened it.
         """
-        folder = self.win.record_folder()
+        folder = self.recording.record_folder()
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            self.win._show_error(f"Cannot create the recording folder {folder}: {exc}")
+            self.notifier.error(f"Cannot create the recording folder {folder}: {exc}")
             return False
         if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
             return True
-        self.win._show_info(f"No file manager could be opened on this system. Your recordings are in:\n{folder}")
+        self.notifier.info(f"No file manager could be opened on this system. Your recordings are in:\n{folder}")
         return False
 
     def choose_folder(self) -> None:
-        d = QFileDialog.getExistingDirectory(self, "Recording folder", str(self.win.record_folder()))
+        d = QFileDialog.getExistingDirectory(self, "Recording folder", str(self.recording.record_folder()))
         if d:
-            self.win.set_record_folder(Path(d))
+            self.recording.set_record_folder(Path(d))
             self.folder_edit.setText(d)

@@ -4,33 +4,32 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
-                               QPushButton, QSizePolicy, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from avatar_app.core.clock import now_ns
+from avatar_app.pipeline.calibration import METER_FLOOR_DB, level_dbfs
 from avatar_app.ui.panels import ElidedLabel, Panel, hint, plain_error
 
 log = logging.getLogger(__name__)
 
-#: Level meter range, dBFS.
-METER_FLOOR_DB = -60.0
-
-
-def level_dbfs(samples: np.ndarray) -> float:
-    """RMS level of (N,) float32 audio in dBFS (full-scale sine = -3 dBFS), floored at METER_FLOOR_DB."""
-    if samples.size == 0:
-        return METER_FLOOR_DB
-    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
-    return max(METER_FLOOR_DB, 20.0 * np.log10(rms) if rms > 0 else METER_FLOOR_DB)
-
-
-class PreviewPanel(Panel):
+class PreviewPanel(QWidget):
     """The camera preview with landmarks, what the source is and what it really delivers."""
 
-    def __init__(self, win):
-        super().__init__(win)
+    def __init__(self):
+        super().__init__()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 4, 6, 4)
         self.preview = QLabel("no video")
@@ -48,6 +47,36 @@ class PreviewPanel(Panel):
         lay.addStretch(1)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
 
+    def show_frame(self, frame, landmarks, mirror: bool) -> bool:
+        """Show a camera frame with every second landmark in green; False (nothing done) while hidden.
+
+        Args:
+            frame: the Frame ((H, W, 3) uint8 BGR image).
+            landmarks: its Landmarks, or None.
+            mirror: show it as a mirror does, like the avatar with mirror on.
+        """
+        import cv2
+        import numpy as np
+        from PySide6.QtGui import QImage, QPixmap
+
+        if not self.preview.isVisible():
+            return False
+        img = frame.image
+        h, w = img.shape[:2]
+        scale = min(self.preview.width() / w, self.preview.height() / h)
+        small = cv2.resize(img, (max(1, int(w * scale)), max(1, int(h * scale))), interpolation=cv2.INTER_AREA)
+        if landmarks is not None:
+            pts = (landmarks.points[:, :2] * np.array([small.shape[1], small.shape[0]])).astype(np.int32)
+            pts[:, 0] = np.clip(pts[:, 0], 0, small.shape[1] - 1)
+            pts[:, 1] = np.clip(pts[:, 1], 0, small.shape[0] - 1)
+            small[pts[::2, 1], pts[::2, 0]] = (0, 255, 0)
+        if mirror:
+            small = small[:, ::-1]  # the preview shows you as a mirror does, like the avatar
+        rgb = np.ascontiguousarray(cv2.cvtColor(small, cv2.COLOR_BGR2RGB))
+        qimg = QImage(rgb.data, rgb.shape[1], rgb.shape[0], rgb.strides[0], QImage.Format.Format_RGB888).copy()
+        self.preview.setPixmap(QPixmap.fromImage(qimg))
+        return True
+
 
 class SourcesPanel(Panel):
     """Cameras listed by name, microphones with a level meter, a video file, and the camera preview.
@@ -60,9 +89,9 @@ class SourcesPanel(Panel):
 
     devices_listed = Signal(object, str, object)
 
-    def __init__(self, win):
-        super().__init__(win)
-        self.preview_panel = PreviewPanel(win)
+    def __init__(self, session, bridge=None, notifier=None):
+        super().__init__(session, bridge, notifier)
+        self.preview_panel = PreviewPanel()
         self.preview = self.preview_panel.preview
         self.source_label = self.preview_panel.source_label
         self.delivering_label = self.preview_panel.delivering_label
@@ -138,7 +167,7 @@ class SourcesPanel(Panel):
 
     # -- devices -----------------------------------------------------------------------
     def refresh_devices(self) -> None:
-        """List cameras and microphones on the window's worker thread."""
+        """List cameras and microphones on the session's worker thread."""
         self.camera_combo.clear()
         self.camera_combo.addItem("looking for cameras…")
         self.camera_combo.setEnabled(False)
@@ -154,7 +183,7 @@ class SourcesPanel(Panel):
                 cams, method = [], f"listing failed: {exc}"
             self.devices_listed.emit(cams, method, list_microphones())
 
-        self.win._worker.submit(work)
+        self.session.worker.submit(work)
 
     def _on_devices_listed(self, cams, method: str, mics) -> None:
         self.cameras, self.microphones = cams, mics
@@ -165,9 +194,10 @@ class SourcesPanel(Panel):
             self.camera_combo.addItem("no camera found")
         self.camera_combo.setEnabled(bool(cams))
         self.use_camera_button.setEnabled(bool(cams))
-        wanted = self.win.source_settings.camera_id or f"index:{self.win.camera_index or 0}"
+        s = self.session
+        wanted = s.settings.source.camera_id or f"index:{s.camera_index or 0}"
         for i, d in enumerate(cams):
-            if d.id == wanted or (self.win.camera_index is not None and d.index == self.win.camera_index):
+            if d.id == wanted or (s.camera_index is not None and d.index == s.camera_index):
                 self.camera_combo.setCurrentIndex(i)
                 break
         self.camera_method.setText(f"Cameras found by: {method}.")
@@ -175,21 +205,21 @@ class SourcesPanel(Panel):
         self.mic_combo.addItem("System default", "")
         for _, name, rate in mics:
             self.mic_combo.addItem(f"{name} ({rate / 1000:.0f} kHz)", name)
-        i = self.mic_combo.findData(self.win.source_settings.microphone)
+        i = self.mic_combo.findData(s.settings.source.microphone)
         self.mic_combo.setCurrentIndex(max(0, i))
 
     def _on_use_camera(self) -> None:
         i = self.camera_combo.currentIndex()
         if 0 <= i < len(self.cameras):
             d = self.cameras[i]
-            self.win.open_camera(d.index, wait=False, camera_id=d.id)
+            self.session.open_camera(d.index, wait=False, camera_id=d.id)
 
     def _on_mic_chosen(self, i: int) -> None:
-        self.win.set_microphone(self.mic_combo.itemData(i) or "")
+        self.session.set_microphone(self.mic_combo.itemData(i) or "")
 
     # -- file --------------------------------------------------------------------------
     def _on_browse(self) -> None:
-        start = self.file_edit.text() or self.win.settings.value("last_file", "", type=str) or str(Path.home())
+        start = self.file_edit.text() or self.session.store.value("last_file", "", type=str) or str(Path.home())
         path, _ = QFileDialog.getOpenFileName(self, "Open a video", start,
                                               "Videos (*.mp4 *.mpg *.mov *.mkv *.webm *.avi);;All files (*)")
         if path:
@@ -216,7 +246,7 @@ class SourcesPanel(Panel):
             self.show_file_error(f"{path} is a folder, not a video file.")
             return
         self.file_error.hide()
-        self.win.open_file(path, wait=False)
+        self.session.open_file(path, wait=False)
 
     def show_file_error(self, message: str, details: str = "") -> None:
         """Show why a file cannot be played under the box (elided; the whole text in the tooltip)."""
@@ -225,14 +255,10 @@ class SourcesPanel(Panel):
             self.file_error.setToolTip(f"{message}\n\nDetails: {details}")
         self.file_error.show()
 
-    # -- updates from the window ------------------------------------------------------
-    def playing_file(self) -> Path | None:
-        """The video file playing now, or None (a camera, or nothing)."""
-        return getattr(getattr(self.win.pipeline, "source", None), "path", None)
-
+    # -- updates from the session ------------------------------------------------------
     def on_source_changed(self) -> None:
-        """The window installed a new source: the file box shows the file playing, or nothing."""
-        path = self.playing_file()
+        """A new source runs: the file box shows the file playing, or nothing."""
+        path = self.session.playing_file()
         self.file_edit.setText(str(path) if path is not None else "")
         self.file_error.hide()
         self.file_error.setText("")
@@ -249,15 +275,15 @@ class SourcesPanel(Panel):
             error: why, as the user should read it.
         """
         if path is not None:
-            playing = self.playing_file()
-            pipe = self.win.pipeline
+            playing = self.session.playing_file()
+            pipe = self.session.pipeline
             still = (f" {playing.name} keeps playing." if playing is not None
                      else " The current source keeps running." if pipe is not None and pipe.running else "")
             self.show_file_error(f"Could not play {path.name}: {plain_error(error, path)}{still}", error)
 
     def on_tick(self) -> None:
         """5 Hz: level meter and the delivered frame rate."""
-        pipe = self.win.pipeline
+        pipe = self.session.pipeline
         ring = getattr(pipe, "ring", None)
         if ring is not None:
             db = level_dbfs(ring.read_window(now_ns(), 0.1))
@@ -268,8 +294,8 @@ class SourcesPanel(Panel):
         granted = getattr(src, "granted", None)
         if pipe is not None and not pipe.running:
             self.delivering_label.setText("Stopped: nothing is delivered")
-        elif granted and self.win.source_fps > 0:
+        elif granted and self.session.source_fps > 0:
             self.delivering_label.setText(
-                f"Delivering {granted[0]}x{granted[1]} at {self.win.source_fps:.1f} fps (measured)")
+                f"Delivering {granted[0]}x{granted[1]} at {self.session.source_fps:.1f} fps (measured)")
         elif pipe is None:
             self.delivering_label.setText("")

@@ -3,28 +3,54 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
-                               QPushButton, QSlider, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSlider,
+    QVBoxLayout,
+)
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import AvatarError
+from avatar_app.fusion.tuning import (
+    MIRROR_CONVENTION,
+    REGION_NAMES,
+    TuningSettings,
+    smoothing_cutoff_hz,
+)
 from avatar_app.ui.panels import Panel, hint, legend_label, pyqtgraph
-from avatar_app.ui.tuning import MIRROR_CONVENTION, REGION_NAMES, TuningSettings, smoothing_cutoff_hz
 
 
 class TrackingPanel(Panel):
     """Smoothing per region (eyes, brows, mouth, head) with a live raw-vs-smoothed plot, per-shape
     sensitivity and min/max remap, link eyes, mirror, auto-blink and idle motion.
 
-    Every control writes the window's TuningSettings at once (the pipeline applies
+    Every control writes the session's TuningSettings at once (the pipeline applies
     them from the next frame) and persists them.
     """
 
-    def __init__(self, win):
-        super().__init__(win)
-        s = win.tuner.settings
+    def __init__(self, session, bridge=None, notifier=None):
+        super().__init__(session, bridge, notifier)
+        s = session.chain.tuner.settings
         lay = QVBoxLayout(self)
+        lay.addWidget(self._build_behaviour())
+        lay.addWidget(self._build_smoothing())
+        lay.addWidget(self._build_per_shape())
+        lay.addStretch(1)
+        self._loading = False
+        self.load(s)
+        self.timer = QTimer(self)
+        self.timer.setInterval(200)
+        self.timer.timeout.connect(self._update_preview)
+        self.timer.start()
 
+    def _build_behaviour(self) -> QGroupBox:
         g = QGroupBox("Behaviour")
         gl = QVBoxLayout(g)
         self.mirror = QCheckBox("Mirror (the avatar is your reflection)")
@@ -38,8 +64,9 @@ class TrackingPanel(Panel):
             gl.addWidget(box)
         self.mirror_hint = hint(MIRROR_CONVENTION)
         gl.addWidget(self.mirror_hint)
-        lay.addWidget(g)
+        return g
 
+    def _build_smoothing(self) -> QGroupBox:
         sg = QGroupBox("Smoothing (0 = off)")
         sl = QVBoxLayout(sg)
         form = QFormLayout()
@@ -68,8 +95,9 @@ class TrackingPanel(Panel):
         self.plot = self._make_plot()
         sl.addWidget(legend_label([("tracked", (150, 150, 150)), ("after smoothing and remap", (40, 130, 230))]))
         sl.addWidget(self.plot)
-        lay.addWidget(sg)
+        return sg
 
+    def _build_per_shape(self) -> QGroupBox:
         pg = QGroupBox("Per shape")
         pl = QFormLayout(pg)
         self.shape = QComboBox()
@@ -105,15 +133,7 @@ class TrackingPanel(Panel):
         pl.addRow(brow)
         self.shape_value = QLabel("")
         pl.addRow("Live", self.shape_value)
-        lay.addWidget(pg)
-        lay.addStretch(1)
-
-        self._loading = False
-        self.load(s)
-        self.timer = QTimer(self)
-        self.timer.setInterval(200)
-        self.timer.timeout.connect(self._update_preview)
-        self.timer.start()
+        return pg
 
     def _make_plot(self):
         pg = pyqtgraph()
@@ -153,7 +173,7 @@ class TrackingPanel(Panel):
             self.slider_labels[region].setToolTip("One Euro minimum cut-off: lower is smoother but lags more")
 
     def _load_shape(self, *_):
-        s = self.win.tuner.settings
+        s = self.session.chain.tuner.settings
         i = Blendshape[self.shape.currentText()]
         was = self._loading
         self._loading = True
@@ -164,7 +184,7 @@ class TrackingPanel(Panel):
 
     def current(self) -> TuningSettings:
         """The settings the widgets show."""
-        s = self.win.tuner.settings
+        s = self.session.chain.tuner.settings
         s.mirror = self.mirror.isChecked()
         s.link_eyes = self.link_eyes.isChecked()
         s.auto_blink = self.auto_blink.isChecked()
@@ -175,7 +195,7 @@ class TrackingPanel(Panel):
     def _changed(self, *_):
         self._update_slider_labels()
         if not self._loading:
-            self.win.set_tuning(self.current())
+            self.session.set_tuning(self.current())
 
     def _shape_changed(self, *_):
         if self._loading:
@@ -184,20 +204,20 @@ class TrackingPanel(Panel):
         i = Blendshape[self.shape.currentText()]
         lo, hi = self.lo.value(), self.hi.value()
         if hi - lo < 0.01:
-            self.win.status.showMessage("Max must be above min", 3000)
+            self.notifier.status("Max must be above min", 3000)
             return
         s.sensitivity[i], s.remap_min[i], s.remap_max[i] = self.gain.value(), lo, hi
         try:
-            self.win.set_tuning(s)
+            self.session.set_tuning(s)
         except AvatarError as exc:
-            self.win.status.showMessage(str(exc), 5000)
+            self.notifier.status(str(exc), 5000)
 
     def reset_shape(self) -> None:
         """Sensitivity 1, min 0, max 1 for the selected shape."""
         s = self.current()
         i = Blendshape[self.shape.currentText()]
         s.sensitivity[i], s.remap_min[i], s.remap_max[i] = 1.0, 0.0, 1.0
-        self.win.set_tuning(s)
+        self.session.set_tuning(s)
         self._load_shape()
 
     def reset_all_shapes(self) -> None:
@@ -205,14 +225,14 @@ class TrackingPanel(Panel):
         s = self.current()
         d = TuningSettings()
         s.sensitivity, s.remap_min, s.remap_max = d.sensitivity, d.remap_min, d.remap_max
-        self.win.set_tuning(s)
+        self.session.set_tuning(s)
         self._load_shape()
 
     # -- live preview --------------------------------------------------------------------
     def _update_preview(self) -> None:
         if not self.isVisible():
             return
-        hist = self.win.tuner.preview()
+        hist = self.session.chain.tuner.preview()
         if len(hist) < 2:
             return
         region = self.preview_region.currentData()
@@ -222,7 +242,7 @@ class TrackingPanel(Panel):
         t = t - t[-1]
         self._raw_curve.setData(t, raw)
         self._out_curve.setData(t, out)
-        st = self.win.pipeline.latest_state() if self.win.pipeline is not None else None
+        st = self.session.latest_state()
         if st is not None:
             i = Blendshape[self.shape.currentText()]
             self.shape_value.setText(f"tracked {float(st.vision_weights[i]):.2f} → avatar {float(st.weights[i]):.2f}")

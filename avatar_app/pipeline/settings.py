@@ -1,9 +1,17 @@
-"""The studio's persisted settings: one validated model per area, stored in QSettings.
+"""The studio's settings model: one validated, Qt-free dataclass per area, with a schema version.
 
 Each area is a dataclass written as one JSON value under ``studio/<area>``
-with a ``schema`` number (:data:`SCHEMA_VERSION`). Reading validates every
-field: a missing, wrong-typed or out-of-range field takes its default (logged),
-so a damaged or older settings file never stops the app from starting.
+with a ``schema`` number (:data:`SCHEMA_VERSION`) into a key-value store: the
+user's QSettings in the studio (passed in by the window, so existing users'
+settings keep working), a :class:`MemoryStore` in tests and headless use.
+Reading validates every field: a missing, wrong-typed or out-of-range field
+takes its default (logged), so a damaged or older settings file never stops the
+app from starting.
+
+:class:`StudioSettings` holds every area; :func:`save_settings_file` and
+:func:`load_settings_file` write and read them as one JSON file (File › Export
+settings… in the studio, ``avatar-app render --settings FILE``), and
+:meth:`StudioSettings.chain` gives the post-processing chain's settings.
 
 Keys kept flat for compatibility with the first window: ``overlay`` (bool),
 ``record_folder``, ``last_file`` and ``camera`` (int index).
@@ -13,10 +21,14 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, Blendshape
-from avatar_app.core.errors import InputError
-from avatar_app.ui.tuning import DEFAULT_SMOOTHING, EXPRESSION_PRESETS, REGIONS, TuningSettings
+from avatar_app.core.errors import AvatarError, InputError
+from avatar_app.fusion.chain import ChainSettings
+from avatar_app.fusion.expressions import EXPRESSION_PRESETS, parse_mix
+from avatar_app.fusion.mouth import FusionSettings
+from avatar_app.fusion.tuning import DEFAULT_SMOOTHING, REGIONS, TuningSettings
 
 log = logging.getLogger(__name__)
 
@@ -253,3 +265,171 @@ def load_tuning(settings) -> TuningSettings:
 def save_tuning(settings, s: TuningSettings) -> None:
     """Write the tracking settings into a QSettings."""
     settings.setValue("studio/TuningSettings", json.dumps(tuning_to_json(s)))
+
+
+# ----------------------------------------------------------------------------- stores
+class MemoryStore:
+    """A key-value store with QSettings' ``value``/``setValue``/``sync`` (tests, headless sessions).
+
+    Args:
+        values: initial key -> value.
+    """
+
+    def __init__(self, values: dict | None = None):
+        self.values: dict = dict(values or {})
+
+    def value(self, key: str, default=None, type=None):  # noqa: A002 (QSettings' keyword)
+        """The value of ``key`` (``default`` when absent), converted by ``type`` when given."""
+        v = self.values.get(key, default)
+        if type is not None and v is not None and not isinstance(v, type):
+            try:
+                v = type(v)
+            except (TypeError, ValueError):
+                return default
+        return v
+
+    def setValue(self, key: str, value) -> None:  # noqa: N802 (QSettings' name)
+        """Set ``key``."""
+        self.values[key] = value
+
+    def sync(self) -> None:
+        """Nothing to write (QSettings' API)."""
+
+
+# ----------------------------------------------------------------------------- all areas
+@dataclass
+class StudioSettings:
+    """Every area of the studio's settings.
+
+    Attributes:
+        source, engines, expressions, avatar, output: the panels' areas.
+        tuning: the Tracking panel's settings.
+        fusion: mouth fusion (audio mix, mouth covered).
+    """
+
+    source: SourceSettings = field(default_factory=SourceSettings)
+    engines: EngineChoice = field(default_factory=EngineChoice)
+    expressions: ExpressionSettings = field(default_factory=ExpressionSettings)
+    avatar: AvatarSettings = field(default_factory=AvatarSettings)
+    output: OutputSettings = field(default_factory=OutputSettings)
+    tuning: TuningSettings = field(default_factory=TuningSettings)
+    fusion: FusionSettings = field(default_factory=lambda: FusionSettings(smoothing=False))
+
+    @classmethod
+    def load(cls, store) -> StudioSettings:
+        """Every area from a store (defaults for what is absent or damaged)."""
+        s = cls(*(load_area(store, c) for c in (SourceSettings, EngineChoice, ExpressionSettings, AvatarSettings,
+                                               OutputSettings)))
+        s.tuning = load_tuning(store)
+        s.fusion = _fusion_from_json(_json_value(store, "studio/FusionSettings"))
+        return s
+
+    def save(self, store) -> None:
+        """Write every area into a store."""
+        for area in (self.source, self.engines, self.expressions, self.avatar, self.output):
+            save_area(store, area)
+        save_tuning(store, self.tuning)
+        store.setValue("studio/FusionSettings", json.dumps(_fusion_to_json(self.fusion)))
+
+    def custom_mix(self) -> dict[str, float]:
+        """The custom expression as blendshape -> weight ({} when its text does not parse)."""
+        try:
+            return parse_mix(self.expressions.custom)
+        except AvatarError as exc:
+            log.warning("settings: the custom expression is ignored: %s", exc)
+            return {}
+
+    def chain(self) -> ChainSettings:
+        """The post-processing chain's settings (fusion, tuning, the custom expression)."""
+        return ChainSettings(fusion=FusionSettings(**{**asdict(self.fusion), "smoothing": False}),
+                             tuning=self.tuning.copy(), expressions={"custom": self.custom_mix()})
+
+
+#: What a settings file says it is (checked on reading).
+SETTINGS_FILE_KIND = "avatar_app studio settings"
+
+
+def _fusion_to_json(f: FusionSettings) -> dict:
+    return {"schema": SCHEMA_VERSION, "audio_mix": f.audio_mix, "mouth_covered": f.mouth_covered}
+
+
+def _fusion_from_json(data) -> FusionSettings:
+    f = FusionSettings(smoothing=False)
+    if isinstance(data, dict):
+        mix = data.get("audio_mix")
+        if isinstance(mix, (int, float)) and not isinstance(mix, bool) and 0 <= mix <= 1:
+            f.audio_mix = float(mix)
+        if isinstance(data.get("mouth_covered"), bool):
+            f.mouth_covered = data["mouth_covered"]
+    return f
+
+
+def _json_value(store, key: str):
+    raw = store.value(key, "", type=str)
+    try:
+        return json.loads(raw) if raw else None
+    except json.JSONDecodeError:
+        log.warning("settings: %s is not valid JSON; using defaults", key)
+        return None
+
+
+def settings_to_json(s: StudioSettings) -> dict:
+    """Every area as one JSON object (the settings file's content)."""
+    return {"kind": SETTINGS_FILE_KIND, "schema": SCHEMA_VERSION,
+            "source": asdict(s.source), "engines": asdict(s.engines), "expressions": asdict(s.expressions),
+            "avatar": asdict(s.avatar), "output": asdict(s.output), "tuning": tuning_to_json(s.tuning),
+            "fusion": _fusion_to_json(s.fusion)}
+
+
+def settings_from_json(data: dict) -> StudioSettings:
+    """Inverse of :func:`settings_to_json`; invalid fields take their defaults (logged).
+
+    Raises:
+        InputError: ``data`` is not a settings object.
+    """
+    if not isinstance(data, dict) or data.get("kind") != SETTINGS_FILE_KIND:
+        raise InputError("not an avatar_app studio settings file (export one with File › Export settings…)")
+    out = StudioSettings()
+    for name, cls in (("source", SourceSettings), ("engines", EngineChoice), ("expressions", ExpressionSettings),
+                      ("avatar", AvatarSettings), ("output", OutputSettings)):
+        area = data.get(name)
+        if isinstance(area, dict):
+            setattr(out, name, validate(_check(cls, area)))
+    if isinstance(data.get("tuning"), dict):
+        out.tuning = tuning_from_json(data["tuning"])
+    out.fusion = _fusion_from_json(data.get("fusion"))
+    return out
+
+
+def save_settings_file(path: Path, s: StudioSettings) -> Path:
+    """Write every area to a JSON settings file (what ``avatar-app render --settings`` reads).
+
+    Raises:
+        InputError: the file cannot be written (names it and why).
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings_to_json(s), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"Cannot write the settings file {path}: {exc.strerror or exc}", path) from exc
+    return path
+
+
+def load_settings_file(path: Path) -> StudioSettings:
+    """Read a settings file written by :func:`save_settings_file`.
+
+    Raises:
+        InputError: the file is missing, not JSON or not a studio settings file.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"Settings file not found: {path}", path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"Cannot read the settings file {path}: {exc}", path) from exc
+    try:
+        return settings_from_json(data)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}", path) from None

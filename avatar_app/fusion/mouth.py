@@ -31,9 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, MOUTH_BLENDSHAPES, NUM_BLENDSHAPES
+from avatar_app.core.blendshapes import (
+    BLENDSHAPE_NAMES,
+    MOUTH_BLENDSHAPES,
+    NUM_BLENDSHAPES,
+)
+from avatar_app.core.rotations import nearest_rotation
 from avatar_app.core.types import FaceParams
-from avatar_app.tracking.filters import OneEuroFilter
+from avatar_app.fusion.filters import OneEuroFilter
 
 _MOUTH_MASK = np.array([n in MOUTH_BLENDSHAPES for n in BLENDSHAPE_NAMES])
 _JAW = BLENDSHAPE_NAMES.index("jawOpen")
@@ -89,16 +94,6 @@ class FusionSettings:
     smoothing: bool = True
     min_cutoff_hz: float = 3.0
     beta: float = 0.5
-
-
-def orthonormalise(m: np.ndarray) -> np.ndarray:
-    """Nearest rotation matrix to a (3, 3) float matrix (SVD, det +1)."""
-    u, _, vt = np.linalg.svd(m.astype(np.float64))
-    r = u @ vt
-    if np.linalg.det(r) < 0:
-        u[:, -1] *= -1
-        r = u @ vt
-    return r.astype(np.float32)
 
 
 def fuse_mouth(vision: np.ndarray, audio: np.ndarray, face_found: bool,
@@ -180,7 +175,7 @@ class Fusion:
         if self.settings.smoothing:
             fw, fr, ft = self._filters()
             w = fw(w, t_s)
-            rot = orthonormalise(fr(rot, t_s))
+            rot = nearest_rotation(fr(rot, t_s)).astype(np.float32)
             trans = ft(trans, t_s)
         # sanity guard: finite and in range, else neutral
         if not np.all(np.isfinite(w)):

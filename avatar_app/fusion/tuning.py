@@ -1,16 +1,18 @@
-"""Tracking tuning and expressions: the studio's post-processing of every AvatarState.
+"""Tracking tuning: the user's post-processing of every AvatarState, live and offline alike.
 
-Qt-free (it runs on the pipeline's processing thread through
-:meth:`avatar_app.pipeline.LivePipeline.set_post_process`); it lives in ``ui/``
-because only the studio window uses it.
+The middle of the post-processing chain (:class:`avatar_app.fusion.chain.PostChain`),
+run on the processing thread by the live pipeline and by offline rendering;
+the time of every step is the frame's media time, so a video gives the same
+avatar in the studio and in ``avatar-app render --settings``.
 
 Order of the steps (each documented on its function):
 
 1. per-shape sensitivity and min/max remap, on the user's own shapes
    (``w' = clip((w * sensitivity - lo) / (hi - lo), 0, 1)``);
-2. link eyes: both eyes' blink/squint/wide take the mean of the two;
-3. per-region smoothing (eyes, brows, mouth, head) with the One Euro filter
+2. per-region smoothing (eyes, brows, mouth, head) with the One Euro filter
    (Casiez, Roussel, Vogel, CHI 2012);
+3. link eyes: both eyes' blink/squint/wide take the mean of the two (after the
+   smoothing, so that they are equal from the first frame the option is on);
 4. mirror (see :data:`MIRROR_CONVENTION`);
 5. while the face is lost: auto-blink and a gentle idle motion;
 6. expressions (hotkeys) layered over the result.
@@ -32,11 +34,26 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, Blendshape, mirror_index
+from avatar_app.core.blendshapes import (
+    BLENDSHAPE_NAMES,
+    NUM_BLENDSHAPES,
+    Blendshape,
+    mirror_index,
+)
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import (
+    euler_from_rotation,
+    nearest_rotation,
+    rotation_from_euler,
+)
 from avatar_app.core.types import AvatarState
-from avatar_app.fusion import orthonormalise
-from avatar_app.tracking.filters import OneEuroFilter
+from avatar_app.fusion.expressions import (  # noqa: F401
+    EXPRESSION_PRESETS,
+    ExpressionLayer,
+    format_mix,
+    parse_mix,
+)
+from avatar_app.fusion.filters import OneEuroFilter
 
 #: The documented mirror convention (see the module docstring).
 MIRROR_CONVENTION = (
@@ -74,161 +91,6 @@ def smoothing_cutoff_hz(amount: float) -> float:
         ``30 * 10 ** (-2 * amount)`` Hz: 0.5 -> 3 Hz, 1 -> 0.3 Hz.
     """
     return 30.0 * 10.0 ** (-2.0 * float(amount))
-
-
-# ----------------------------------------------------------------------------- expressions
-#: Built-in expressions: blendshape -> target weight. Shapes listed are pulled toward the
-#: target by the expression's amount; shapes not listed keep tracking.
-EXPRESSION_PRESETS: dict[str, dict[str, float]] = {
-    "happy": {"mouthSmileLeft": 0.9, "mouthSmileRight": 0.9, "cheekSquintLeft": 0.6,
-              "cheekSquintRight": 0.6, "eyeSquintLeft": 0.35, "eyeSquintRight": 0.35,
-              "mouthFrownLeft": 0.0, "mouthFrownRight": 0.0, "browDownLeft": 0.0, "browDownRight": 0.0,
-              "jawOpen": 0.15},
-    "angry": {"browDownLeft": 1.0, "browDownRight": 1.0, "noseSneerLeft": 0.6, "noseSneerRight": 0.6,
-              "mouthFrownLeft": 0.6, "mouthFrownRight": 0.6, "mouthPressLeft": 0.5,
-              "mouthPressRight": 0.5, "eyeSquintLeft": 0.5, "eyeSquintRight": 0.5,
-              "mouthSmileLeft": 0.0, "mouthSmileRight": 0.0, "browInnerUp": 0.0},
-    "surprised": {"browInnerUp": 1.0, "browOuterUpLeft": 1.0, "browOuterUpRight": 1.0,
-                  "eyeWideLeft": 0.9, "eyeWideRight": 0.9, "jawOpen": 0.55, "mouthFunnel": 0.3,
-                  "browDownLeft": 0.0, "browDownRight": 0.0, "eyeBlinkLeft": 0.0, "eyeBlinkRight": 0.0},
-    "sad": {"browInnerUp": 0.9, "browDownLeft": 0.0, "browDownRight": 0.0, "mouthFrownLeft": 0.8,
-            "mouthFrownRight": 0.8, "mouthShrugLower": 0.5, "mouthPucker": 0.15,
-            "mouthSmileLeft": 0.0, "mouthSmileRight": 0.0, "eyeLookDownLeft": 0.3,
-            "eyeLookDownRight": 0.3},
-}
-
-
-def parse_mix(text: str) -> dict[str, float]:
-    """Parse a custom expression such as ``"jawOpen=0.6, tongueOut=1"``.
-
-    Args:
-        text: ``name=weight`` pairs separated by commas, semicolons or spaces;
-            names are ARKit blendshape names (case-insensitive), weights 0..1.
-
-    Returns:
-        blendshape name -> weight.
-
-    Raises:
-        InputError: an unknown name, a missing ``=`` or a weight outside 0..1.
-    """
-    lower = {n.lower(): n for n in BLENDSHAPE_NAMES}
-    out: dict[str, float] = {}
-    for item in text.replace(";", ",").replace(" ", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "=" not in item:
-            raise InputError(f"'{item}' is not name=weight (e.g. jawOpen=0.6)")
-        name, value = (s.strip() for s in item.split("=", 1))
-        if name.lower() not in lower:
-            raise InputError(f"'{name}' is not an ARKit blendshape name (e.g. jawOpen, mouthSmileLeft)")
-        try:
-            w = float(value)
-        except ValueError:
-            raise InputError(f"'{value}' is not a number (weight of {name})") from None
-        if not 0.0 <= w <= 1.0:
-            raise InputError(f"the weight of {name} must be between 0 and 1, got {w}")
-        out[lower[name.lower()]] = w
-    return out
-
-
-def format_mix(mix: dict[str, float]) -> str:
-    """Inverse of :func:`parse_mix`: ``"jawOpen=0.6, tongueOut=1"``."""
-    return ", ".join(f"{k}={v:g}" for k, v in mix.items())
-
-
-class ExpressionLayer:
-    """Expressions triggered or held by hotkeys, ramped in and out over time.
-
-    Args:
-        attack_s: seconds for an expression to fade fully in.
-        release_s: seconds to fade out.
-
-    Thread: ``press``/``release``/``set_mix`` from the GUI thread, ``apply`` from
-    the processing thread (guarded by a lock).
-    """
-
-    def __init__(self, attack_s: float = 0.12, release_s: float = 0.25):
-        self.attack_s = float(attack_s)
-        self.release_s = float(release_s)
-        self._lock = threading.Lock()
-        self._mixes: dict[str, dict[str, float]] = {k: dict(v) for k, v in EXPRESSION_PRESETS.items()}
-        self._target: dict[str, float] = {}
-        self._amount: dict[str, float] = {}
-        self._t_s: float | None = None
-
-    def set_mix(self, name: str, mix: dict[str, float]) -> None:
-        """Define (or redefine) expression ``name`` as blendshape -> target weight."""
-        idx = {k: v for k, v in mix.items() if k in BLENDSHAPE_NAMES}
-        with self._lock:
-            self._mixes[name] = idx
-
-    def mixes(self) -> dict[str, dict[str, float]]:
-        """Copy of every defined expression."""
-        with self._lock:
-            return {k: dict(v) for k, v in self._mixes.items()}
-
-    def set_active(self, name: str, on: bool) -> None:
-        """Start (``on``) or stop fading expression ``name`` in."""
-        with self._lock:
-            if on:
-                self._target[name] = 1.0
-            else:
-                self._target.pop(name, None)
-
-    def toggle(self, name: str) -> bool:
-        """Switch ``name`` on or off; returns whether it is now on."""
-        on = not self.is_active(name)
-        self.set_active(name, on)
-        return on
-
-    def is_active(self, name: str) -> bool:
-        """Whether ``name`` is on (fading in or held)."""
-        with self._lock:
-            return name in self._target
-
-    def clear(self) -> None:
-        """Switch every expression off (they fade out)."""
-        with self._lock:
-            self._target.clear()
-
-    def amounts(self) -> dict[str, float]:
-        """Current amount (0..1) of every expression that is not fully off."""
-        with self._lock:
-            return dict(self._amount)
-
-    def apply(self, weights: np.ndarray, t_s: float) -> np.ndarray:
-        """Advance the ramps to ``t_s`` and layer the expressions over ``weights``.
-
-        Args:
-            weights: (52,) float32 tracked weights.
-            t_s: time, seconds (process clock); a jump back restarts the ramps' clock.
-
-        Returns:
-            (52,) float32 weights: for each active expression and each shape it
-            lists, ``w += amount * (target - w)``.
-        """
-        with self._lock:
-            dt = 0.0 if self._t_s is None or t_s < self._t_s else t_s - self._t_s
-            self._t_s = t_s
-            names = set(self._amount) | set(self._target)
-            for name in names:
-                a = self._amount.get(name, 0.0)
-                if name in self._target:
-                    a = min(1.0, a + (dt / self.attack_s if self.attack_s > 0 else 1.0))
-                else:
-                    a = max(0.0, a - (dt / self.release_s if self.release_s > 0 else 1.0))
-                if a > 0.0 or name in self._target:
-                    self._amount[name] = a
-                else:
-                    self._amount.pop(name, None)
-            layers = [(self._mixes.get(n, {}), a) for n, a in self._amount.items() if a > 0]
-        w = np.asarray(weights, np.float32).copy()
-        for mix, a in layers:
-            for shape, target in mix.items():
-                i = Blendshape[shape]
-                w[i] += a * (target - w[i])
-        return w
 
 
 # ----------------------------------------------------------------------------- settings
@@ -398,7 +260,7 @@ class AvatarTuner:
             m = self._masks[region]
             out[m] = self._filter(region, w[m], t, s.smoothing.get(region, 0.0), beta=0.5)
         head = s.smoothing.get("head", 0.0)
-        rot = orthonormalise(self._filter("head_rot", rot, t, head, beta=0.3))
+        rot = nearest_rotation(self._filter("head_rot", rot, t, head, beta=0.3)).astype(np.float32)
         trans = self._filter("head_trans", trans, t, head, beta=0.3).astype(np.float32)
         gaze = self._filter("gaze", gaze, t, s.smoothing.get("eyes", 0.0), beta=0.5).astype(np.float32)
         return out.astype(np.float32), rot, trans, gaze
@@ -421,7 +283,8 @@ class AvatarTuner:
             yaw = 0.07 * math.sin(2 * math.pi * t / 7.3) + 0.02 * math.sin(2 * math.pi * t / 3.1)
             pitch = 0.035 * math.sin(2 * math.pi * t / 5.3)
             roll = 0.025 * math.sin(2 * math.pi * t / 9.7)
-            rot = (_euler(self._idle * yaw, self._idle * pitch, self._idle * roll) @ rot).astype(np.float32)
+            idle = rotation_from_euler(self._idle * yaw, self._idle * pitch, self._idle * roll)
+            rot = (idle @ rot).astype(np.float32)
         if lost and s.auto_blink:
             if self._next_blink_t is None:
                 self._next_blink_t = t + float(self._rng.uniform(0.5, 2.0))
@@ -453,23 +316,23 @@ class AvatarTuner:
         """Apply every step to one state (see the module docstring).
 
         Args:
-            state: the pipeline's fused state (time from ``t_capture_ns``).
+            state: the pipeline's fused state (time: its ``media_time_s``, seconds).
 
         Returns:
             A new AvatarState (weights (52,) float32 in [0, 1]).
         """
         with self._lock:
             s = self._settings
-            t = state.t_capture_ns / 1e9
+            t = float(state.media_time_s)
             if self._last_t is not None and t <= self._last_t:
                 t = self._last_t + 1e-6  # one clock per pipeline; tolerate a repeat
             raw = np.asarray(state.weights, np.float32)
             w = self.remap(raw, s)
-            if s.link_eyes:
-                w = self.link_eyes(w)
             w, rot, trans, gaze = self._smooth(w, np.asarray(state.rotation, np.float64),
                                                np.asarray(state.translation, np.float64),
                                                np.asarray(state.gaze, np.float64), t, s)
+            if s.link_eyes:  # after smoothing: the eyes are equal from the first frame it is on
+                w = self.link_eyes(w)
             out = replace(state, weights=w, rotation=rot, translation=trans, gaze=gaze)
             if s.mirror:
                 out = self.mirror(out)
@@ -482,8 +345,7 @@ class AvatarTuner:
 
     def _record(self, t: float, raw: np.ndarray, raw_rot, w: np.ndarray, rot: np.ndarray) -> None:
         def yaw(r):
-            r = np.asarray(r, np.float64)
-            return float(math.atan2(r[0, 2], r[2, 2]))
+            return float(euler_from_rotation(r)[0])
 
         before = {k: float(raw[Blendshape[v]]) for k, v in self.PREVIEW.items() if v != "yaw"}
         after = {k: float(w[Blendshape[v]]) for k, v in self.PREVIEW.items() if v != "yaw"}
@@ -496,13 +358,3 @@ class AvatarTuner:
         """A copy of :attr:`history` (raw and tuned values per region, see the class doc)."""
         with self._lock:
             return list(self.history)
-
-
-def _euler(yaw: float, pitch: float, roll: float) -> np.ndarray:
-    """``Ry(yaw) @ Rx(pitch) @ Rz(roll)`` (radians), (3, 3) float64."""
-    cy, sy, cp, sp, cr, sr = (math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch),
-                              math.cos(roll), math.sin(roll))
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rx = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
-    rz = np.array([[cr, -sr, 0], [sr, cr, 0], [0, 0, 1]])
-    return ry @ rx @ rz

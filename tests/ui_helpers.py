@@ -1,7 +1,4 @@
-"""Shared fixtures and helpers of the studio-window tests (tests/test_ui_*.py).
-
-Import into a test module with ``from ui_fixtures import ...``.
-"""
+"""Helpers of the studio-window tests (tests/test_ui_*.py, test_window.py); their fixtures are in conftest.py."""
 from __future__ import annotations
 
 import threading
@@ -9,7 +6,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.core.clock import now_ns
@@ -86,69 +82,15 @@ class StillSource:
             self._thread.join(timeout_s)
 
 
-@pytest.fixture
-def settings(tmp_path):
-    """A fresh QSettings in a temporary INI file, recordings into tmp_path/recordings."""
-    from PySide6.QtCore import QSettings
-
-    s = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    s.setValue("record_folder", str(tmp_path / "recordings"))
-    return s
-
-
-@pytest.fixture(scope="session")
-def head_images() -> dict[str, np.ndarray]:
-    """BGR 640x480 renders of the default head: "neutral" and "smile_left" (mouthSmileLeft = 1).
-
-    Rendered with flat light on grey so the face tracker sees them like a camera would;
-    the subject's left mouth corner is on the image's RIGHT (a non-mirrored camera view).
-    """
-    from avatar_app.render.headless import HeadlessRenderer
-
-    out = {}
-    with HeadlessRenderer(640, 480, background=(90, 90, 90), lighting="flat") as r:
-        for name, kw in (("neutral", {}), ("smile_left", {"mouthSmileLeft": 1.0})):
-            out[name] = np.ascontiguousarray(r.render(state_with(**kw))[:, :, ::-1])
-    return out
-
-
-@pytest.fixture
-def still_window(qtbot, settings, monkeypatch, head_images):
-    """The studio window on a StillSource "camera" showing the neutral head, no microphone."""
-    import avatar_app.capture.camera as camera_mod
-    import avatar_app.capture.mic as mic_mod
-    import avatar_app.ui.devices as devices_mod
-    from avatar_app.core.errors import CaptureError
-    from avatar_app.ui.engines import EngineController
-    from avatar_app.ui.main_window import MainWindow
-
-    source = StillSource(head_images["neutral"])
-
-    def no_mic(*a, **k):
-        raise CaptureError("No microphone in this test.")
-
-    monkeypatch.setattr(mic_mod, "MicSource", no_mic)
-    monkeypatch.setattr(camera_mod, "CameraSource", lambda index, **k: source)
-    monkeypatch.setattr(devices_mod, "list_camera_devices",
-                        lambda probe=True: ([devices_mod.CameraDevice("test-still", "Still test camera", 0)], "test"))
-    # the geometric solver, whatever models are installed: the tests check the window, not a model
-    engines = EngineController(models={"face_recon": None, "speech2face": None})
-    win = MainWindow(camera=0, settings=settings, engines=engines)
-    win.still_source = source
-    show_running(qtbot, win, VIEW_SIZE)
-    yield win
-    win.close()
-
-
 def wait_frames(qtbot, win, n: int, timeout_ms: int = 20000) -> None:
     """Wait until the pipeline processed ``n`` more frames."""
-    start = win.pipeline.frames_processed
-    qtbot.waitUntil(lambda: win.pipeline.frames_processed >= start + n, timeout=timeout_ms)
+    start = win.session.pipeline.frames_processed
+    qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= start + n, timeout=timeout_ms)
 
 
 def grab_view(qtbot, win) -> np.ndarray:
     """The viewport's current frame (RGB) after showing the pipeline's newest state."""
-    st = win.pipeline.latest_state() if win.pipeline is not None else None
+    st = win.session.pipeline.latest_state() if win.session.pipeline is not None else None
     if st is not None:
         win.viewport.show_state(st)
     qtbot.wait(30)
@@ -297,23 +239,12 @@ def save_shot(widget, name: str) -> None:
         widget.grab().save(str(Path(folder) / f"{name}.png"))
 
 
-@pytest.fixture
-def no_face_video(tmp_path) -> Path:
-    """A 3 s 320x240 25 fps FFmpeg test pattern (no face, no audio track) in tmp_path."""
-    import subprocess
-
-    path = tmp_path / "testsrc.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-t", "3",
-                    "-pix_fmt", "yuv420p", str(path)], check=True)
-    return path
-
-
 def open_file_window(qtbot, source, settings, size=(640, 360)):
     """A MainWindow playing ``source`` with the built-in solvers (no engine models), shown and running.
 
     The viewport gets a fixed device-independent size so screenshots compare across runs.
     """
-    from avatar_app.ui.engines import EngineController
+    from avatar_app.pipeline.engines import EngineController
     from avatar_app.ui.main_window import MainWindow
 
     win = MainWindow(source=source, settings=settings,
@@ -328,6 +259,6 @@ def show_running(qtbot, win, size=(640, 360), ready=None, timeout_ms: int = 2000
     win.viewport.setFixedSize(*size)
     win.show()
     qtbot.waitExposed(win)
-    qtbot.waitUntil(lambda: win.pipeline is not None and win.pipeline.frames_processed >= 5
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5
                     and (ready is None or ready()), timeout=timeout_ms)
     return win

@@ -8,8 +8,11 @@ run and why not, what serves now, the verification of the active engine, and
 the progress of a background build. A switch builds and verifies the new engine
 while the current one keeps serving (the slot swaps between two calls).
 
-Thread: create and call from the GUI thread; work runs on the controller's
-worker thread and on each slot's swap thread; results come back as Qt signals.
+Qt-free: changes are announced as plain events (:class:`~avatar_app.core.events.Event`)
+emitted on the worker threads; the studio's Qt bridge turns them into signals.
+
+Thread: create and call from one controlling thread (the GUI's in the studio);
+work runs on the controller's worker thread and on each slot's swap thread.
 """
 from __future__ import annotations
 
@@ -21,11 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
 
 from avatar_app.core.errors import AvatarError
-from avatar_app.inference import (BackendStatus, CalibrationStore, EngineManager, EngineSlot, ModelInfo,
-                                  Precision, backend_statuses)
+from avatar_app.core.events import Event
+from avatar_app.inference import (
+    BackendStatus,
+    CalibrationStore,
+    EngineManager,
+    EngineSlot,
+    ModelInfo,
+    Precision,
+    backend_statuses,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +67,15 @@ def default_model_path(name: str) -> Path:
 def face_recon_sample(landmarks, neutral, audio) -> dict[str, np.ndarray] | None:
     """face_recon inputs of one frame (``landmarks`` and ``neutral``, each (1, 478, 3) float32 metres).
 
-    The engine's own normalisation (:mod:`avatar_app.reconstruction.normalise`: align to
-    the rig's template, then the displacement from the user's neutral). Returns None
-    without a face or without a neutral face.
+    The engine's own pre-processing (:func:`avatar_app.reconstruction.engine.engine_feeds`,
+    the code :class:`~avatar_app.reconstruction.engine.EngineReconstructor` runs, with its
+    default field of view). Returns None without a face or without a neutral face.
     """
     if landmarks is None or neutral is None:
         return None
-    from avatar_app.reconstruction.normalise import align, network_inputs
+    from avatar_app.reconstruction.engine import engine_feeds
 
-    head, _, _ = align(np.asarray(landmarks.points, np.float32), landmarks.image_size)
-    ref, _, _ = align(np.asarray(neutral.points, np.float32), neutral.image_size)
-    return network_inputs(head, ref[0])
+    return engine_feeds(landmarks, neutral)
 
 
 def speech_sample(landmarks, neutral, audio) -> dict[str, np.ndarray] | None:
@@ -133,7 +141,7 @@ class _ReportingManager(EngineManager):
         return super().open_engine(model_path, backend, precision, card=card, progress=report)
 
 
-class EngineController(QObject):
+class EngineController:
     """Engine slots of the app and the facts the Engines panel shows.
 
     Args:
@@ -144,24 +152,21 @@ class EngineController(QObject):
         calibration_root: root of the recorded calibration samples (default user data dir).
         sample_fns: engine name -> SampleFn (default :data:`DEFAULT_SAMPLE_FNS`).
 
-    Signals:
+    Events (emitted on worker threads):
         changed(str): an engine's slot, choice, build progress or error changed.
         statuses_ready(): the backend probe finished.
     """
 
-    changed = Signal(str)
-    statuses_ready = Signal()
-
     def __init__(self, models: Mapping[str, Path | None] | None = None, isolate: bool = True, cache=None,
-                 calibration_root: Path | None = None, sample_fns: Mapping[str, SampleFn] | None = None,
-                 parent=None):
-        super().__init__(parent)
+                 calibration_root: Path | None = None, sample_fns: Mapping[str, SampleFn] | None = None):
+        self.changed = Event("engine changed")
+        self.statuses_ready = Event("backend statuses ready")
         paths = {n: default_model_path(n) for n in ENGINES}
         #: engine name -> why it is off by default (not opened; its fallback serves)
         self.disabled: dict[str, str] = {}
-        from avatar_app.reconstruction.engine import face_engine_disabled_reason
+        from avatar_app.pipeline.stages import engine_disabled_reason
 
-        off = face_engine_disabled_reason()
+        off = engine_disabled_reason("face_recon")
         if off and "face_recon" not in (models or {}):
             self.disabled["face_recon"] = off
             paths["face_recon"] = None
@@ -219,7 +224,7 @@ class EngineController(QObject):
                 log.warning("engine %s could not be opened: %s", e.name, exc)
             self._emit(e.name)
 
-    # -- Qt bridges (worker threads -> signals) -----------------------------------------
+    # -- events (worker threads) ----------------------------------------------------------
     def _emit(self, name: str) -> None:
         if not self._closed:
             self.changed.emit(name)

@@ -1,0 +1,143 @@
+"""The per-frame stages, run synchronously: track, reconstruct, speech, fuse, tune.
+
+:class:`FrameProcessor` is the one implementation the live pipeline, offline
+rendering, the demo and the studio's offline mode all call, so the same frames
+with the same stages give the same states.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES
+from avatar_app.core.clock import stage_timer
+from avatar_app.core.errors import AvatarError
+from avatar_app.core.types import AvatarState, FaceParams, Frame, StageStamps
+from avatar_app.fusion.chain import PostChain
+
+log = logging.getLogger(__name__)
+
+
+class FrameProcessor:
+    """Runs the per-frame stages synchronously: track, reconstruct, speech, fuse, tune.
+
+    Args:
+        tracker: a FaceTracker (tracking.face_mesh) or None (vision supplied by the caller).
+        reconstructor: a FaceReconstructor (reconstruction.base).
+        speech: a SpeechAnimator (speech.base) or None.
+        live: True calls the tracker's live method (process_live, ns stamps),
+            False its video method (process_video_frame, media ms).
+        chain: the post-processing chain (fusion, tuning, expressions; default a fresh
+            studio's, :class:`~avatar_app.fusion.chain.PostChain`).
+
+    Attributes:
+        last_landmarks: the last frame's Landmarks, or None (no face).
+        last_error: the last post-processing error, as text ("" when none).
+        speech_lookahead_s: seconds of audio after the frame time given to the speech
+            animator (offline rendering only: its ``offline_lookahead_s``; live stays causal).
+
+    Thread: one processing thread at a time. ``reconstructor`` and ``speech`` may be
+    replaced between two frames (an engine swap) from another thread.
+    """
+
+    def __init__(self, tracker, reconstructor, speech=None, live: bool = False, chain: PostChain | None = None):
+        from avatar_app.reconstruction.hold import NoFaceHold
+
+        self.tracker = tracker
+        self.reconstructor = reconstructor
+        self.speech = speech
+        self.live = live
+        self.chain = chain or PostChain()
+        self.hold = NoFaceHold()
+        self.last_landmarks = None
+        self.last_error = ""
+        self.speech_lookahead_s = 0.0
+
+    @property
+    def fusion(self):
+        """The chain's mouth-fusion step (:class:`~avatar_app.fusion.mouth.Fusion`)."""
+        return self.chain.fusion
+
+    def _vision(self, frame: Frame, vision: FaceParams | None, stamps: StageStamps) -> tuple[FaceParams, bool]:
+        """Track and reconstruct (or take ``vision`` as given); FaceParams and whether a face was found."""
+        t_s = frame.media_time_s
+        if vision is not None:
+            return vision, True
+        if self.tracker is None:
+            return self.hold.update(None, t_s), False
+        with stage_timer(stamps, "track"):
+            if self.live:
+                landmarks = self.tracker.process_live(frame.image, frame.t_capture_ns)
+            else:
+                landmarks = self.tracker.process_video_frame(frame.image, frame.media_time_s * 1000.0)
+        self.last_landmarks = landmarks
+        with stage_timer(stamps, "reconstruct"):
+            params = self.reconstructor.reconstruct(landmarks, t_s) if landmarks is not None else None
+            return self.hold.update(params, t_s), params is not None
+
+    def process(self, frame: Frame, audio_window: np.ndarray | None, vision: FaceParams | None = None,
+                stamps: StageStamps | None = None) -> AvatarState:
+        """Process one frame.
+
+        Args:
+            frame: the frame (frozen; never written to).
+            audio_window: (N,) float32 16 kHz audio ending at the frame's time plus
+                ``speech_lookahead_s``, or None.
+            vision: precomputed FaceParams (demo mode) instead of tracking.
+            stamps: the frame's stage-timing record to fill (default: a new one with
+                the frame's capture stamp); it becomes the state's ``stamps``.
+
+        Returns:
+            The tuned AvatarState of this frame. A tuning step that raises an
+            AvatarError is logged and kept in :attr:`last_error`; the untuned state
+            is returned then.
+
+        Raises:
+            AvatarError: a stage (tracker, reconstructor, speech) failed.
+        """
+        stamps = frame.capture_stamps() if stamps is None else stamps
+        t_s = frame.media_time_s
+        vision, face_found = self._vision(frame, vision, stamps)
+        audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
+        speech = self.speech
+        if speech is not None and audio_window is not None:
+            with stage_timer(stamps, "speech"):
+                audio_w = np.asarray(speech.process(audio_window, t_s + self.speech_lookahead_s), np.float32)
+        with stage_timer(stamps, "fuse"):
+            weights, rot, trans = self.chain.fuse(vision, audio_w, face_found, t_s)
+        state = AvatarState(
+            t_capture_ns=frame.t_capture_ns, media_time_s=t_s, weights=weights, rotation=rot, translation=trans,
+            gaze=np.asarray(vision.gaze, np.float32), face_found=face_found,
+            vision_weights=np.asarray(vision.blendshapes, np.float32), audio_weights=audio_w,
+            stamps=stamps, frame_index=frame.index)
+        try:
+            with stage_timer(stamps, "tune"):
+                tuned = self.chain.tune(state)
+        except AvatarError as exc:
+            self.last_error = str(exc)
+            log.warning("post-processing of frame %d failed: %s", frame.index, exc)
+            return state
+        return tuned
+
+
+def audio_window(samples: np.ndarray, rate: int, t_s: float, context_s: float) -> np.ndarray:
+    """The ``context_s`` seconds of ``samples`` ending at ``t_s`` (zero-padded before 0).
+
+    Args:
+        samples: (N,) float32 mono audio starting at media time 0.
+        rate: its sample rate, Hz.
+        t_s: end time, seconds.
+        context_s: window length, seconds.
+
+    Returns:
+        (round(context_s * rate),) float32.
+    """
+    n = int(round(context_s * rate))
+    end = int(round(t_s * rate))
+    start = end - n
+    out = np.zeros(n, np.float32)
+    lo, hi = max(start, 0), min(end, len(samples))
+    if hi > lo:
+        out[lo - start: hi - start] = samples[lo:hi]
+    return out

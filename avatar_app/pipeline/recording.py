@@ -1,0 +1,179 @@
+"""A live recording of the studio, without Qt: the clip, its audio and its blendshape track.
+
+:class:`StudioRecording` is the session's recording output
+(:meth:`avatar_app.pipeline.session.StudioSession.start_recording`): an
+``AsyncRecorder(SyncedRecorder(...))`` fed with rendered frames and the
+source's audio, and the JSON Lines sidecar beside the clip. Sync is the CLI's
+(record/synced.py): the audio sample clock is the master; each rendered frame
+is placed at the capture time of the camera frame it shows
+(``AvatarState.t_capture_ns``), the audio at the capture time of its samples,
+both on the process clock, so the avatar's lips meet the voice whatever the
+camera-to-screen latency, and the clip does not drift.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from avatar_app.core.clock import now_ns
+from avatar_app.core.errors import AvatarError
+from avatar_app.pipeline.outputs import RECORD_SIZE
+
+log = logging.getLogger(__name__)
+
+
+class StudioRecording:
+    """One running recording (see the module docstring).
+
+    Args:
+        path: the clip to write.
+        fmt: its RecordingFormat (record.formats).
+        fps: the clip's constant frame rate, Hz.
+        ring: the source's AudioRing (None: a silent clip).
+        audio_rate: the ring's sample rate, Hz.
+        audio_start_ns: capture time of the first audio sample to record (the newest
+            frame's capture), process clock.
+
+    Attributes:
+        recorder: the ``AsyncRecorder(SyncedRecorder(...))``.
+        path, fmt, fps: as given. t0_ns: when the recording started.
+        sidecar: the SidecarWriter, or None (a track that cannot be written is skipped).
+        sidecar_path: the blendshape track beside the clip, or None.
+        stop_reason: why it stopped when the user did not stop it ("" otherwise).
+
+    Raises:
+        AvatarError (RecordingError, InputError): the clip cannot be opened.
+
+    Thread: frames, audio and stop from one thread (the GUI's); :meth:`finish` may
+    run on a worker once stopped.
+    """
+
+    def __init__(self, path: Path, fmt, fps: float, ring, audio_rate: int, audio_start_ns: int):
+        from avatar_app.record import AsyncRecorder, SyncedRecorder
+        from avatar_app.record.factory import open_recorder
+
+        rec = open_recorder(path, *RECORD_SIZE, fps, audio_sample_rate=audio_rate if ring is not None else None,
+                            fmt=fmt)
+        self.recorder = AsyncRecorder(SyncedRecorder(rec))
+        self.frame_shape = rec.frame_shape
+        self.path, self.fmt, self.fps = Path(path), fmt, float(fps)
+        self.ring, self.audio_rate = ring, int(audio_rate)
+        self.t0_ns = now_ns()
+        self.stop_reason = ""
+        self._audio_end_ns = int(audio_start_ns)
+        self._open_sidecar(audio_start_ns if ring is not None else None)
+
+    def _open_sidecar(self, audio_start_ns: int | None) -> None:
+        """Start the JSON Lines blendshape track beside the clip (as the CLI's render writes).
+
+        One line per avatar state placed in the recording (record/sidecar.py);
+        its ``t`` is the capture time relative to the clip's start (the earlier of
+        the first frame and the first audio sample, as SyncedRecorder places them),
+        which is the file time to within the audio clock's drift (about 100 ppm).
+        """
+        from avatar_app.pipeline.writer import sidecar_path_for
+        from avatar_app.record.sidecar import SidecarWriter
+
+        self.sidecar, self.sidecar_path = None, sidecar_path_for(self.path)
+        self._sidecar_t0_ns = audio_start_ns
+        self._sidecar_last_t_ns = 0
+        try:
+            self.sidecar = SidecarWriter(self.sidecar_path, fps=self.fps)
+        except AvatarError as exc:
+            log.warning("no blendshape track for this recording: %s", exc)
+            self.sidecar_path = None
+
+    def _write_sidecar(self, state, t_capture_ns: int) -> None:
+        sidecar = self.sidecar
+        if sidecar is None or state is None or t_capture_ns <= self._sidecar_last_t_ns:
+            return
+        if self._sidecar_last_t_ns == 0:  # the first frame: file time 0 is the earlier of it and the audio
+            t0 = self._sidecar_t0_ns
+            self._sidecar_t0_ns = t_capture_ns if t0 is None else min(t0, t_capture_ns)
+        self._sidecar_last_t_ns = t_capture_ns
+        try:
+            sidecar.write(state, media_time_s=max(0.0, (t_capture_ns - self._sidecar_t0_ns) / 1e9))
+        except AvatarError as exc:
+            log.warning("blendshape track stopped: %s", exc)
+            self.sidecar = None
+
+    def write_frame(self, rgb, state, t_ns: int) -> bool:
+        """Place a 1280x720 render at the capture time of the frame it shows; False when the queue dropped it.
+
+        Args:
+            rgb: (720, 1280, 3 or 4) uint8 RGB or RGBA.
+            state: the AvatarState it shows (None: unknown).
+            t_ns: when it was shown, process clock (used when the state has no capture time).
+
+        Raises:
+            AvatarError: the recorder failed (stop the recording; :meth:`finish` reports it).
+        """
+        t_capture_ns = state.t_capture_ns if state is not None and state.t_capture_ns > 0 else t_ns
+        queued = self.recorder.write_video(rgb, t_capture_ns / 1e9)  # shared-clock capture time
+        if queued:
+            self._write_sidecar(state, t_capture_ns)
+        return bool(queued)
+
+    def feed_audio(self, until_ns: int | None = None) -> None:
+        """Hand the recorder the source's audio since the last call (whole samples).
+
+        Args:
+            until_ns: end of the audio to write (default: 60 ms before now, so that late
+                blocks have arrived).
+
+        Raises:
+            AvatarError: the recorder refused the audio.
+        """
+        ring = self.ring
+        if ring is None:
+            return
+        rate = self.audio_rate
+        end = now_ns() - 60_000_000 if until_ns is None else int(until_ns)
+        # whole samples only, so that consecutive windows continue the stream sample by sample
+        n = (end - self._audio_end_ns) * rate // 1_000_000_000
+        if n <= 0:
+            return
+        end = self._audio_end_ns + n * 1_000_000_000 // rate
+        samples = ring.read_window(end, n / rate)
+        start_ns, self._audio_end_ns = self._audio_end_ns, end
+        self.recorder.write_audio(samples, start_ns / 1e9)  # SyncedRecorder: capture time of the first sample
+
+    def end_audio(self, last_state) -> None:
+        """Feed the audio up to the end of the last frame's slot, so that both tracks end together."""
+        ring = self.ring
+        if last_state is not None and ring is not None and ring.latest_t_ns is not None:
+            self.feed_audio(min(last_state.t_capture_ns + int(1e9 / self.fps), ring.latest_t_ns))
+        else:
+            self.feed_audio()
+
+    def queue_drops(self) -> int:
+        """Frames the encoder queue refused so far (the encoder was behind)."""
+        full = getattr(self.recorder, "dropped_queue_full", None)
+        if full is None:  # an older AsyncRecorder: its total
+            full = getattr(self.recorder, "dropped_frames", 0)
+        return int(full)
+
+    def finish(self) -> tuple[AvatarError | None, dict]:
+        """Close the clip and the track (may block; any thread once stopped).
+
+        Returns:
+            ``(error or None, {"frames": video frames written, "reason": stop_reason,
+            "fps", "format", "duration_s": the clip's length or None, "audio_lost_s": audio
+            that did not reach the file (only a failed write loses any), "sidecar": the track or None})``.
+        """
+        error = None
+        try:
+            self.recorder.close()
+        except AvatarError as exc:
+            error = exc
+        if self.sidecar is not None:
+            try:
+                self.sidecar.close()
+            except AvatarError as exc:
+                log.warning("%s", exc)
+        inner = getattr(self.recorder, "recorder", None)
+        frames = int(getattr(inner, "frames_written", 0) or 0)
+        return error, {"frames": frames, "reason": self.stop_reason, "fps": self.fps, "format": self.fmt,
+                       "duration_s": getattr(inner, "duration_s", None),
+                       "audio_lost_s": float(getattr(self.recorder, "audio_lost_s", 0.0)),
+                       "sidecar": self.sidecar_path if self.sidecar is not None else None}

@@ -1,0 +1,313 @@
+"""The files of an offline render: the clip and its blendshape sidecar, written to part files first.
+
+:class:`ClipWriter` writes the clip (video frames by media time, the audio muxed
+along) and the JSON Lines sidecar to hidden part files beside the targets
+(:class:`~avatar_app.record.parts.OutputParts`); the ``settle_*`` functions
+rename them over the targets or delete them, so a render that fails leaves
+existing files as they were.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from avatar_app.core.errors import AvatarError, InputError, NoFaceError, RecordingError
+from avatar_app.core.types import AvatarState
+
+if TYPE_CHECKING:
+    from avatar_app.pipeline.offline import RenderOptions, RenderReport
+
+#: Suffix of the blendshape sidecar written beside a clip.
+SIDECAR_SUFFIX = ".blendshapes.jsonl"
+
+
+def sidecar_path_for(output_path: Path) -> Path:
+    """``clip.mp4`` -> ``clip.blendshapes.jsonl``."""
+    return Path(output_path).with_suffix(SIDECAR_SUFFIX)
+
+
+class ClipWriter:
+    """Sink of the render thread: encodes frames by time and writes the sidecar.
+
+    The clip and the sidecar are written to hidden part files beside the
+    targets (:class:`~avatar_app.record.parts.OutputParts`); :meth:`commit`
+    renames them over the targets, :meth:`discard` deletes them, so a render
+    that fails leaves existing files as they were.
+
+    The audio given to :meth:`set_audio` is muxed along with the video: before a
+    frame shown at ``t`` the audio up to ``t + 1/fps`` goes into the file, so a
+    render that stops early (interrupted, or failed) holds as much audio as
+    video. :meth:`close` ends the audio track with the video: audio longer than
+    the video is cut, shorter audio is padded with silence.
+    """
+
+    def __init__(self, output_path: Path, options: RenderOptions, fps: float, audio_rate: int | None):
+        from avatar_app.record.factory import open_recorder
+        from avatar_app.record.parts import OutputParts
+        from avatar_app.record.sidecar import SidecarWriter
+
+        w, h = options.size
+        transparent = options.background == "transparent"
+        suffix = output_path.suffix.lower()
+        if transparent and suffix not in (".mov", ".webm"):
+            raise InputError(
+                f"A transparent background needs a format that keeps alpha: name the output "
+                f"{output_path.with_suffix('.mov').name} (ProRes 4444) or "
+                f"{output_path.with_suffix('.webm').name} (VP9), not {output_path.name}",
+                output_path,
+            )
+        if not transparent and suffix in (".mov", ".webm"):
+            raise InputError(
+                f"{output_path.name}: .mov and .webm are for transparent clips (--background transparent); "
+                "use .mp4 for an opaque background",
+                output_path,
+            )
+        _make_output_folder(output_path)
+        if output_path.is_dir():
+            raise RecordingError(f"Cannot write {output_path}: it is a folder")
+        self.output_path = output_path
+        from avatar_app.record.formats import recording_format_for
+
+        fmt = recording_format_for(output_path)  # the user's name is checked, not the part file's
+        self.parts = OutputParts(output_path, (SIDECAR_SUFFIX,))
+        self.recorder = self.sidecar = None
+        try:
+            self.recorder = open_recorder(self.parts.clip, w, h, fps, audio_sample_rate=audio_rate, fmt=fmt)
+            self.sidecar = SidecarWriter(self.parts.part_for(sidecar_path_for(output_path)), fps=float(fps))
+        except AvatarError as exc:
+            if self.recorder is not None:
+                self.recorder.close()
+            self.parts.discard()
+            raise self.translate(exc) from exc
+        except BaseException:
+            if self.recorder is not None:
+                self.recorder.close()
+            self.parts.discard()
+            raise
+        self.fps = float(fps)
+        self.frames_out = 0
+        self.last_time = 0.0
+        self._audio: np.ndarray | None = None
+        self._audio_t0 = 0.0
+        self._audio_fed = 0
+
+    def translate(self, exc: AvatarError) -> AvatarError:
+        """An error of the recorder or the sidecar reworded for the targets, not the part files.
+
+        A write failure (disk full ...) says that the existing output was left as it was.
+        """
+        from avatar_app.record.recorder import RecordingWriteError, io_reason
+
+        if not isinstance(exc, RecordingError):
+            return exc
+        target = self.output_path
+        reason = None
+        if isinstance(exc, RecordingWriteError):
+            reason = exc.reason
+        elif isinstance(exc.__cause__, OSError):
+            reason = io_reason(exc.__cause__)
+        if reason is not None:
+            reason = self.parts.rename_in(str(reason))
+            kept = f"; the existing {target.name} was left as it was" if target.exists() else ""
+            return RecordingError(f"writing {target} failed: {reason}. Nothing was written{kept}")
+        return RecordingError(self.parts.rename_in(str(exc)))
+
+    def commit(self) -> None:
+        """Rename the finished part files over the clip and the sidecar.
+
+        Raises:
+            RecordingError: the rename failed (the part files are deleted).
+        """
+        self.parts.commit()
+
+    def discard(self) -> None:
+        """Delete the part files; existing outputs stay as they were. Idempotent."""
+        self.parts.discard()
+
+    def set_audio(self, samples: np.ndarray, start_s: float) -> None:
+        """Audio to mux with the frames: (N,) float32 at the recorder's rate, first sample at ``start_s`` s."""
+        self._audio = np.asarray(samples, np.float32)
+        self._audio_t0 = float(start_s)
+        self._audio_fed = 0
+
+    def _feed_audio(self, until_s: float) -> None:
+        """Write the audio up to media time ``until_s`` (seconds) that is not written yet."""
+        if self._audio is None:
+            return
+        rate = self.recorder.audio_sample_rate
+        n = len(self._audio)
+        if math.isfinite(until_s):
+            n = min(max(int(round((until_s - self._audio_t0) * rate)), 0), n)
+        if n > self._audio_fed:
+            self.recorder.write_audio(self._audio[self._audio_fed: n], self._audio_t0 + self._audio_fed / rate)
+            self._audio_fed = n
+
+    def _pad_audio(self, until_s: float) -> None:
+        """Fill the audio track with silence up to media time ``until_s`` (seconds)."""
+        rec = self.recorder
+        if self._audio is None or rec.time_origin_s is None:
+            return
+        rate = rec.audio_sample_rate
+        missing = int(round((until_s - rec.time_origin_s) * rate)) - rec.audio_samples_written
+        if missing > 0:
+            rec.write_audio(np.zeros(missing, np.float32), rec.time_origin_s + rec.audio_samples_written / rate)
+
+    @property
+    def video_end_s(self) -> float:
+        """Media time at which the last written frame ends, seconds (0 before the first)."""
+        return self.last_time + 1.0 / self.fps if self.frames_out else 0.0
+
+    @property
+    def audio_source_s(self) -> float:
+        """Length of the audio given to :meth:`set_audio`, seconds (0 when none)."""
+        if self._audio is None:
+            return 0.0
+        return len(self._audio) / self.recorder.audio_sample_rate
+
+    @property
+    def audio_written_s(self) -> float:
+        """Seconds of audio in the clip so far, silence that fills gaps or pads the end included."""
+        if self._audio is None:
+            return 0.0
+        return self.recorder.audio_samples_written / self.recorder.audio_sample_rate
+
+    def __call__(self, rgb: np.ndarray, state: AvatarState) -> None:
+        # audio first: the first write sets the file's time origin (as when all the
+        # audio was written up front), then the frame it accompanies
+        self._feed_audio(state.media_time_s + 1.0 / self.fps)
+        self.recorder.write_video(rgb, state.media_time_s)
+        self.frames_out += 1
+        self.last_time = state.media_time_s
+
+    def close(self, complete: bool = False) -> None:
+        """Finish the part files: the audio ends with the video (cut or padded with silence).
+
+        Args:
+            complete: kept for callers; the audio is ended with the video either way.
+
+        Raises:
+            RecordingError: the file cannot be finished (reworded by :meth:`translate`).
+        """
+        try:
+            try:
+                if self.frames_out and not self.recorder.closed and self.recorder.error is None:
+                    self._feed_audio(self.video_end_s)
+                    self._pad_audio(self.video_end_s)
+            finally:
+                try:
+                    self.recorder.close()
+                finally:
+                    self.sidecar.close()
+        except AvatarError as exc:
+            raise self.translate(exc) from exc
+
+
+
+def note_audio_length(report: RenderReport, audio_s: float, tolerance_s: float = 0.1) -> None:
+    """Warn when the audio given was cut to the video or padded with silence to its end.
+
+    Args:
+        report: the finished render (``duration_s`` = the video's length, s).
+        audio_s: length of the audio given, s.
+        tolerance_s: differences up to this many seconds pass without a warning.
+    """
+    video_s = report.duration_s
+    if audio_s > video_s + tolerance_s:
+        report.warnings.append(
+            f"audio ({_s1(audio_s)}) is longer than the video ({_s1(video_s)}): cut to the video")
+    elif audio_s < video_s - tolerance_s:
+        report.warnings.append(
+            f"audio ({_s1(audio_s)}) is shorter than the video ({_s1(video_s)}): "
+            "padded with silence to the video's end")
+
+
+def _s1(seconds: float) -> str:
+    return f"{seconds:.1f} s"
+
+
+def settle_outputs(writer: ClipWriter, report: RenderReport, input_path: Path) -> None:
+    """Rename the finished part files over the outputs, or delete them and raise.
+
+    Kept: a complete render, an interrupted one with at least one frame, a
+    truncated input's partial render (both written as ``<stem>.partial<suffix>`` when the
+    output already exists, so a finished clip is never replaced by a partial one).
+    Deleted (existing outputs untouched): no frame rendered, no frame decoded, no face found.
+
+    Raises:
+        InputError: no video frame could be decoded.
+        NoFaceError: no face in any frame.
+        RecordingError: the part files cannot be renamed.
+    """
+    if report.interrupted:
+        settle_stopped(writer, report)
+        return
+    if report.frames_in == 0:
+        writer.discard()
+        raise InputError(f"No video frame could be decoded from {input_path}", input_path)
+    if report.faces_found == 0:
+        writer.discard()
+        raise NoFaceError(
+            f"No face was found in any of the {report.frames_in} frames of {input_path}: "
+            "nothing to animate (the face must be visible and well lit)."
+        )
+    if report.input_problem:
+        _beside_existing(writer, report, "partial render")
+    writer.commit()
+
+
+def settle_stopped(writer: ClipWriter, report: RenderReport) -> None:
+    """Keep what a stopped render rendered (even before the first face was seen), beside an
+    existing output; nothing when no frame was rendered."""
+    if report.frames_out == 0:
+        writer.discard()
+        return
+    _beside_existing(writer, report, "stopped render")
+    writer.commit()
+
+
+def _beside_existing(writer: ClipWriter, report: RenderReport, what: str) -> None:
+    """Send a partial clip to ``<stem>.partial<suffix>`` where the output already exists.
+
+    A stopped render or a damaged input's partial render does not replace a finished clip,
+    nor an earlier partial one: where ``<stem>.partial<suffix>`` exists too, the next free
+    ``<stem>.partial-2<suffix>``, ``-3``, ... is used.
+    """
+    if not (report.output_path.exists() or report.sidecar_path.exists()):
+        return
+    clip = report.output_path
+    partial = clip.with_name(f"{clip.stem}.partial{clip.suffix}")
+    k = 2
+    while partial.exists() or sidecar_path_for(partial).exists():
+        partial = clip.with_name(f"{clip.stem}.partial-{k}{clip.suffix}")
+        k += 1
+    writer.parts.retarget(partial)
+    report.output_path = partial
+    report.sidecar_path = sidecar_path_for(partial)
+    report.warnings.append(f"{clip} already existed and was kept; the {what} is {partial.name}")
+
+
+def reraise_for_target(writer: ClipWriter, exc: BaseException) -> None:
+    """Re-raise ``exc``, a recording error reworded to name the output instead of its part file."""
+    if isinstance(exc, AvatarError):
+        translated = writer.translate(exc)
+        if translated is not exc:
+            raise translated from exc
+    raise exc
+
+
+def _make_output_folder(output_path: Path) -> None:
+    """Create the output's folder (and its parents) when missing, as the window does.
+
+    Raises:
+        RecordingError: the folder cannot be created (names the folder and why).
+    """
+    folder = output_path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else (exc.strerror or exc)
+        raise RecordingError(f"Cannot create the output folder {folder}: {why}") from exc
