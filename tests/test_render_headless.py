@@ -19,7 +19,6 @@ from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.errors import BackendUnavailableError, InputError
 from avatar_app.core.rotations import rot_x, rot_y
 from avatar_app.core.types import AvatarState
-from avatar_app.render import headless
 from avatar_app.render.headless import HeadlessRenderer
 from avatar_app.render.renderer import CHROMA_GREEN
 
