@@ -34,7 +34,7 @@ def _ensure_streams() -> None:
 if __name__ == "__main__":
     multiprocessing.freeze_support()
     _ensure_streams()
-    from avatar_app.gpu_detect import add_extra_site_dirs
+    from avatar_app.inference.gpu_detect import add_extra_site_dirs
 
     add_extra_site_dirs()
     from avatar_app.cli import main

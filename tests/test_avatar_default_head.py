@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from avatar_app.avatar import default_head as dh
+from avatar_app.avatar.authoring import head_skin as geo
 from avatar_app.avatar.default_head import build_default_head
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 
@@ -93,7 +93,7 @@ def test_jaw_open_drops_the_chin_and_lower_teeth_only(head):
 def test_mouth_close_cancels_most_of_jaw_open_at_the_lips(head):
     skin = _prim(head, "skin")
     p = skin.positions
-    lower_lip = (np.abs(p[:, 0]) < 0.008) & (np.abs(p[:, 1] - dh.MOUTH_Y) < 0.006) & (p[:, 2] > 0.07)
+    lower_lip = (np.abs(p[:, 0]) < 0.008) & (np.abs(p[:, 1] - geo.MOUTH_Y) < 0.006) & (p[:, 2] > 0.07)
     lower_lip &= skin.morph_targets["jawOpen"][:, 1] < -0.003
     both = skin.morph_targets["jawOpen"] + skin.morph_targets["mouthClose"]
     assert lower_lip.sum() > 5
@@ -109,15 +109,15 @@ def test_blinking_lids_stay_outside_the_eyeball(head, side, target):
     closer than 0.8 x LID_GAP and are left out.)
     """
     skin = _prim(head, "skin")
-    centre = dh.EYE_C * [side, 1, 1]
+    centre = geo.EYE_C * [side, 1, 1]
     p = skin.positions.astype(np.float64)
     r0 = np.linalg.norm(p - centre, axis=1)
-    near = (r0 < dh.EYE_R + 0.004) & (r0 >= dh.EYE_R + 0.8 * dh.LID_GAP)
+    near = (r0 < geo.EYE_R + 0.004) & (r0 >= geo.EYE_R + 0.8 * geo.LID_GAP)
     assert near.sum() > 50
     d = skin.morph_targets[target].astype(np.float64)
     for w in (0.25, 0.5, 0.75, 1.0):
         r = np.linalg.norm(p[near] + w * d[near] - centre, axis=1)
-        assert r.min() > dh.EYE_R + 0.0001, f"lid enters the eyeball at weight {w}"
+        assert r.min() > geo.EYE_R + 0.0001, f"lid enters the eyeball at weight {w}"
 
 
 def test_blink_closes_the_lid_gap(head):
@@ -125,10 +125,10 @@ def test_blink_closes_the_lid_gap(head):
     skin = _prim(head, "skin")
     p = skin.positions.astype(np.float64)
     closed = p + skin.morph_targets["eyeBlinkLeft"]
-    centre = dh.EYE_C
+    centre = geo.EYE_C
     def covering(q):
         rel = q - centre
-        front = rel[:, 2] > 0.8 * dh.EYE_R
+        front = rel[:, 2] > 0.8 * geo.EYE_R
         return np.count_nonzero(front & (np.hypot(rel[:, 0], rel[:, 1]) < 0.004))
     assert covering(p) == 0
     assert covering(closed) >= 3
@@ -138,11 +138,11 @@ def test_rig_pivots(head):
     skel = head.skeleton
     head_pos = skel.joint_position(skel.index("head"))
     neck_pos = skel.joint_position(skel.index("neck"))
-    assert head_pos[1] < dh.MOUTH_Y and neck_pos[1] < head_pos[1]  # head pivots at the neck
+    assert head_pos[1] < geo.MOUTH_Y and neck_pos[1] < head_pos[1]  # head pivots at the neck
     eye = skel.joint_position(skel.index("eye_L"))
-    assert np.allclose(eye, dh.EYE_C)
+    assert np.allclose(eye, geo.EYE_C)
     skin = _prim(head, "skin")
-    low = skin.positions[:, 1] < dh.NECK_BASE[1] - 0.01
+    low = skin.positions[:, 1] < geo.NECK_BASE[1] - 0.01
     assert np.all(skin.weights[low, 0] < 1e-6)  # neck base does not follow the head
     face = (skin.positions[:, 2] > 0.06) & (skin.positions[:, 1] > -0.05)
     assert np.allclose(skin.weights[face, 0], 1.0)

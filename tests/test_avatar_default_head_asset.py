@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from avatar_app.avatar import default_head as dh
-from avatar_app.avatar.glb_writer import read_avatar_glb, write_avatar_glb
+from avatar_app.avatar.authoring import default_head as builder
+from avatar_app.avatar.authoring.glb_writer import write_avatar_glb
+from avatar_app.avatar.glb_reader import read_avatar_glb
 from avatar_app.resources import resource_path
 
 REBUILD = "run `python training/build_default_head.py` after changing the default head or the face model"
@@ -15,7 +17,7 @@ REBUILD = "run `python training/build_default_head.py` after changing the defaul
 
 @pytest.fixture(scope="module")
 def fresh():
-    return dh.build_head()
+    return builder.build_head()
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_start_up_reads_the_asset_without_building(monkeypatch, asset):
     def no_build(*_a, **_k):
         raise AssertionError("built although the asset is present")
 
-    monkeypatch.setattr(dh, "build_head", no_build)
+    monkeypatch.setattr(builder, "build_head", no_build)
     mesh = dh.build_default_head(cached=False)
     assert np.array_equal(mesh.primitives[1].positions, asset[0].primitives[1].positions)
     assert mesh.target_names == asset[0].target_names
@@ -83,7 +85,7 @@ def test_unusable_asset_falls_back_to_building(monkeypatch, tmp_path, caplog, fr
         path.write_bytes(b"glTF\x02\x00\x00\x00garbage")
     monkeypatch.setattr("avatar_app.resources.resource_path", lambda _name: path)
     sentinel = object()
-    monkeypatch.setattr(dh, "build_head", lambda style=None: sentinel)
+    monkeypatch.setattr(builder, "build_head", lambda style=None: sentinel)
     with caplog.at_level(logging.INFO, logger="avatar_app.avatar.default_head"):
         assert dh.build_default_head(cached=False) is sentinel
     expected = {"stale": "builder version", "damaged": "unusable", "missing": "not found"}[case]
@@ -92,5 +94,5 @@ def test_unusable_asset_falls_back_to_building(monkeypatch, tmp_path, caplog, fr
 
 def test_other_styles_are_built(monkeypatch):
     sentinel = object()
-    monkeypatch.setattr(dh, "build_head", lambda style=None: sentinel)
+    monkeypatch.setattr(builder, "build_head", lambda style=None: sentinel)
     assert dh.build_default_head(dh.HeadStyle(skin=(0.5, 0.4, 0.3)), cached=False) is sentinel

@@ -1,4 +1,4 @@
-"""glb_writer: glTF 2.0 layout, exact round trip, and agreement with the avatar loader."""
+"""glb_writer and glb_reader: glTF 2.0 layout, exact round trip, and agreement with the avatar loader."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,8 @@ import pygltflib
 import pytest
 
 from avatar_app.avatar import default_head as dh
-from avatar_app.avatar.glb_writer import quantise_colors, read_avatar_glb, write_avatar_glb
+from avatar_app.avatar.authoring.glb_writer import write_avatar_glb
+from avatar_app.avatar.glb_reader import quantise_colors, read_avatar_glb
 from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
 from avatar_app.core.errors import InputError, ModelLoadError
 from avatar_app.resources import resource_path

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from avatar_app.avatar.default_head import build_default_head, rig_landmark_vertices
+from avatar_app.avatar.authoring.default_head import rig_landmark_vertices
+from avatar_app.avatar.default_head import build_default_head
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, mirror_index
 
 LANDMARKS = (386, 374, 387, 373, 385, 380, 159, 145, 160, 144, 158, 153, 152, 13, 14, 0, 17, 61, 291,
@@ -72,12 +73,14 @@ TABLE = [
      "small lid follow only: the gaze joint turns the eye"),
     ("eyeLookOutLeft", lambda f: 0.05 < np.abs(f.skin.morph_targets["eyeLookOutLeft"]).max() * 1e3 < 2.0,
      "small lid follow only: the gaze joint turns the eye"),
-    ("eyeLookUpLeft", lambda f: f.d("eyeLookUpLeft", 386)[1] > 1.0 and f.aperture("L", "eyeLookUpLeft") > f.aperture("L"),
+    ("eyeLookUpLeft",
+     lambda f: f.d("eyeLookUpLeft", 386)[1] > 1.0 and f.aperture("L", "eyeLookUpLeft") > f.aperture("L"),
      "left upper lid lifts with the gaze"),
     ("eyeSquintLeft", lambda f: 0.4 < f.aperture("L", "eyeSquintLeft") / f.aperture("L") < 0.85
      and f.d("eyeSquintLeft", 374)[1] > 2.0,
      "left lower lid rises, aperture 40-85 %"),
-    ("eyeWideLeft", lambda f: f.aperture("L", "eyeWideLeft") > 1.15 * f.aperture("L") and f.d("eyeWideLeft", 386)[1] > 2.0,
+    ("eyeWideLeft",
+     lambda f: f.aperture("L", "eyeWideLeft") > 1.15 * f.aperture("L") and f.d("eyeWideLeft", 386)[1] > 2.0,
      "left upper lid up, aperture > 115 %"),
     ("jawForward", lambda f: f.d("jawForward", 152)[2] > 5.0 and f.moved("jawForward", 0) < 0.5
      and f.prim_dy("teeth_lower", "jawForward") < 0.0,
@@ -124,7 +127,8 @@ TABLE = [
      "upper lip up and out"),
     ("mouthPressLeft", lambda f: f.d("mouthPressLeft", 405)[1] > 1.0 and f.moved("mouthPressLeft", 181) < 0.3,
      "left lower lip pressed up"),
-    ("mouthLowerDownLeft", lambda f: f.d("mouthLowerDownLeft", 402)[1] < -3.0 and f.moved("mouthLowerDownLeft", 178) < 0.5
+    ("mouthLowerDownLeft",
+     lambda f: f.d("mouthLowerDownLeft", 402)[1] < -3.0 and f.moved("mouthLowerDownLeft", 178) < 0.5
      and f.moved("mouthLowerDownLeft", 311) < 0.3,
      "left half of the lower lip down"),
     ("mouthUpperUpLeft", lambda f: f.d("mouthUpperUpLeft", 311)[1] > 2.5 and f.moved("mouthUpperUpLeft", 81) < 0.5

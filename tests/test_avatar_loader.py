@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from avatar_app.avatar.loader import LoadedAvatar, load_avatar
-from avatar_app.avatar.loader.scene import quat_matrix
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 from avatar_app.core.errors import InputError
+from avatar_app.core.rotations import matrix_from_quat
 
 # ---------------------------------------------------------------------------- a tiny glTF writer
 from tests.gltf_helpers import GltfBuilder, box, quad  # noqa: F401
@@ -72,7 +72,7 @@ def test_ict_and_robot_windings_agree_with_normals(ict, robot):
 
 def test_ict_head_turns_and_shoulders_stay(ict):
     skel = ict.skeleton
-    nod = quat_matrix([np.sin(0.15), 0, 0, np.cos(0.15)])  # 0.3 rad about +X
+    nod = matrix_from_quat([np.sin(0.15), 0, 0, np.cos(0.15)])  # 0.3 rad about +X
     mats = skel.skin_matrices({skel.index("head"): nod}).copy()
     skin = ict.primitives[0]
     posed = np.einsum("vk,vkij->vij", skin.weights, mats[skin.joints.astype(int)])
@@ -100,7 +100,7 @@ def test_robot_head_vertices_follow_the_head_joint(robot):
     skel = robot.skeleton
     head = skel.index("head")
     # Two turns with different axes: a point on one turn's axis still moves in the other.
-    poses = [skel.skin_matrices({head: quat_matrix(q)}).copy()
+    poses = [skel.skin_matrices({head: matrix_from_quat(q)}).copy()
              for q in ([0, np.sin(0.3), 0, np.cos(0.3)], [np.sin(0.3), 0, 0, np.cos(0.3)])]
     for p in robot.primitives:
         moved = 0.0
@@ -228,7 +228,7 @@ def test_skinned_rest_pose_baked_and_head_found_by_name(tmp_path):
     assert a.report.bones == {"neck": "mixamorig:Neck", "head": "mixamorig:Head"}
     prim = a.primitives[0]
     np.testing.assert_allclose(prim.positions[:8], pos[:8], atol=1e-6)  # body: bind = rest
-    r = quat_matrix([0.0, np.sin(np.pi / 4), 0.0, np.cos(np.pi / 4)])
+    r = matrix_from_quat([0.0, np.sin(np.pi / 4), 0.0, np.cos(np.pi / 4)])
     expected = (pos[8:] - [0, 1.6, 0]) @ r.T + [0, 1.65, 0]
     np.testing.assert_allclose(prim.positions[8:], expected, atol=1e-5)
     np.testing.assert_allclose(a.skeleton.joint_position(a.skeleton.index("head")), [0, 1.65, 0], atol=1e-6)

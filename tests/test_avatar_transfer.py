@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from avatar_app.avatar.procedural import grid_indices
-from avatar_app.avatar.transfer import (
+from avatar_app.avatar.authoring.procedural import grid_indices
+from avatar_app.avatar.authoring.transfer import (
     SurfaceInterpolator,
     ThinPlateWarp,
     contour_weights,

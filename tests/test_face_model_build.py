@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from avatar_app.avatar import face_model_topology as topo
+from avatar_app.avatar.authoring import face_model_topology as topo
 from avatar_app.avatar.face_model import load_face_model
-from avatar_app.avatar.face_model_fields import MeshFields, smoothstep
+from avatar_app.avatar.authoring.face_model_fields import MeshFields, smoothstep
 from avatar_app.resources import resource_path
 
 

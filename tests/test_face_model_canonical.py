@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from avatar_app.avatar import face_model_topology as topo
+from avatar_app.avatar.authoring import face_model_topology as topo
 from avatar_app.avatar.face_model import load_face_model
 
 

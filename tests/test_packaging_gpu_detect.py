@@ -1,4 +1,4 @@
-"""avatar_app.gpu_detect: user-installed TensorRT / onnxruntime-gpu found without importing them."""
+"""avatar_app.inference.gpu_detect: user-installed TensorRT / onnxruntime-gpu found without importing them."""
 from __future__ import annotations
 
 import importlib
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from avatar_app import gpu_detect
-from avatar_app.gpu_detect import EXTRA_SITE_ENV, add_extra_site_dirs, detect_gpu_runtimes, extra_site_dirs
+from avatar_app.inference import gpu_detect
+from avatar_app.inference.gpu_detect import EXTRA_SITE_ENV, add_extra_site_dirs, detect_gpu_runtimes, extra_site_dirs
 
 
 def _fake_dist(site: Path, dist: str, version: str, top: str, body: str) -> None:
@@ -86,7 +86,7 @@ def test_extra_site_dirs_skip_missing_folders(tmp_path, caplog):
     good = tmp_path / "good"
     good.mkdir()
     env = {EXTRA_SITE_ENV: os.pathsep.join([str(good), str(tmp_path / "missing"), ""])}
-    with caplog.at_level(logging.WARNING, logger="avatar_app.gpu_detect"):
+    with caplog.at_level(logging.WARNING, logger="avatar_app.inference.gpu_detect"):
         assert extra_site_dirs(env) == (good.resolve(),)
     assert "missing" in caplog.text
 

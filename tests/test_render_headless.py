@@ -13,12 +13,12 @@ import cv2
 import numpy as np
 import pytest
 
-from avatar_app.avatar import default_head as dh
+from avatar_app.avatar.authoring import head_skin as geo
+from avatar_app.avatar.default_head import build_default_head
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.core.errors import BackendUnavailableError, InputError
 from avatar_app.core.rotations import rot_x, rot_y
 from avatar_app.core.types import AvatarState
-from avatar_app.render import headless
 from avatar_app.render.headless import HeadlessRenderer
 from avatar_app.render.renderer import CHROMA_GREEN
 
@@ -27,7 +27,7 @@ W, H = 640, 360
 
 @functools.lru_cache(maxsize=1)
 def _head():
-    return dh.build_default_head()
+    return build_default_head()
 
 
 def _make(**kw) -> HeadlessRenderer:
@@ -70,8 +70,8 @@ def px_per_m(r: HeadlessRenderer) -> float:
 
 def eye_centres(r: HeadlessRenderer) -> np.ndarray:
     """(2, 2) pixel centres of the (left, right) eyeball fronts."""
-    front = np.array([0.0, 0.0, dh.EYE_R])
-    return r.renderer.project(np.array([dh.EYE_C + front, dh.EYE_C * [-1, 1, 1] + front]), r.width, r.height)
+    front = np.array([0.0, 0.0, geo.EYE_R])
+    return r.renderer.project(np.array([geo.EYE_C + front, geo.EYE_C * [-1, 1, 1] + front]), r.width, r.height)
 
 
 def disc(centre, radius: float, shape=(H, W)) -> np.ndarray:
@@ -122,7 +122,7 @@ def test_output_is_top_row_first_and_buffer_is_reused(green):
 
 @pytest.mark.gl
 def test_jaw_open_reveals_a_dark_mouth_with_teeth(green):
-    centre = green.renderer.project(np.array([[0.0, dh.MOUTH_Y - 0.008, dh.MOUTH_Z]]), W, H)[0]
+    centre = green.renderer.project(np.array([[0.0, geo.MOUTH_Y - 0.008, geo.MOUTH_Z]]), W, H)[0]
     box = disc(centre, 0.02 * px_per_m(green))
     closed = green.render(state()).copy()
     opened = green.render(state(jawOpen=1.0)).copy()
@@ -139,7 +139,7 @@ def test_jaw_open_reveals_a_dark_mouth_with_teeth(green):
 def test_blink_left_changes_only_the_avatars_left_eye_on_the_image_right(green):
     left, right = eye_centres(green)
     assert left[0] > W / 2 > right[0]  # the avatar faces us: its left is on our right
-    r_px = dh.EYE_R * px_per_m(green)
+    r_px = geo.EYE_R * px_per_m(green)
     neutral = green.render(state()).copy()
     blink = green.render(state(eyeBlinkLeft=1.0)).copy()
     changed = np.abs(blink.astype(int) - neutral.astype(int)).sum(axis=-1) > 30
@@ -153,7 +153,7 @@ def test_blink_left_changes_only_the_avatars_left_eye_on_the_image_right(green):
 
 @pytest.mark.gl
 def test_gaze_moves_the_pupils(green):
-    r_px = dh.EYE_R * px_per_m(green)
+    r_px = geo.EYE_R * px_per_m(green)
     base = green.render(state()).copy()
     look = green.render(state(gaze=(0.35, 0.0))).copy()
     up = green.render(state(gaze=(0.0, 0.3))).copy()
@@ -166,7 +166,7 @@ def test_gaze_moves_the_pupils(green):
 @pytest.mark.gl
 def test_head_yaw_turns_the_face_the_way_the_user_turns(green):
     """Yaw toward the subject's left (+Y rotation in camera space) moves the face to image right."""
-    r_px = dh.EYE_R * px_per_m(green)
+    r_px = geo.EYE_R * px_per_m(green)
     base = green.render(state()).copy()
     turned = green.render(state(yaw=0.5)).copy()
     before = np.mean([pupil_centroid(base, c, r_px)[0] for c in eye_centres(green)])
@@ -180,7 +180,7 @@ def test_head_yaw_turns_the_face_the_way_the_user_turns(green):
 @pytest.mark.gl
 def test_smile_changes_the_mouth_corners(green):
     corner_l, corner_r = green.renderer.project(
-        np.array([[0.022, dh.MOUTH_Y, 0.075], [-0.022, dh.MOUTH_Y, 0.075]]), W, H)
+        np.array([[0.022, geo.MOUTH_Y, 0.075], [-0.022, geo.MOUTH_Y, 0.075]]), W, H)
     neutral = green.render(state()).copy()
     smile = green.render(state(mouthSmileLeft=1.0)).copy()
     changed = np.abs(smile.astype(int) - neutral.astype(int)).sum(axis=-1) > 30

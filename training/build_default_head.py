@@ -1,10 +1,10 @@
 """Build the default avatar head and write assets/default_head.glb.
 
-The head is built by code (avatar_app/avatar/default_head.py: a signed-distance
+The head is built by code (avatar_app/avatar/authoring/default_head.py: a signed-distance
 skin sampled on a grid, eyeballs, lids, teeth, tongue, hair, ...) and its 52
 ARKit morph targets are transferred from the face model
-(assets/face_model.npz, avatar_app/avatar/transfer.py). The result is written
-as binary glTF 2.0 (avatar_app/avatar/glb_writer.py). Deterministic: the same
+(assets/face_model.npz, avatar_app/avatar/authoring/transfer.py). The result is written
+as binary glTF 2.0 (avatar_app/avatar/authoring/glb_writer.py). Deterministic: the same
 code and face model give a byte-identical file. Takes about 3 s. The app reads
 the file at start-up (build_default_head) and builds the head itself when the
 file is missing or was written by another builder version. Usage, from the
@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from avatar_app.avatar.default_head import BUILDER_VERSION, build_head  # noqa: E402
-from avatar_app.avatar.glb_writer import write_avatar_glb  # noqa: E402
+from avatar_app.avatar.authoring.default_head import build_head  # noqa: E402
+from avatar_app.avatar.authoring.glb_writer import write_avatar_glb  # noqa: E402
+from avatar_app.avatar.default_head import BUILDER_VERSION  # noqa: E402
 
 _log = logging.getLogger("build_default_head")
 

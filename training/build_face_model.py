@@ -26,11 +26,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from avatar_app.avatar import face_model_measure as measure  # noqa: E402
-from avatar_app.avatar import face_model_topology as topo  # noqa: E402
+from avatar_app.avatar.authoring import face_model_topology as topo  # noqa: E402
 from avatar_app.avatar.face_model import FORMAT_VERSION, save_face_model  # noqa: E402
-from avatar_app.avatar.face_model_identity import build_identity  # noqa: E402
-from avatar_app.avatar.face_model_neutral import build_neutral  # noqa: E402
-from avatar_app.avatar.face_model_shapes import build_blendshapes  # noqa: E402
+from avatar_app.avatar.authoring.face_model_identity import build_identity  # noqa: E402
+from avatar_app.avatar.authoring.face_model_neutral import build_neutral  # noqa: E402
+from avatar_app.avatar.authoring.face_model_shapes import build_blendshapes  # noqa: E402
 from avatar_app.core import landmarks as lmk  # noqa: E402
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES  # noqa: E402
 

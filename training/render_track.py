@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from avatar_app.avatar import face_model_topology as topo  # noqa: E402
+from avatar_app.avatar.authoring import face_model_topology as topo  # noqa: E402
 from avatar_app.core import landmarks as lmk  # noqa: E402
+from avatar_app.avatar.authoring.face_model_shapes import lip_regions  # noqa: E402
 from avatar_app.avatar.face_model import FaceModel, load_face_model, project  # noqa: E402
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES  # noqa: E402
 from avatar_app.core.rotations import rot_y  # noqa: E402
@@ -70,20 +71,8 @@ void main() {
 def _region_colours(model: FaceModel) -> np.ndarray:
     """(F, 3) colour per face-mesh triangle: skin, lips (between the lip contours), brows."""
     tris = model.triangles
-    lips = set(lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER + lmk.LIP_INNER_UPPER + lmk.LIP_INNER_LOWER)
-    # vertices strictly between the contours: flood from the inner contour without crossing the outer
-    adj: dict[int, set[int]] = {}
-    for a, b in topo.edges(tris):
-        adj.setdefault(int(a), set()).add(int(b))
-        adj.setdefault(int(b), set()).add(int(a))
-    outer = set(lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER)
-    stack = list(lmk.LIP_INNER_UPPER + lmk.LIP_INNER_LOWER)
-    while stack:
-        v = stack.pop()
-        for n in adj[v]:
-            if n not in lips and n not in outer:
-                lips.add(n)
-                stack.append(n)
+    upper, lower = lip_regions(tris)  # the vertices between the lip contours (the contours included)
+    lips = upper | lower | set(lmk.LIP_OUTER_UPPER + lmk.LIP_OUTER_LOWER + lmk.LIP_INNER_UPPER + lmk.LIP_INNER_LOWER)
     brows = set(lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER + lmk.RIGHT_BROW_UPPER
                 + lmk.RIGHT_BROW_LOWER + (46, 276, 70, 300))
     col = np.tile(np.array(SKIN), (len(tris), 1))

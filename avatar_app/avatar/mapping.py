@@ -242,6 +242,27 @@ def _add(dst: dict[str, dict[str, float]], arkit: str, targets: dict[str, float]
         row[key] = row.get(key, 0.0) + factor * w
 
 
+def _preset_binds(targets: list[TargetInfo], expressions: list[ExpressionInfo],
+                  gaze_by_bones: bool) -> dict[str, dict[str, float]]:
+    """Morph-target weights of each VRM preset: its bound expression, else targets named like it."""
+    preset_binds: dict[str, dict[str, float]] = {}
+    bound = set()
+    for ex in expressions:
+        if ex.preset is not None and ex.binds and ex.preset not in preset_binds:
+            preset_binds[ex.preset] = dict(ex.binds)
+            bound.add(ex.preset)
+    for t in targets:
+        p = match_preset(t.name)
+        if p is not None and p not in bound:
+            preset_binds.setdefault(p, {})[t.key] = 1.0
+    if "blinkLeft" in preset_binds or "blinkRight" in preset_binds:
+        preset_binds.pop("blink", None)  # one-eyed blinks cover it; blink would close both twice
+    if gaze_by_bones:
+        for p in ("lookUp", "lookDown", "lookLeft", "lookRight"):
+            preset_binds.pop(p, None)
+    return preset_binds
+
+
 def build_mapping(
     targets: Iterable[TargetInfo],
     expressions: Iterable[ExpressionInfo] = (),
@@ -285,23 +306,8 @@ def build_mapping(
     direct = set(bmap)
 
     # 3. VRM presets from the ARKit shapes still missing.
-    preset_binds: dict[str, dict[str, float]] = {}
-    preset_source: dict[str, str] = {}
-    for ex in expressions:
-        if ex.preset is not None and ex.binds and ex.preset not in preset_binds:
-            preset_binds[ex.preset] = dict(ex.binds)
-            preset_source[ex.preset] = ex.name
-    for t in targets:
-        p = match_preset(t.name)
-        if p is not None and p not in preset_source:
-            preset_binds.setdefault(p, {})[t.key] = 1.0
-    if "blinkLeft" in preset_binds or "blinkRight" in preset_binds:
-        preset_binds.pop("blink", None)  # one-eyed blinks cover it; blink would close both twice
-    if gaze_by_bones:
-        for p in ("lookUp", "lookDown", "lookLeft", "lookRight"):
-            preset_binds.pop(p, None)
     used_presets = set()
-    for preset, binds in preset_binds.items():
+    for preset, binds in _preset_binds(targets, expressions, gaze_by_bones).items():
         terms = {a: f for a, f in PRESET_FROM_ARKIT.get(preset, {}).items() if a not in direct}
         if not any(f > 0 for f in terms.values()):
             continue

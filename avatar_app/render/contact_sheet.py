@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
+from avatar_app.avatar.authoring import face_model_topology as topo
 from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, Skeleton, compute_normals
 from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
@@ -56,7 +56,7 @@ LOOK_PITCH_RAD = math.radians(25.0)
 # ----------------------------------------------------------------------------- the rig as a mesh
 def _region_colours(model) -> np.ndarray:
     """(468, 3) vertex colours: skin, lips (vermilion incl. corners), brows."""
-    from avatar_app.avatar.face_model_shapes import lip_regions
+    from avatar_app.avatar.authoring.face_model_shapes import lip_regions
 
     col = np.tile(np.asarray(SKIN), (lmk.NUM_MESH, 1))
     upper, lower = lip_regions(np.asarray(model.triangles))

@@ -5,10 +5,10 @@ Works in whatever context is current: a QOpenGLWidget's (create it with
 (:mod:`avatar_app.render.headless`).
 
 Per frame only uniforms change: morph target weights, joint matrices, camera and
-lights. Morph deltas live in one float texture, stored sparsely: every vertex
-carries (first entry, count) of the (target, delta) pairs that move it, so the
-vertex shader's work is proportional to the pairs that exist (a few per vertex
-on a face, none on hair or clothes) rather than to vertices x targets. Skinning
+lights. Morph deltas live in one float texture, stored sparsely
+(:mod:`avatar_app.render.morph_table`): every vertex carries (first entry, count)
+of the (target, delta) pairs that move it, so the vertex shader's work is
+proportional to the pairs that exist rather than to vertices x targets. Skinning
 is linear blend skinning in the vertex shader (glTF 2.0 "Skins").
 
 Conventions: the virtual camera looks down -Z at the avatar, which faces +Z, so
@@ -31,6 +31,7 @@ from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.errors import BackendUnavailableError, InputError
 from avatar_app.core.rotations import axis_angle_fraction, gaze_rotation, nearest_rotation
 from avatar_app.core.types import AvatarState
+from avatar_app.render.morph_table import TEXTURE_WIDTH, build_morph_table
 from avatar_app.resources import resource_path
 
 logger = logging.getLogger(__name__)
@@ -44,10 +45,6 @@ MSAA_CHOICES = (0, 2, 4, 8)
 #: Must match MAX_TARGETS / MAX_JOINTS / MORPH_WIDTH_LOG2 in assets/shaders/avatar.vert.
 MAX_TARGETS = 256
 MAX_JOINTS = 64
-_MORPH_TEX_WIDTH = 4096  # 2**12, even: an entry's two texels never straddle rows
-#: Deltas below these are dropped from the sparse morph table (metres / normal units).
-MORPH_POSITION_EPS_M = 1e-6
-MORPH_NORMAL_EPS = 1e-4
 
 #: Depth range kept in front of / behind the view centre at least (metres).
 _NEAR_MARGIN_M = 0.35
@@ -374,50 +371,15 @@ class Renderer:
             raise InputError(f"avatar '{mesh.name}' has {len(skel)} joints; the renderer supports {MAX_JOINTS}")
         names = mesh.target_names
         if len(names) > MAX_TARGETS:
-            raise InputError(f"avatar '{mesh.name}' has {len(names)} morph targets; the renderer supports {MAX_TARGETS}")
-        entries, ranges = [], []
-        count = 0
-        for prim in mesh.primitives:
-            v = prim.num_vertices
-            vert_ids, tgt_ids, dpos, dnrm = [], [], [], []
-            for t, name in enumerate(names):
-                d = prim.morph_targets.get(name)
-                if d is None:
-                    continue
-                dn = prim.morph_normals.get(name)
-                moved = np.abs(d).max(axis=1) > MORPH_POSITION_EPS_M
-                if dn is not None:
-                    moved |= np.abs(dn).max(axis=1) > MORPH_NORMAL_EPS
-                ids = np.flatnonzero(moved)
-                vert_ids.append(ids)
-                tgt_ids.append(np.full(ids.size, t))
-                dpos.append(d[ids])
-                dnrm.append(dn[ids] if dn is not None else np.zeros((ids.size, 3), np.float32))
-            rng = np.zeros((v, 2), np.int32)
-            if vert_ids:
-                vid = np.concatenate(vert_ids)
-                order = np.argsort(vid, kind="stable")
-                vid = vid[order]
-                e = np.zeros((vid.size, 2, 4), np.float32)
-                e[:, 0, :3] = np.concatenate(dpos)[order]
-                e[:, 0, 3] = np.concatenate(tgt_ids)[order]
-                e[:, 1, :3] = np.concatenate(dnrm)[order]
-                counts = np.bincount(vid, minlength=v)
-                rng[:, 1] = counts
-                rng[:, 0] = count + np.concatenate([[0], np.cumsum(counts)[:-1]])
-                entries.append(e.reshape(-1, 4))
-                count += vid.size
-            ranges.append(rng)
-        texels = max(count * 2, 2)
-        height = -(-texels // _MORPH_TEX_WIDTH)
-        if height > int(self.ctx.info.get("GL_MAX_TEXTURE_SIZE", 16384)):
-            raise InputError(f"avatar '{mesh.name}': {count} morph deltas are too many for one texture")
-        morph = np.zeros((height * _MORPH_TEX_WIDTH, 4), np.float32)
-        if entries:
-            morph[: count * 2] = np.concatenate(entries)
+            raise InputError(f"avatar '{mesh.name}' has {len(names)} morph targets; "
+                             f"the renderer supports {MAX_TARGETS}")
+        table = build_morph_table(mesh.primitives, names)
+        if table.height > int(self.ctx.info.get("GL_MAX_TEXTURE_SIZE", 16384)):
+            raise InputError(f"avatar '{mesh.name}': {table.count} morph deltas are too many for one texture")
+        ranges, count = table.ranges, table.count
 
         self._release_avatar()
-        self._morph_tex = self.ctx.texture((_MORPH_TEX_WIDTH, height), 4, morph.tobytes(), dtype="f4")
+        self._morph_tex = self.ctx.texture((TEXTURE_WIDTH, table.height), 4, table.texels.tobytes(), dtype="f4")
         self._morph_tex.filter = (moderngl.NEAREST, moderngl.NEAREST)
         self._morph_tex.repeat_x = self._morph_tex.repeat_y = False
         order = sorted(range(len(mesh.primitives)), key=lambda i: mesh.primitives[i].material.alpha_mode == "BLEND")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
+from avatar_app.avatar.authoring import face_model_topology as topo
 from avatar_app.avatar.face_model import FaceModel
 from avatar_app.core import landmarks as lmk
 from training.render_track import _disc, _region_colours
@@ -194,7 +194,7 @@ class VariedFaceRenderer:
             ModelLoadError: scikit-image (which ships the photo) is not installed.
             NoFaceError: MediaPipe finds no face on the photo.
         """
-        from avatar_app.avatar.face_model_neutral import measure_landmarks, photo_rgb
+        from avatar_app.avatar.authoring.face_model_neutral import measure_landmarks, photo_rgb
 
         img = photo_rgb()
         h, w = img.shape[:2]

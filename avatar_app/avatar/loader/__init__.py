@@ -101,7 +101,7 @@ def _read_own_glb(path: Path, doc: GltfDocument) -> LoadedAvatar | None:
     """
     from dataclasses import fields
 
-    from avatar_app.avatar.glb_writer import GENERATOR, read_avatar_glb
+    from avatar_app.avatar.glb_reader import GENERATOR, read_avatar_glb
 
     asset = getattr(doc.gltf, "asset", None)
     if getattr(asset, "generator", None) != GENERATOR:
@@ -147,15 +147,7 @@ def load_avatar(path: str | Path) -> LoadedAvatar:
         corr[:3, :3] = rot_y(math.pi)
     scene = build_scene(doc, corr)
 
-    if vrm is not None and "head" in vrm.bones:
-        roles = check_roles(scene, {r: n for r, n in vrm.bones.items()})
-        report.head = "VRM humanoid"
-    else:
-        skin_joints = {j for sk in doc.gltf.skins or [] for j in sk.joints or []}
-        roles = check_roles(scene, find_by_name(scene, skin_joints))
-        report.head = "node names" if roles else "none"
-    rig: ReducedRig | None = reduce_rig(scene, roles) if roles else None
-    report.bones = {r: scene.names[n] or f"node {n}" for r, n in roles.items()}
+    rig = _find_rig(doc, scene, vrm, report)
 
     keys, infos = target_infos(doc)
     materials = MaterialReader(doc, report.warnings)
@@ -165,29 +157,8 @@ def load_avatar(path: str | Path) -> LoadedAvatar:
     if not baked:
         raise InputError(f"avatar file {path} holds no triangle meshes to draw", path=path)
 
-    lo, hi = _bounds(baked)
-    if float(np.max(hi - lo)) > _CENTIMETRE_THRESHOLD_M:
-        report.unit_scale = 0.01
-        report.notes.append(f"model is {float(np.max(hi - lo)):.0f} units across: read as centimetres")
-        for b in baked:
-            b.positions *= 0.01
-            b.morphs = {k: d * np.float32(0.01) for k, d in b.morphs.items()}
-        lo, hi = lo * 0.01, hi * 0.01
-
-    size = hi - lo
-    if rig is None and size[1] <= _BUST_MAX_HEIGHT_M and float(size.min()) > _BUST_MIN_EXTENT_M:
-        rig = synthetic_head(lo, hi, len(scene.names))
-        report.head = "synthetic (bust)"
-        report.notes.append("no head bone: the bust turns about a pivot at the top of its neck, "
-                            "shoulders blended to stay still")
-        for b in baked:
-            w = bust_weights(b.positions, lo, hi)
-            b.group_weights = np.stack([1.0 - w, w], 1).astype(np.float32)
-        unit = 1.0  # synthetic pivots are made from already scaled bounds
-    else:
-        unit = report.unit_scale
-        if rig is None:
-            report.notes.append("no head bone found: the avatar does not turn with the head")
+    lo, hi = _read_units(baked, report)
+    rig, unit = _bust_rig(rig, baked, lo, hi, len(scene.names), report)
 
     expressions = _expressions(vrm, keys)
     has_eyes = rig is not None and rig.index("leftEye") is not None
@@ -214,7 +185,56 @@ def load_avatar(path: str | Path) -> LoadedAvatar:
     )
     mesh.view_center, mesh.view_height_m = _framing(mesh, rig)
     mesh.validate()
+    _log_report(path, mesh, mapping)
+    return mesh
 
+
+def _find_rig(doc: GltfDocument, scene, vrm, report: LoadReport) -> ReducedRig | None:
+    """The head rig from the VRM humanoid bones, else from node names; None without a head bone."""
+    if vrm is not None and "head" in vrm.bones:
+        roles = check_roles(scene, {r: n for r, n in vrm.bones.items()})
+        report.head = "VRM humanoid"
+    else:
+        skin_joints = {j for sk in doc.gltf.skins or [] for j in sk.joints or []}
+        roles = check_roles(scene, find_by_name(scene, skin_joints))
+        report.head = "node names" if roles else "none"
+    report.bones = {r: scene.names[n] or f"node {n}" for r, n in roles.items()}
+    return reduce_rig(scene, roles) if roles else None
+
+
+def _read_units(baked: list[BakedPrimitive], report: LoadReport) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of the baked primitives in metres; a model too large for metres is read as centimetres."""
+    lo, hi = _bounds(baked)
+    if float(np.max(hi - lo)) > _CENTIMETRE_THRESHOLD_M:
+        report.unit_scale = 0.01
+        report.notes.append(f"model is {float(np.max(hi - lo)):.0f} units across: read as centimetres")
+        for b in baked:
+            b.positions *= 0.01
+            b.morphs = {k: d * np.float32(0.01) for k, d in b.morphs.items()}
+        lo, hi = lo * 0.01, hi * 0.01
+    return lo, hi
+
+
+def _bust_rig(rig: ReducedRig | None, baked: list[BakedPrimitive], lo: np.ndarray, hi: np.ndarray, num_nodes: int,
+              report: LoadReport) -> tuple[ReducedRig | None, float]:
+    """A synthetic neck pivot for a bust without a head bone; returns (rig, unit scale of its joints)."""
+    size = hi - lo
+    if rig is None and size[1] <= _BUST_MAX_HEIGHT_M and float(size.min()) > _BUST_MIN_EXTENT_M:
+        rig = synthetic_head(lo, hi, num_nodes)
+        report.head = "synthetic (bust)"
+        report.notes.append("no head bone: the bust turns about a pivot at the top of its neck, "
+                            "shoulders blended to stay still")
+        for b in baked:
+            w = bust_weights(b.positions, lo, hi)
+            b.group_weights = np.stack([1.0 - w, w], 1).astype(np.float32)
+        return rig, 1.0  # synthetic pivots are made from already scaled bounds
+    if rig is None:
+        report.notes.append("no head bone found: the avatar does not turn with the head")
+    return rig, report.unit_scale
+
+
+def _log_report(path: Path, mesh: LoadedAvatar, mapping: MappingResult) -> None:
+    report = mesh.report
     shapes = mapping.warning(f"'{path.name}'")
     if shapes:
         report.warnings.insert(0, shapes)
@@ -223,9 +243,8 @@ def load_avatar(path: str | Path) -> LoadedAvatar:
     for n in report.notes:
         logger.info("%s: %s", path.name, n)
     logger.info("loaded %s (%s): %d primitives, %d vertices, %d triangles, %d driven morph targets, head: %s",
-                path.name, kind, len(prims), mesh.num_vertices, mesh.num_triangles, len(mesh.target_names),
-                report.head)
-    return mesh
+                path.name, report.kind, len(mesh.primitives), mesh.num_vertices, mesh.num_triangles,
+                len(mesh.target_names), report.head)
 
 
 def _bounds(baked: list[BakedPrimitive]) -> tuple[np.ndarray, np.ndarray]:

@@ -207,23 +207,7 @@ class MeshBaker:
             if arr is not None and arr.shape[0] != v:
                 raise InputError(f"avatar file {doc.path}: {where} {label} has {arr.shape[0]} entries for {v} "
                                  "vertices", path=doc.path)
-        morphs, morph_n = {}, {}
-        keys = self.target_keys[m] if m < len(self.target_keys) else []
-        for t, tgt in enumerate(prim.get("targets") or []):
-            if t >= len(keys):
-                break
-            if "POSITION" in tgt:
-                d = doc.accessor(tgt["POSITION"]).astype(np.float64)
-                if d.shape != (v, 3):
-                    raise InputError(f"avatar file {doc.path}: {where} morph target {t} has {d.shape[0]} deltas "
-                                     f"for {v} vertices", path=doc.path)
-                morphs[keys[t]] = d
-            if "NORMAL" in tgt and nrm is not None:
-                dn = doc.accessor(tgt["NORMAL"]).astype(np.float64)
-                if dn.shape == (v, 3):
-                    morph_n[keys[t]] = dn
-                    morphs.setdefault(keys[t], np.zeros((v, 3)))
-
+        morphs, morph_n = self._targets(m, prim, v, where, with_normals=nrm is not None)
         if skin is not None:
             mats, groups = self._skin_matrices(node, skin, attrs, v, where)
         else:
@@ -258,6 +242,28 @@ class MeshBaker:
             indices=idx.astype(np.uint32), uvs=uvs, colors=colors, morphs=morphs, morph_normals=morph_n,
             group_weights=groups,
         )
+
+    def _targets(self, m: int, prim: dict, v: int, where: str, with_normals: bool
+                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Morph deltas of a primitive, by target key: positions (V, 3) and normals (V, 3) float64, model space."""
+        doc = self.doc
+        morphs, morph_n = {}, {}
+        keys = self.target_keys[m] if m < len(self.target_keys) else []
+        for t, tgt in enumerate(prim.get("targets") or []):
+            if t >= len(keys):
+                break
+            if "POSITION" in tgt:
+                d = doc.accessor(tgt["POSITION"]).astype(np.float64)
+                if d.shape != (v, 3):
+                    raise InputError(f"avatar file {doc.path}: {where} morph target {t} has {d.shape[0]} deltas "
+                                     f"for {v} vertices", path=doc.path)
+                morphs[keys[t]] = d
+            if "NORMAL" in tgt and with_normals:
+                dn = doc.accessor(tgt["NORMAL"]).astype(np.float64)
+                if dn.shape == (v, 3):
+                    morph_n[keys[t]] = dn
+                    morphs.setdefault(keys[t], np.zeros((v, 3)))
+        return morphs, morph_n
 
     def _skin_matrices(self, node: int, skin_index: int, attrs: dict, v: int,
                        where: str) -> tuple[np.ndarray, np.ndarray]:

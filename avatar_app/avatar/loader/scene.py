@@ -7,20 +7,7 @@ import numpy as np
 
 from avatar_app.avatar.loader.document import GltfDocument
 from avatar_app.core.errors import InputError
-
-
-def quat_matrix(q) -> np.ndarray:
-    """(3, 3) rotation of a unit quaternion (x, y, z, w), glTF's order (normalised on use)."""
-    x, y, z, w = (float(v) for v in q)
-    n = x * x + y * y + z * z + w * w
-    if n < 1e-12:
-        return np.eye(3)
-    s = 2.0 / n
-    return np.array([
-        [1 - s * (y * y + z * z), s * (x * y - z * w), s * (x * z + y * w)],
-        [s * (x * y + z * w), 1 - s * (x * x + z * z), s * (y * z - x * w)],
-        [s * (x * z - y * w), s * (y * z + x * w), 1 - s * (x * x + y * y)],
-    ])
+from avatar_app.core.rotations import matrix_from_quat
 
 
 def node_local(node) -> np.ndarray:
@@ -28,8 +15,8 @@ def node_local(node) -> np.ndarray:
     if node.matrix is not None and len(node.matrix) == 16:
         return np.asarray(node.matrix, np.float64).reshape(4, 4).T  # stored column-major
     m = np.eye(4)
-    if node.rotation is not None:
-        m[:3, :3] = quat_matrix(node.rotation)
+    if node.rotation is not None and np.linalg.norm(np.asarray(node.rotation, np.float64)) > 1e-6:
+        m[:3, :3] = matrix_from_quat(node.rotation)  # glTF order (x, y, z, w); a zero one is ignored
     if node.scale is not None:
         m[:3, :3] = m[:3, :3] * np.asarray(node.scale, np.float64)[None, :]
     if node.translation is not None:

@@ -41,8 +41,8 @@ import logging
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
-from avatar_app.avatar.face_model_fields import MeshFields
+from avatar_app.avatar.authoring import face_model_topology as topo
+from avatar_app.avatar.authoring.face_model_fields import MeshFields
 from avatar_app.core import landmarks as lmk
 from avatar_app.core.errors import ModelLoadError, NoFaceError
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.avatar import face_model_topology as topo
-from avatar_app.avatar.face_model_fields import MeshFields, smoothstep
+from avatar_app.avatar.authoring import face_model_topology as topo
+from avatar_app.avatar.authoring.face_model_fields import MeshFields, smoothstep
 from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.rotations import gaze_rotation, rot_x
@@ -214,11 +214,11 @@ def eye_blink_left(b: ShapeBuilder) -> np.ndarray:
     up, low = lmk.LEFT_EYE_UPPER_LID, lmk.LEFT_EYE_LOWER_LID
     h = {}
     prof = b.eye_profile(up)
-    for u, l, s in zip(up, low, prof):
-        meet = b.p[l] + BLINK_MEET * (b.p[u] - b.p[l])
-        meet[2] = max(b.p[u, 2], b.p[l, 2]) + 0.8 * MM * s  # the closed lid bulges over the cornea
+    for u, lo, s in zip(up, low, prof):
+        meet = b.p[lo] + BLINK_MEET * (b.p[u] - b.p[lo])
+        meet[2] = max(b.p[u, 2], b.p[lo, 2]) + 0.8 * MM * s  # the closed lid bulges over the cornea
         h[u] = (meet - b.p[u]) / MM
-        h[l] = (meet - b.p[l]) / MM
+        h[lo] = (meet - b.p[lo]) / MM
     return b.spread(h, 16.0, pinned=lmk.LEFT_BROW_UPPER + lmk.LEFT_BROW_LOWER)
 
 

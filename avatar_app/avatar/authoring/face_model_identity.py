@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from avatar_app.avatar.face_model_fields import smoothstep
-from avatar_app.avatar.face_model_shapes import MM, ShapeBuilder, lip_handles
+from avatar_app.avatar.authoring.face_model_fields import smoothstep
+from avatar_app.avatar.authoring.face_model_shapes import MM, ShapeBuilder, lip_handles
 from avatar_app.core import landmarks as lmk
 
 IDENTITY_NAMES: tuple[str, ...] = (
@@ -89,7 +89,8 @@ def nose_length(b: ShapeBuilder) -> np.ndarray:
 def nose_width(b: ShapeBuilder) -> np.ndarray:
     """Nose wings out 2 mm each (alar breadth +4 mm)."""
     weight = np.zeros(lmk.NUM_MESH)
-    for wing in (lmk.FacePoint.NOSE_WING_LEFT, lmk.FacePoint.NOSE_WING_RIGHT, lmk.FacePoint.NOSTRIL_LEFT, lmk.FacePoint.NOSTRIL_RIGHT):
+    P = lmk.FacePoint
+    for wing in (P.NOSE_WING_LEFT, P.NOSE_WING_RIGHT, P.NOSTRIL_LEFT, P.NOSTRIL_RIGHT):
         idx, w = b.patch(wing, 8.0)
         weight[idx] = np.maximum(weight[idx], w)
     h = {int(v): np.array([np.sign(b.p[v, 0]) * 2.0 * weight[v], 0.0, 0.0])

@@ -14,12 +14,6 @@ import numpy as np
 Sdf = Callable[[np.ndarray], np.ndarray]
 
 
-def sd_sphere(p: np.ndarray, center, radius: float) -> np.ndarray:
-    """Exact distance to a sphere."""
-    q = p - np.asarray(center)
-    return np.sqrt(np.einsum("ij,ij->i", q, q)) - radius
-
-
 def sd_ellipsoid(p: np.ndarray, center, radii) -> np.ndarray:
     """Approximate distance to an axis-aligned ellipsoid (Quilez's k0 (k0 - 1) / k1 bound)."""
     r = np.asarray(radii, np.float64)
