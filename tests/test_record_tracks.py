@@ -135,7 +135,8 @@ def accessor_array(g: pygltflib.GLTF2, index: int) -> np.ndarray:
         out = view(acc.bufferView, dtype, acc.count, ncomp).copy()
     if acc.sparse is not None:
         sp = acc.sparse
-        idx = view(sp.indices.bufferView, np.uint32, sp.count, 1)[:, 0]
+        idx_dtype = {pygltflib.UNSIGNED_INT: np.uint32, pygltflib.UNSIGNED_SHORT: np.uint16}[sp.indices.componentType]
+        idx = view(sp.indices.bufferView, idx_dtype, sp.count, 1)[:, 0]
         out[idx] = view(sp.values.bufferView, dtype, sp.count, ncomp)
     return out
 

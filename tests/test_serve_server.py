@@ -123,7 +123,7 @@ def test_shared_memory_is_chosen_on_the_same_host_only(client_env, tmp_path, mon
 
 
 def test_a_shared_memory_failure_falls_back_to_plain_grpc(client_env, monkeypatch):
-    from avatar_app.inference import remote
+    from avatar_app.inference import triton_client
 
     def refuse(self, *a, **k):
         raise OSError("shm_open: no such file (another /dev/shm)")
@@ -133,7 +133,7 @@ def test_a_shared_memory_failure_falls_back_to_plain_grpc(client_env, monkeypatc
     x = next(iter_batches(validation_set(info)[0], 2))
     with TritonRunner(client_env.url, info, timeout_s=30) as r, OrtRunner.from_path(path) as ref:
         assert r.uses_shared_memory
-        monkeypatch.setattr(remote._ShmRegion, "__init__", refuse)
+        monkeypatch.setattr(triton_client._ShmRegion, "__init__", refuse)
         got, want = r.infer(x), ref.infer(x)
         assert not r.uses_shared_memory
         for k in want:

@@ -188,6 +188,27 @@ def _finite_reference(info: ModelInfo, data: dict, source: str) -> list[dict[str
     return outs
 
 
+def _int8_details(job: BuildJob, info: ModelInfo, src: Path) -> dict[str, str]:
+    """What an INT8 engine's manifest says of its calibration and of its INT8 layers.
+
+    Returns:
+        ``{"calibration": ..., "int8_layers": ...}`` (the second only when the QDQ file can be read).
+    """
+    from avatar_app.inference.precision import int8_summary
+
+    shipped = str(info.calibration_path)
+    own = sum(1 for f in job.calibration_files if f != shipped)
+    sets = (["the model's calibration set"] if len(job.calibration_files) > own else []) + (
+        [f"{own} sample file(s) of your own"] if own else [])
+    out = {"calibration": f"{job.calibration_method} method, " + " + ".join(sets or ["no samples"])}
+    split = int8_summary(src)
+    if split is not None:
+        q, floats = split["quantized_layers"], split["float_nodes"]
+        out["int8_layers"] = (f"{q} of {q + len(floats)} weighted layers in INT8"
+                              + (f", in float: {', '.join(floats)}" if floats else ""))
+    return out
+
+
 def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
     """Convert, build, first-load and verify one engine; commit it to the cache.
 
@@ -233,18 +254,7 @@ def build_job(job: BuildJob, progress: ProgressFn | None = None) -> dict:
         if why:
             details["validity"] = why
         if precision is Precision.INT8:  # what the variant hash stands for, readable in `engines list`
-            from avatar_app.inference.precision import int8_summary
-
-            shipped = str(info.calibration_path)
-            own = sum(1 for f in job.calibration_files if f != shipped)
-            sets = (["the model's calibration set"] if len(job.calibration_files) > own else []) + (
-                [f"{own} sample file(s) of your own"] if own else [])
-            details["calibration"] = f"{job.calibration_method} method, " + " + ".join(sets or ["no samples"])
-            split = int8_summary(src)
-            if split is not None:
-                q, floats = split["quantized_layers"], split["float_nodes"]
-                details["int8_layers"] = (f"{q} of {q + len(floats)} weighted layers in INT8"
-                                          + (f", in float: {', '.join(floats)}" if floats else ""))
+            details.update(_int8_details(job, info, src))
         status, reason, verification, load_checked = "ok", "", None, False
         if range_result is not None:  # rejected whether or not the engine can run here
             status, reason, verification = "rejected", range_result.reason, range_result.to_json()

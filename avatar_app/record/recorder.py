@@ -117,6 +117,26 @@ class ClosingContext:
                 _log.debug("while closing after an error: %s", e)
 
 
+def _check_recording_args(width: int, height: int, fps: float, audio_sample_rate: int | None,
+                          audio_channels: int, fragment_s: float) -> None:
+    """:class:`ClipRecorder`'s argument checks.
+
+    Raises:
+        InputError: an odd or non-positive size, a non-positive fps or sample rate, a channel
+            count other than 1 or 2, or ``fragment_s`` outside (0, 10] s.
+    """
+    if width <= 0 or height <= 0 or width % 2 or height % 2:
+        raise InputError(f"recording size must be positive and even for H.264; got {width}x{height}")
+    if not fps > 0:
+        raise InputError(f"recording fps must be positive; got {fps!r}")
+    if audio_sample_rate is not None and audio_sample_rate <= 0:
+        raise InputError(f"audio sample rate must be positive; got {audio_sample_rate}")
+    if audio_channels not in (1, 2):
+        raise InputError(f"audio must be mono or stereo; got {audio_channels} channels")
+    if not 0 < fragment_s <= 10:
+        raise InputError(f"fragment_s must be in (0, 10] s; got {fragment_s}")
+
+
 class ClipRecorder(ClosingContext):
     """Writes an MP4 clip (H.264 video, optional AAC audio) frame by frame.
 
@@ -180,18 +200,7 @@ class ClipRecorder(ClosingContext):
         max_audio_lag_s: float = 1.0,
     ):
         self.path = Path(path)
-        if width <= 0 or height <= 0 or width % 2 or height % 2:
-            raise InputError(
-                f"recording size must be positive and even for H.264; got {width}x{height}"
-            )
-        if not fps > 0:
-            raise InputError(f"recording fps must be positive; got {fps!r}")
-        if audio_sample_rate is not None and audio_sample_rate <= 0:
-            raise InputError(f"audio sample rate must be positive; got {audio_sample_rate}")
-        if audio_channels not in (1, 2):
-            raise InputError(f"audio must be mono or stereo; got {audio_channels} channels")
-        if not 0 < fragment_s <= 10:
-            raise InputError(f"fragment_s must be in (0, 10] s; got {fragment_s}")
+        _check_recording_args(width, height, fps, audio_sample_rate, audio_channels, fragment_s)
         self.width, self.height, self.fps = int(width), int(height), float(fps)
         self.audio_sample_rate = audio_sample_rate
         self.max_audio_lag_s = float(max_audio_lag_s)
@@ -226,19 +235,7 @@ class ClipRecorder(ClosingContext):
             raise RecordingError(f"cannot create recording {self.path}: {e}") from e
         try:
             self._video = self._open_video(codec, crf, preset, tune, threads, keyframe_interval_s)
-            self._audio = None
-            self._resampler = None
-            if audio_sample_rate is not None:
-                self._audio = self._container.add_stream(
-                    audio_codec, rate=AUDIO_OUT_RATE,
-                    layout="mono" if audio_channels == 1 else "stereo",
-                )
-                self._audio.bit_rate = audio_bitrate
-                self._audio.time_base = _AUDIO_TIME_BASE
-                self._resampler = av.AudioResampler(
-                    format=self._audio.codec_context.format.name, layout=self._audio.layout,
-                    rate=AUDIO_OUT_RATE,
-                )
+            self._audio, self._resampler = self._open_audio(audio_codec, audio_bitrate)
         except (av.FFmpegError, ValueError, OSError) as e:
             self._container.close()
             raise RecordingError(f"cannot set up the encoders for {self.path}: {e}") from e
@@ -247,6 +244,18 @@ class ClipRecorder(ClosingContext):
             "recording %s: %dx%d @ %.3g fps, %s%s", self.path, width, height, fps,
             self.video_codec, f" + {audio_codec} {audio_sample_rate} Hz" if self._audio else "",
         )
+
+    def _open_audio(self, audio_codec: str, audio_bitrate: int):
+        """The audio stream (AUDIO_OUT_RATE) and its resampler, or (None, None) without audio."""
+        if self.audio_sample_rate is None:
+            return None, None
+        stream = self._container.add_stream(
+            audio_codec, rate=AUDIO_OUT_RATE, layout="mono" if self.audio_channels == 1 else "stereo")
+        stream.bit_rate = audio_bitrate
+        stream.time_base = _AUDIO_TIME_BASE
+        resampler = av.AudioResampler(format=stream.codec_context.format.name, layout=stream.layout,
+                                      rate=AUDIO_OUT_RATE)
+        return stream, resampler
 
     # ------------------------------------------------------------ format hooks
     #: FFmpeg muxer name (subclasses for other containers override it).

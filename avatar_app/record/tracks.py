@@ -295,86 +295,6 @@ def read_live_link_csv(path: str | Path, fps: float = 30.0) -> LiveLinkTrack:
 
 
 # ---------------------------------------------------------------------------- glTF
-class _Blob:
-    """Binary buffer under construction, with glTF buffer views."""
-
-    def __init__(self, gltf):
-        self.gltf = gltf
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def view(self, data: np.ndarray, target: int | None = None) -> int:
-        import pygltflib
-
-        raw = np.ascontiguousarray(data).tobytes()
-        pad = (-self.size) % 4
-        if pad:
-            self.parts.append(b"\0" * pad)
-            self.size += pad
-        self.gltf.bufferViews.append(pygltflib.BufferView(
-            buffer=0, byteOffset=self.size, byteLength=len(raw), target=target))
-        self.parts.append(raw)
-        self.size += len(raw)
-        return len(self.gltf.bufferViews) - 1
-
-    def accessor(self, data: np.ndarray, kind: str, target: int | None = None,
-                 minmax: bool = False) -> int:
-        import pygltflib
-
-        data = np.asarray(data)
-        ctype = {np.dtype(np.float32): pygltflib.FLOAT, np.dtype(np.uint32): pygltflib.UNSIGNED_INT,
-                 np.dtype(np.uint16): pygltflib.UNSIGNED_SHORT}[data.dtype]
-        count = data.shape[0]
-        acc = pygltflib.Accessor(bufferView=self.view(data, target), componentType=ctype,
-                                 count=count, type=kind)
-        if minmax:
-            flat = data.reshape(count, -1)
-            acc.min = flat.min(axis=0).astype(np.float64).tolist()
-            acc.max = flat.max(axis=0).astype(np.float64).tolist()
-        self.gltf.accessors.append(acc)
-        return len(self.gltf.accessors) - 1
-
-    def zeros(self, count: int) -> int:
-        """VEC3 float accessor of zeros with no buffer view (glTF: initialised to zeros)."""
-        import pygltflib
-
-        self.gltf.accessors.append(pygltflib.Accessor(
-            bufferView=None, byteOffset=None, componentType=pygltflib.FLOAT, count=count,
-            type=pygltflib.VEC3, min=[0.0, 0.0, 0.0], max=[0.0, 0.0, 0.0]))
-        return len(self.gltf.accessors) - 1
-
-    def morph(self, delta: np.ndarray, rows: np.ndarray) -> int:
-        """VEC3 float accessor of morph deltas, sparse (only ``rows``) when smaller."""
-        import pygltflib
-
-        delta = np.asarray(delta, np.float32)
-        count = len(delta)
-        mn = delta.min(axis=0).astype(np.float64).tolist()
-        mx = delta.max(axis=0).astype(np.float64).tolist()
-        if len(rows) == 0:
-            return self.zeros(count)
-        if len(rows) * 16 < count * 12:
-            kept = np.zeros_like(delta)
-            kept[rows] = delta[rows]
-            mn = kept.min(axis=0).astype(np.float64).tolist()
-            mx = kept.max(axis=0).astype(np.float64).tolist()
-            idx = self.view(rows.astype(np.uint32))
-            val = self.view(delta[rows])
-            acc = pygltflib.Accessor(
-                bufferView=None, byteOffset=None, componentType=pygltflib.FLOAT, count=count,
-                type=pygltflib.VEC3, min=mn, max=mx,
-                sparse=pygltflib.Sparse(
-                    count=len(rows),
-                    indices=pygltflib.AccessorSparseIndices(bufferView=idx,
-                                                            componentType=pygltflib.UNSIGNED_INT),
-                    values=pygltflib.AccessorSparseValues(bufferView=val)))
-            self.gltf.accessors.append(acc)
-            return len(self.gltf.accessors) - 1
-        acc = self.accessor(delta, pygltflib.VEC3, pygltflib.ARRAY_BUFFER)
-        self.gltf.accessors[acc].min, self.gltf.accessors[acc].max = mn, mx
-        return acc
-
-
 def _continuous_quats(rots: Sequence[np.ndarray]) -> np.ndarray:
     q = np.array([quat_from_matrix(r) for r in rots])
     for i in range(1, len(q)):  # same hemisphere as the previous key: LINEAR (slerp) takes the short way
@@ -386,6 +306,160 @@ def _continuous_quats(rots: Sequence[np.ndarray]) -> np.ndarray:
 def _decompose(m: np.ndarray) -> tuple[list[float], list[float]]:
     m = np.asarray(m, np.float64)
     return m[:3, 3].tolist(), quat_from_matrix(m[:3, :3]).tolist()
+
+
+def _check_track(path: Path, t: np.ndarray, weights: np.ndarray, rotation, gaze) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a track for :func:`export_gltf_animation`; returns (times from 0 float32 (T,), weights (T, 52))."""
+    if path.suffix.lower() not in (".glb", ".gltf"):
+        raise InputError(f"glTF export needs a .glb or .gltf file name; got {path.name}")
+    t = np.asarray(t, np.float64).reshape(-1)
+    n = len(t)
+    w = np.asarray(weights, np.float32)
+    if n == 0:
+        raise InputError("cannot export an empty track")
+    if w.shape != (n, NUM_BLENDSHAPES):
+        raise InputError(f"weights must be ({n}, {NUM_BLENDSHAPES}); got {w.shape}")
+    if rotation is not None and np.shape(rotation) != (n, 3, 3):
+        raise InputError(f"rotations must be ({n}, 3, 3); got {np.shape(rotation)}")
+    if gaze is not None and np.shape(gaze) != (n, 2):
+        raise InputError(f"gaze must be ({n}, 2); got {np.shape(gaze)}")
+    times = (t - t[0]).astype(np.float32)
+    if n > 1 and not np.all(np.diff(times) > 0):
+        raise InputError("glTF keyframe times must strictly increase")
+    return times, w
+
+
+def _gltf_material(m):
+    """A pygltflib Material of an avatar material (colours only; textures are not written)."""
+    import pygltflib
+
+    if m.texture is not None:
+        _log.warning("glTF export: the texture of '%s' is not written (colours only)", m.name)
+    return pygltflib.Material(
+        name=m.name, doubleSided=bool(m.double_sided), alphaMode=m.alpha_mode,
+        alphaCutoff=float(m.alpha_cutoff) if m.alpha_mode == "MASK" else None,
+        pbrMetallicRoughness=pygltflib.PbrMetallicRoughness(
+            baseColorFactor=[float(c) for c in m.base_color], metallicFactor=0.0,
+            roughnessFactor=float(m.roughness)))
+
+
+def _gltf_targets(buf, p, names: tuple[str, ...], include_morph_normals: bool) -> list:
+    """The morph targets of primitive ``p`` in ``names`` order (sparse where smaller, zeros where absent)."""
+    import pygltflib
+
+    targets = []
+    zero = None
+    for name in names:
+        d = p.morph_targets.get(name)
+        dn = p.morph_normals.get(name) if include_morph_normals else None
+        if d is None:
+            zero = zero if zero is not None else buf.zeros(p.num_vertices)
+            targets.append(pygltflib.Attributes(POSITION=zero, NORMAL=zero if include_morph_normals else None))
+            continue
+        moved = np.abs(d).max(axis=1) > MORPH_EPS_M
+        if dn is not None:
+            moved |= np.abs(dn).max(axis=1) > MORPH_NORMAL_EPS
+        rows = np.nonzero(moved)[0]
+        ta = pygltflib.Attributes(POSITION=buf.morph(d, rows))
+        if include_morph_normals:
+            if dn is None:
+                zero = zero if zero is not None else buf.zeros(p.num_vertices)
+                ta.NORMAL = zero
+            else:
+                ta.NORMAL = buf.morph(dn, rows)
+        targets.append(ta)
+    return targets
+
+
+def _gltf_primitives(g, buf, mesh, names: tuple[str, ...], include_morph_normals: bool) -> list:
+    """Materials (appended to ``g``) and the primitives of ``mesh`` with their morph targets."""
+    import pygltflib
+
+    from avatar_app.avatar.authoring.gltf_buffer import ARRAY_BUFFER, ELEMENT_ARRAY_BUFFER
+
+    prims = []
+    for p in mesh.primitives:
+        g.materials.append(_gltf_material(p.material))
+        attrs = pygltflib.Attributes(
+            POSITION=buf.accessor(np.asarray(p.positions, np.float32), target=ARRAY_BUFFER, minmax=True),
+            NORMAL=buf.accessor(np.asarray(p.normals, np.float32), target=ARRAY_BUFFER))
+        if p.colors is not None:
+            attrs.COLOR_0 = buf.accessor(np.asarray(p.colors, np.float32), target=ARRAY_BUFFER)
+        if p.uvs is not None:
+            attrs.TEXCOORD_0 = buf.accessor(np.asarray(p.uvs, np.float32), target=ARRAY_BUFFER)
+        if p.joints is not None and mesh.skeleton is not None:
+            attrs.JOINTS_0 = buf.accessor(np.asarray(p.joints, np.uint16), target=ARRAY_BUFFER)
+            attrs.WEIGHTS_0 = buf.accessor(np.asarray(p.weights, np.float32), target=ARRAY_BUFFER)
+        idx = buf.accessor(np.asarray(p.indices, np.uint32).reshape(-1), target=ELEMENT_ARRAY_BUFFER)
+        prims.append(pygltflib.Primitive(attributes=attrs, indices=idx, material=len(g.materials) - 1,
+                                         targets=_gltf_targets(buf, p, names, include_morph_normals)))
+    return prims
+
+
+def _gltf_nodes(g, buf, mesh, rigid_head: bool) -> dict[str, int]:
+    """Nodes: 0 = scene root, 1 = mesh node, then the joints (with a skin), or one "head" node
+    above the mesh when ``rigid_head`` and the mesh has no skeleton. Returns joint name -> node."""
+    import pygltflib
+
+    g.nodes.append(pygltflib.Node(name=mesh.name, children=[1]))
+    g.nodes.append(pygltflib.Node(name=f"{mesh.name} mesh", mesh=0))
+    joint_node: dict[str, int] = {}
+    skel = mesh.skeleton
+    if skel is not None:
+        first = len(g.nodes)
+        for i, j in enumerate(skel.joints):
+            tr, rq = _decompose(j.rest_local)
+            g.nodes.append(pygltflib.Node(name=j.name, translation=tr, rotation=rq))
+            joint_node[j.name] = first + i
+            parent = g.nodes[0] if j.parent < 0 else g.nodes[first + j.parent]
+            parent.children.append(first + i)
+        ibm = np.stack([np.asarray(j.inverse_bind, np.float32).T for j in skel.joints])  # column-major
+        g.skins.append(pygltflib.Skin(
+            name="skeleton", joints=[joint_node[j.name] for j in skel.joints],
+            inverseBindMatrices=buf.accessor(ibm.reshape(len(skel.joints), 16), kind="MAT4"),
+            skeleton=joint_node[skel.joints[0].name]))
+        g.nodes[1].skin = 0
+    elif rigid_head:  # rigid avatar: turn the whole mesh
+        g.nodes.append(pygltflib.Node(name="head", children=[1]))
+        g.nodes[0].children = [len(g.nodes) - 1]
+        joint_node["head"] = len(g.nodes) - 1
+    g.scenes.append(pygltflib.Scene(name="avatar_app", nodes=[0]))
+    return joint_node
+
+
+def _gltf_animation(g, buf, mesh, joint_node: dict[str, int], times: np.ndarray, target_w: np.ndarray,
+                    rotation, gaze, name: str) -> None:
+    """The animation: morph weights of the mesh node, head (and neck) rotation, eye rotations (LINEAR)."""
+    import pygltflib
+
+    t_acc = buf.accessor(times, minmax=True)
+    samplers, channels = [], []
+
+    def channel(node: int, path_: str, values: np.ndarray, kind: str) -> None:
+        samplers.append(pygltflib.AnimationSampler(input=t_acc, output=buf.accessor(values, kind=kind),
+                                                   interpolation=pygltflib.ANIM_LINEAR))
+        channels.append(pygltflib.AnimationChannel(
+            sampler=len(samplers) - 1, target=pygltflib.AnimationChannelTarget(node=node, path=path_)))
+
+    channel(1, "weights", target_w.reshape(-1), "SCALAR")
+    if rotation is not None:
+        rots = [np.asarray(r, np.float64) for r in rotation]
+        head_name = getattr(mesh, "head_joint", None) or "head"
+        neck_name = getattr(mesh, "neck_joint", None)
+        if head_name in joint_node:
+            if neck_name in joint_node:
+                necks = [axis_angle_fraction(r, mesh.neck_share) for r in rots]
+                channel(joint_node[neck_name], "rotation", _continuous_quats(necks), "VEC4")
+                rots = [nk.T @ r for nk, r in zip(necks, rots)]
+            channel(joint_node[head_name], "rotation", _continuous_quats(rots), "VEC4")
+        else:
+            _log.warning("glTF export: avatar '%s' has no head joint; head rotation not written", mesh.name)
+    if gaze is not None and getattr(mesh, "gaze_joints", None):
+        eyes = _continuous_quats([gaze_rotation(float(y), float(p)) for y, p in np.asarray(gaze)])
+        for jn in mesh.gaze_joints:
+            if jn in joint_node:
+                channel(joint_node[jn], "rotation", eyes, "VEC4")
+    g.animations.append(pygltflib.Animation(name=name, samplers=samplers, channels=channels))
 
 
 def export_gltf_animation(path: str | Path, t: np.ndarray, weights: np.ndarray,
@@ -418,23 +492,10 @@ def export_gltf_animation(path: str | Path, t: np.ndarray, weights: np.ndarray,
     """
     import pygltflib
 
+    from avatar_app.avatar.authoring.gltf_buffer import GltfBuffer
+
     path = Path(path)
-    if path.suffix.lower() not in (".glb", ".gltf"):
-        raise InputError(f"glTF export needs a .glb or .gltf file name; got {path.name}")
-    t = np.asarray(t, np.float64).reshape(-1)
-    n = len(t)
-    w = np.asarray(weights, np.float32)
-    if n == 0:
-        raise InputError("cannot export an empty track")
-    if w.shape != (n, NUM_BLENDSHAPES):
-        raise InputError(f"weights must be ({n}, {NUM_BLENDSHAPES}); got {w.shape}")
-    if rotation is not None and np.shape(rotation) != (n, 3, 3):
-        raise InputError(f"rotations must be ({n}, 3, 3); got {np.shape(rotation)}")
-    if gaze is not None and np.shape(gaze) != (n, 2):
-        raise InputError(f"gaze must be ({n}, 2); got {np.shape(gaze)}")
-    times = (t - t[0]).astype(np.float32)
-    if n > 1 and not np.all(np.diff(times) > 0):
-        raise InputError("glTF keyframe times must strictly increase")
+    times, w = _check_track(path, t, weights, rotation, gaze)
     if mesh is None:
         from avatar_app.avatar.default_head import build_default_head
 
@@ -446,141 +507,25 @@ def export_gltf_animation(path: str | Path, t: np.ndarray, weights: np.ndarray,
 
     g = pygltflib.GLTF2(asset=pygltflib.Asset(version="2.0", generator="avatar_app"))
     g.scene = 0
-    g.buffers.append(pygltflib.Buffer())
-    blob = _Blob(g)
-
-    # materials and primitives
-    prims = []
-    for p in mesh.primitives:
-        m = p.material
-        if m.texture is not None:
-            _log.warning("glTF export: the texture of '%s' is not written (colours only)", m.name)
-        mat = pygltflib.Material(
-            name=m.name, doubleSided=bool(m.double_sided), alphaMode=m.alpha_mode,
-            alphaCutoff=float(m.alpha_cutoff) if m.alpha_mode == "MASK" else None,
-            pbrMetallicRoughness=pygltflib.PbrMetallicRoughness(
-                baseColorFactor=[float(c) for c in m.base_color], metallicFactor=0.0,
-                roughnessFactor=float(m.roughness)))
-        g.materials.append(mat)
-        attrs = pygltflib.Attributes(
-            POSITION=blob.accessor(np.asarray(p.positions, np.float32), pygltflib.VEC3,
-                                   pygltflib.ARRAY_BUFFER, minmax=True),
-            NORMAL=blob.accessor(np.asarray(p.normals, np.float32), pygltflib.VEC3,
-                                 pygltflib.ARRAY_BUFFER))
-        if p.colors is not None:
-            attrs.COLOR_0 = blob.accessor(np.asarray(p.colors, np.float32), pygltflib.VEC4,
-                                          pygltflib.ARRAY_BUFFER)
-        if p.uvs is not None:
-            attrs.TEXCOORD_0 = blob.accessor(np.asarray(p.uvs, np.float32), pygltflib.VEC2,
-                                             pygltflib.ARRAY_BUFFER)
-        if p.joints is not None and mesh.skeleton is not None:
-            attrs.JOINTS_0 = blob.accessor(np.asarray(p.joints, np.uint16), pygltflib.VEC4,
-                                           pygltflib.ARRAY_BUFFER)
-            attrs.WEIGHTS_0 = blob.accessor(np.asarray(p.weights, np.float32), pygltflib.VEC4,
-                                            pygltflib.ARRAY_BUFFER)
-        targets = []
-        zero = None
-        for name in names:
-            d = p.morph_targets.get(name)
-            dn = p.morph_normals.get(name) if include_morph_normals else None
-            if d is None:
-                zero = zero if zero is not None else blob.zeros(p.num_vertices)
-                targets.append(pygltflib.Attributes(
-                    POSITION=zero, NORMAL=zero if include_morph_normals else None))
-                continue
-            moved = np.abs(d).max(axis=1) > MORPH_EPS_M
-            if dn is not None:
-                moved |= np.abs(dn).max(axis=1) > MORPH_NORMAL_EPS
-            rows = np.nonzero(moved)[0]
-            ta = pygltflib.Attributes(POSITION=blob.morph(d, rows))
-            if include_morph_normals:
-                if dn is None:
-                    zero = zero if zero is not None else blob.zeros(p.num_vertices)
-                    ta.NORMAL = zero
-                else:
-                    ta.NORMAL = blob.morph(dn, rows)
-            targets.append(ta)
-        idx = blob.accessor(np.asarray(p.indices, np.uint32), pygltflib.SCALAR,
-                            pygltflib.ELEMENT_ARRAY_BUFFER)
-        prims.append(pygltflib.Primitive(attributes=attrs, indices=idx,
-                                         material=len(g.materials) - 1, targets=targets))
+    buf = GltfBuffer(g)
+    prims = _gltf_primitives(g, buf, mesh, names, include_morph_normals)
     g.meshes.append(pygltflib.Mesh(name=mesh.name, primitives=prims, weights=[0.0] * len(names),
                                    extras={"targetNames": list(names)}))
-
-    # nodes: 0 = scene root, 1 = mesh node, then the joints (or one "head" node)
-    g.nodes.append(pygltflib.Node(name=mesh.name, children=[1]))
-    g.nodes.append(pygltflib.Node(name=f"{mesh.name} mesh", mesh=0))
-    joint_node: dict[str, int] = {}
-    skel = mesh.skeleton
-    if skel is not None:
-        first = len(g.nodes)
-        for i, j in enumerate(skel.joints):
-            tr, rq = _decompose(j.rest_local)
-            g.nodes.append(pygltflib.Node(name=j.name, translation=tr, rotation=rq))
-            joint_node[j.name] = first + i
-            if j.parent < 0:
-                g.nodes[0].children.append(first + i)
-            else:
-                g.nodes[first + j.parent].children.append(first + i)
-        ibm = np.stack([np.asarray(j.inverse_bind, np.float32).T for j in skel.joints])  # column-major
-        g.skins.append(pygltflib.Skin(
-            name="skeleton", joints=[joint_node[j.name] for j in skel.joints],
-            inverseBindMatrices=blob.accessor(ibm.reshape(len(skel.joints), 16), pygltflib.MAT4),
-            skeleton=joint_node[skel.joints[0].name]))
-        g.nodes[1].skin = 0
-    elif rotation is not None:  # rigid avatar: turn the whole mesh
-        g.nodes.append(pygltflib.Node(name="head", children=[1]))
-        g.nodes[0].children = [len(g.nodes) - 1]
-        joint_node["head"] = len(g.nodes) - 1
-    g.scenes.append(pygltflib.Scene(name="avatar_app", nodes=[0]))
-
-    # animation
-    t_acc = blob.accessor(times, pygltflib.SCALAR, minmax=True)
-    samplers, channels = [], []
-
-    def channel(node: int, path_: str, values: np.ndarray, kind: str) -> None:
-        out = blob.accessor(values, kind)
-        samplers.append(pygltflib.AnimationSampler(input=t_acc, output=out,
-                                                   interpolation=pygltflib.ANIM_LINEAR))
-        channels.append(pygltflib.AnimationChannel(
-            sampler=len(samplers) - 1, target=pygltflib.AnimationChannelTarget(node=node, path=path_)))
-
-    channel(1, "weights", target_w.reshape(-1), pygltflib.SCALAR)
-    if rotation is not None:
-        rots = [np.asarray(r, np.float64) for r in rotation]
-        head_name = getattr(mesh, "head_joint", None) or "head"
-        neck_name = getattr(mesh, "neck_joint", None)
-        if head_name in joint_node:
-            if neck_name in joint_node:
-                necks = [axis_angle_fraction(r, mesh.neck_share) for r in rots]
-                channel(joint_node[neck_name], "rotation", _continuous_quats(necks), pygltflib.VEC4)
-                rots = [nk.T @ r for nk, r in zip(necks, rots)]
-            channel(joint_node[head_name], "rotation", _continuous_quats(rots), pygltflib.VEC4)
-        else:
-            _log.warning("glTF export: avatar '%s' has no head joint; head rotation not written",
-                         mesh.name)
-    if gaze is not None and getattr(mesh, "gaze_joints", None):
-        eyes = _continuous_quats([gaze_rotation(float(y), float(p)) for y, p in np.asarray(gaze)])
-        for jn in mesh.gaze_joints:
-            if jn in joint_node:
-                channel(joint_node[jn], "rotation", eyes, pygltflib.VEC4)
-    g.animations.append(pygltflib.Animation(name=animation_name, samplers=samplers,
-                                            channels=channels))
-
-    data = b"".join(blob.parts)
-    g.buffers[0].byteLength = len(data)
+    joint_node = _gltf_nodes(g, buf, mesh, rigid_head=rotation is not None)
+    _gltf_animation(g, buf, mesh, joint_node, times, target_w, rotation, gaze, animation_name)
+    data = buf.finish()
     try:
         if path.suffix.lower() == ".glb":
-            g.set_binary_blob(data)
             g.save_binary(str(path))
         else:
             bin_path = path.with_suffix(".bin")
             bin_path.write_bytes(data)
+            g.set_binary_blob(None)
             g.buffers[0].uri = bin_path.name
             g.save_json(str(path))
     except OSError as e:
         raise RecordingError(f"cannot write the glTF animation {path}: {e.strerror or e}") from e
-    _log.info("glTF animation %s: %d frames, %d morph targets, %.1f MB", path, n, len(names),
+    _log.info("glTF animation %s: %d frames, %d morph targets, %.1f MB", path, len(times), len(names),
               len(data) / 1e6)
     return path
 

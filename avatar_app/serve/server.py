@@ -143,7 +143,7 @@ WORKSPACE_PREFIX = "avatar-serve-"
 
 def _remove_stale_workspaces(root: Path) -> None:
     """Delete this user's ``avatar-serve-PID-*`` folders of servers that are no longer running."""
-    from avatar_app.inference.remote import _pid_alive
+    from avatar_app.inference.triton_client import _pid_alive
 
     for ws in root.glob(WORKSPACE_PREFIX + "*"):
         pid = ws.name[len(WORKSPACE_PREFIX):].split("-", 1)[0]
