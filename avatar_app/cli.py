@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             return _cmd_demo(args)
         if args.command == "contact-sheet":
-            from avatar_app.avatar.contact_sheet import make_contact_sheet
+            from avatar_app.render.contact_sheet import make_contact_sheet
 
             print(f"wrote {make_contact_sheet(args.output, size=args.tile)}")
             return 0
