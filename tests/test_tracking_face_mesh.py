@@ -250,7 +250,7 @@ def grid_frames(testdata) -> list[tuple[np.ndarray, float]]:
 ])
 def test_detector_runs_on_the_first_frame_then_every_redetect_s_of_media_time(grid_frames, redetect_s, expected_ms):
     with FaceTracker(RunningMode.VIDEO, redetect_s=redetect_s) as t:
-        detector = _count_calls(t, "_detect")
+        detector = _count_calls(t, "_find_faces")
         landmarker = _count_calls(t, "_landmarks")
         for img, ms in grid_frames:
             assert t.process_video_frame(img, ms) is not None
@@ -266,7 +266,7 @@ def test_detector_runs_on_every_frame_while_no_face_is_followed(grid_frames):
     frames = grid_frames[:5] + [(blank, 200.0 + 40 * i) for i in range(5)] + [
         (img, 400.0 + ms) for img, ms in grid_frames[10:15]]
     with FaceTracker(RunningMode.VIDEO, small_faces=False) as t:
-        detector = _count_calls(t, "_detect")
+        detector = _count_calls(t, "_find_faces")
         found = [t.process_video_frame(img, ms) is not None for img, ms in frames]
     assert found == [True] * 5 + [False] * 5 + [True] * 5
     # frame 0; each blank frame (the first of them is the loss); the face's return; then tracking

@@ -316,27 +316,24 @@ class FaceTracker:
         return bgr
 
     def _process(self, image: np.ndarray, t_s: float | None, t_ns: int) -> Landmarks | None:
-        from avatar_app.tracking import mp_graphs
-
         h, w = image.shape[:2]
-        # The RGB copy is the graph's input as it is (shared, not copied again).
-        frame = mp_graphs.image_packet(cv2.cvtColor(image, cv2.COLOR_BGR2RGB))
+        frame = self._frame(image)
         pts: np.ndarray | None = None
         found: tuple[list[np.ndarray], list[object]] | None = None
         if self._roi is not None:
             if self._redetect_s is not None and t_s - self._detected_at_s >= self._redetect_s:
-                found = self._detect(frame, w, h, t_s, far=False)
+                found = self._find_faces(frame, w, h, t_s, near=True, far=False)
                 self._faces_found = max(len(found[0]), 1)
-            pts = self._landmarks(frame, self._roi)
+            pts, self._roi = self._landmarks(frame, self._roi)
             if pts is None:
                 logger.debug("followed face lost at %s s; detecting", t_s)
         if pts is None:
-            if found is None or not found[0]:
-                found = self._detect(frame, w, h, t_s, far=self._small_faces)
+            if found is None or (not found[0] and self._small_faces):
+                found = self._find_faces(frame, w, h, t_s, near=found is None, far=self._small_faces)
             boxes, rois = found
             self._faces_found = len(boxes)
             for choice in self._candidates(boxes, t_s):
-                pts = self._landmarks(frame, mp_graphs.rect_packet(rois[choice]))
+                pts, self._roi = self._landmarks(frame, rois[choice])
                 if pts is not None:
                     break
                 self._faces_found -= 1  # a detection without a face in it
@@ -352,31 +349,47 @@ class FaceTracker:
             self._lost_since_s = None
         return Landmarks(points=pts, image_size=(w, h), t_ns=t_ns)
 
-    def _landmarks(self, frame, roi) -> np.ndarray | None:
-        """The landmark model on one ROI packet; keeps MediaPipe's ROI for the next frame."""
+    def _find_faces(self, frame, w: int, h: int, t_s: float | None, near: bool, far: bool
+                    ) -> tuple[list[np.ndarray], list[object]]:
+        """Face boxes (pixels) and ROIs: the short-range detector (``near``), then, when
+        ``far`` and nothing was found, the full-range one."""
+        if t_s is not None:
+            self._detected_at_s = t_s
+        boxes, rois = self._detect_faces(frame, w, h, far=False) if near else ([], [])
+        if not boxes and far:
+            boxes, rois = self._detect_faces(frame, w, h, far=True)
+        return boxes, rois
+
+    # -- the graph calls (a tracker on other engines overrides these three) ---------
+
+    def _frame(self, bgr: np.ndarray) -> object:
+        """The frame as the graphs take it: an RGB ImageFrame packet."""
+        from avatar_app.tracking import mp_graphs
+
+        # The RGB copy is the graph's input as it is (shared, not copied again).
+        return mp_graphs.image_packet(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+    def _detect_faces(self, frame, w: int, h: int, far: bool) -> tuple[list[np.ndarray], list[object]]:
+        """One detector's faces: (4,) float64 pixel boxes ``x0, y0, x1, y1`` and, in the same
+        order, the ROIs :meth:`_landmarks` takes (here NormalizedRect packets)."""
+        from avatar_app.tracking import mp_graphs
+
+        if far and self._far_detector is None:
+            self._far_detector = mp_graphs.detection_graph(True, self._min_detection_confidence)
+        graph = self._far_detector if far else self._detector
+        boxes, rects = mp_graphs.detections(graph.run({"image": frame}))
+        scale = np.array([w, h, w, h], np.float64)
+        return [b * scale for b in boxes], [mp_graphs.rect_packet(r) for r in rects]
+
+    def _landmarks(self, frame, roi) -> tuple[np.ndarray | None, object | None]:
+        """The landmark model on one ROI: ((478, 3) float32 normalised points, the ROI
+        for the next frame), or (None, None) when the ROI holds no face."""
         from avatar_app.tracking import mp_graphs
 
         out = self._landmarker.run({"image": frame, "roi": roi})
         if "landmarks" not in out:
-            self._roi = None
-            return None
-        self._roi = out.get("roi_next")
-        return mp_graphs.landmarks_array(out["landmarks"])
-
-    def _detect(self, frame, w: int, h: int, t_s: float | None, far: bool) -> tuple[list[np.ndarray], list[object]]:
-        """Face boxes (pixels) and landmark ROIs: the short-range detector, then (``far``
-        and it found nothing) the full-range one."""
-        from avatar_app.tracking import mp_graphs
-
-        if t_s is not None:
-            self._detected_at_s = t_s
-        boxes, rois = mp_graphs.detections(self._detector.run({"image": frame}))
-        if not boxes and far:
-            if self._far_detector is None:
-                self._far_detector = mp_graphs.detection_graph(True, self._min_detection_confidence)
-            boxes, rois = mp_graphs.detections(self._far_detector.run({"image": frame}))
-        scale = np.array([w, h, w, h], np.float64)
-        return [b * scale for b in boxes], rois
+            return None, None
+        return mp_graphs.landmarks_array(out["landmarks"]), out.get("roi_next")
 
     def _candidates(self, boxes: list[np.ndarray], t_s: float | None) -> list[int]:
         """Detections to try, in order: IMAGE mode the ``max_faces`` largest; else the followed face."""
