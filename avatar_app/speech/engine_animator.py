@@ -9,9 +9,8 @@ Per video frame (``process(window, t_s)``):
    rows are computed (older rows are kept from earlier calls while the stream
    is continuous), the :class:`~avatar_app.speech.vad.VoiceActivityGate`
    (hysteresis and hold) advances, and the engine runs ONCE over the
-   receptive field ending at the newest hop (``T = R`` frames, R = 65: 0.65 s;
-   only that hop's output is used): one call per video frame over a short
-   context, no recurrent state.
+   receptive field plus the new hops (``T = R + n_new - 1`` frames, R = 65:
+   0.65 s): one call per video frame over a short context, no recurrent state.
    Chosen by measurement (benchmarks/speech.py, ONNX Runtime CPU): a call
    costs ~0.14 ms at T = 10 (the per-call floor a stateful per-hop design
    would pay 100 times a second) and ~0.37 ms at T = 68, so at 30 fps the
@@ -198,9 +197,7 @@ class EngineSpeechAnimator:
 
     def _run(self, x: np.ndarray, end_sample: int, first: int, last: int) -> None:
         n_new = last - first + 1
-        # Only the last hop's output is used (the gate runs on the frames, not on the network's
-        # outputs), so the engine sees its receptive field ending at that hop and no more.
-        t = max(self.receptive_field, 10)
+        t = max(self.receptive_field + n_new - 1, 10)
         lo = last - t + 1
         c = self._cache
         if c is not None and self._cache_lo <= lo and self._cache_lo + len(c) == first:
@@ -213,7 +210,7 @@ class EngineSpeechAnimator:
         keep = self.receptive_field + self.max_hops
         self._cache = feats[-keep:]
         self._cache_lo = last + 1 - len(self._cache)
-        out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -1:]
+        out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -n_new:]
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
         ff = analyse_frames(frames)
