@@ -18,7 +18,9 @@ taken within the run stay meaningful on a shared machine:
   refine_landmarks=True).process``;
 - ``avatar_app``: the project's per-frame processing (``FrameProcessor``:
   track + reconstruct + speech + fuse, offline, no render) with the default
-  reconstructor and speech animator, per stage from the frame's stamps.
+  reconstructor and speech animator, per stage from the frame's stamps;
+- ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
+  ran before (legacy FaceMesh for two faces, landmarks copied into numpy).
 
 The clip: the three GRID clips of ../shared/testdata/video, three times over
 (27 s, 675 frames at 25 fps), scaled to 640x512 and written with PyAV into a
@@ -145,21 +147,31 @@ class OpenSeeFace(_Timed):
 
 
 class MediaPipeAlone(_Timed):
-    """MediaPipe's face mesh on its own: BGR->RGB and ``FaceMesh.process``."""
+    """MediaPipe's face mesh on its own: BGR->RGB and ``FaceMesh.process``.
 
-    def __init__(self):
-        super().__init__("mediapipe")
+    ``max_faces=2`` with ``points=True`` is what avatar_app's track stage ran before it
+    drove MediaPipe's subgraphs itself (legacy FaceMesh looking for two faces, so its detector
+    ran on every frame, and the landmarks copied into numpy one by one): the baseline.
+    """
+
+    def __init__(self, max_faces: int = 1, points: bool = False):
+        super().__init__("mediapipe" if max_faces == 1 and not points else f"mediapipe_{max_faces}faces_to_numpy")
         import cv2
         import mediapipe as mp
 
         self._cv2 = cv2
+        self._points = points
         self.mesh = mp.solutions.face_mesh.FaceMesh(
-            static_image_mode=False, max_num_faces=1, refine_landmarks=True,
+            static_image_mode=False, max_num_faces=max_faces, refine_landmarks=True,
             min_detection_confidence=0.5, min_tracking_confidence=0.5)
         self.faces: list[int] = []
 
     def _run(self, bgr):
-        return self.mesh.process(self._cv2.cvtColor(bgr, self._cv2.COLOR_BGR2RGB))
+        res = self.mesh.process(self._cv2.cvtColor(bgr, self._cv2.COLOR_BGR2RGB))
+        if self._points:
+            for f in res.multi_face_landmarks or []:
+                np.array([(p.x, p.y, p.z) for p in f.landmark], dtype=np.float32)
+        return res
 
     def step(self, frame) -> None:
         res = self.time(self._run, frame.image)
@@ -226,6 +238,8 @@ def main() -> int:
     ap.add_argument("--openseeface", type=Path, default=SHARED / "peers" / "openseeface",
                     help="OpenSeeFace folder (tracker.py and models/); never copied")
     ap.add_argument("--no-openseeface", action="store_true", help="leave the peer out")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="leave out the old track stage's graph (FaceMesh for two faces, landmarks to numpy)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the clip")
     ap.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each round")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
@@ -245,6 +259,8 @@ def main() -> int:
           f"{info.duration_s:.1f} s, audio {audio.samples.size / SPEECH_RATE:.1f} s", flush=True)
 
     systems: list = [MediaPipeAlone(), AvatarApp(audio.samples, float(audio.media_time_s))]
+    if not args.no_baseline:
+        systems.append(MediaPipeAlone(max_faces=2, points=True))
     if not args.no_openseeface:
         systems.append(OpenSeeFace(args.openseeface, info.width, info.height))
     keep = []
@@ -292,6 +308,10 @@ def main() -> int:
         "avatar_app_cpu_p50_over_openseeface_cpu_p50": _ratio(app["cpu_ms"]["p50"], osf["cpu_ms"]["p50"]) if osf else None,
         "avatar_app_p50_over_mediapipe_p50": _ratio(app["wall_ms"]["p50"], mp_["wall_ms"]["p50"]),
     }
+    old = results.get("mediapipe_2faces_to_numpy")
+    if old:
+        ratios["old_track_graph_p50_over_mediapipe_p50"] = _ratio(old["wall_ms"]["p50"], mp_["wall_ms"]["p50"])
+        ratios["track_p50_over_old_track_graph_p50"] = _ratio(track["p50"], old["wall_ms"]["p50"])
     bars = {
         "avatar_app_p95_le_6ms": app["wall_ms"]["p95"] <= 6.0,
         "avatar_app_p50_le_half_openseeface": (ratios["avatar_app_p50_over_openseeface_average"] or 9) <= 0.5,
