@@ -91,8 +91,8 @@ class FaceTracker:
             for i, bgr in enumerate(frames):
                 lm = tracker.process_video_frame(bgr, timestamp_ms=i * 40.0)
 
-    Thread: not thread-safe; use one tracker per thread (MediaPipe graphs are
-    stateful).
+    Thread: not thread-safe; use one tracker per thread (it carries the
+    followed face from frame to frame).
 
     Args:
         mode: the running mode; only that mode's ``process_*`` method may be called.
