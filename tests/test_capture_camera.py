@@ -66,6 +66,14 @@ class FakeCapture:
         self.released.set()
 
 
+def _wait_for(condition, hang_s: float = 60.0) -> None:
+    """Poll until ``condition()``; the deadline only guards against a hang."""
+    deadline = time.monotonic() + hang_s
+    while not condition():
+        assert time.monotonic() < deadline, "hung"
+        time.sleep(0.002)
+
+
 def factory(**kw):
     made: list[FakeCapture] = []
 
@@ -96,7 +104,9 @@ def test_reader_delivers_newest_frames_with_driver_timestamps():
     make = factory(driver_age_ms=5.0)
     with CameraSource(0, capture_factory=make) as cam:
         frames = [cam.get_latest(timeout_s=2.0) for _ in range(5)]
-        time.sleep(0.05)  # let frames pile up: they are dropped, newest wins
+        # let frames pile up (they are dropped, newest wins): wait for reads, not for a time
+        reads = make.made[0].read_count
+        _wait_for(lambda: make.made[0].read_count >= reads + 3)
         newest = cam.get_latest(timeout_s=2.0)
     assert all(f is not None for f in frames)
     idx = [f.index for f in frames] + [newest.index]
@@ -118,7 +128,8 @@ def test_implausible_driver_timestamp_falls_back_to_read_time():
         f = cam.get_latest(timeout_s=2.0)
     assert f is not None and cam.timestamp_source == "read"
     t_cap, t_delivered = f.capture_stamps()["capture"]
-    assert 0 <= t_delivered - t_cap < 50_000_000
+    # stamped when the read returned, not 5 s before (how soon after it is handed over depends on load)
+    assert 0 <= t_delivered - t_cap < 1_000_000_000
 
 
 def test_driver_timestamp_plausibility():

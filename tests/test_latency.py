@@ -40,14 +40,21 @@ def test_fake_camera_delay_is_reported(delay_s):
     pipe.on_state = lambda st: presented.append(st)
     pipe.start()
     try:
-        deadline = time.monotonic() + 10
-        while len(presented) < 20 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120  # a hang guard, not a timing check
+        while len(presented) < 40 and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         pipe.stop()
-    assert len(presented) >= 20
+    assert len(presented) >= 40
     for st in presented:
         pipe.presented(st, st.stamps["capture"][1])  # presented the moment it was received
+    # The capture stage is the camera's delay plus the wait until the processing thread takes the
+    # frame (how long depends on the load): never less than the delay, and the delay itself for
+    # a frame that found the thread idle.
+    delay_ms = delay_s * 1000
+    capture_ms = [(e - b) / 1e6 for b, e in (st.stamps["capture"] for st in presented)]
+    assert min(capture_ms) >= delay_ms - 1e-3
+    assert min(capture_ms) == pytest.approx(delay_ms, abs=2.0)
     s = pipe.stats.summary()
-    assert s.stages["capture"][0] == pytest.approx(delay_s * 1000, abs=2.0)
-    assert s.camera_to_screen[0] == pytest.approx(delay_s * 1000, abs=2.0)
+    assert s.stages["capture"][0] >= delay_ms - 1e-3
+    assert s.camera_to_screen[0] == pytest.approx(s.stages["capture"][0], abs=1e-3)

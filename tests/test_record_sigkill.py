@@ -31,8 +31,7 @@ CHILD = textwrap.dedent("""
         img[:, (i * 7) % W:(i * 7) % W + 30] = 255
         rec.write_video(img, i / FPS)
         rec.write_audio((0.1 * rng.standard_normal(SR // FPS)).astype(np.float32), i / FPS)
-        if i == 0:
-            print("recording", flush=True)
+        print("recording" if i == 0 else i + 1, flush=True)  # frames written so far
         time.sleep(max(0.0, t0 + (i + 1) / FPS - time.perf_counter()))
 """)
 
@@ -59,7 +58,10 @@ def test_sigkilled_recording_plays(tmp_path):
             line = proc.stdout.readline()  # imports and encoder set-up are not recording time
             err.seek(0)
             assert line.strip() == "recording", err.read()
-            time.sleep(3.0)
+            # killed once 3 s of media are written (counted, not timed: under load the child lags)
+            while (line := proc.stdout.readline().strip()) and int(line) < 3 * 25:
+                pass
+            assert line, "the recording child ended early"
         finally:
             _sigkill(proc)
     assert proc.returncode == -signal.SIGKILL

@@ -218,3 +218,97 @@ def test_small_faces_path_in_image_mode(testdata):
         assert px[:, 0].mean() < 200  # the woman on the left has the largest face
         assert 40 < px[:, 0].max() - px[:, 0].min() < 120
         assert px[33, 0] < px[263, 0]  # still the subject's right eye on the image's left
+
+
+# -- when the detector runs (counted through a wrapper; media time only, never wall time) --------
+
+
+def _count_calls(tracker: FaceTracker, name: str) -> list:
+    """Wrap ``tracker.<name>`` so each call appends its media time (or None) to the returned list."""
+    calls: list = []
+    real = getattr(tracker, name)
+
+    def counted(*args, **kwargs):
+        calls.append(tracker._last_ts)
+        return real(*args, **kwargs)
+
+    setattr(tracker, name, counted)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def grid_frames(testdata) -> list[tuple[np.ndarray, float]]:
+    """The 75 frames of grid_s1_bbaf2n (one face, always in view) with their media times, ms."""
+    with av.open(str(testdata / "video" / "grid_s1_bbaf2n.mp4")) as c:
+        return [(f.to_ndarray(format="bgr24"), f.time * 1e3) for f in c.decode(video=0)]
+
+
+@pytest.mark.parametrize(("redetect_s", "expected_ms"), [
+    (1.0, [0.0, 1000.0, 2000.0]),
+    (0.5, [0.0, 520.0, 1040.0, 1560.0, 2080.0, 2600.0]),
+    (None, [0.0]),
+])
+def test_detector_runs_on_the_first_frame_then_every_redetect_s_of_media_time(grid_frames, redetect_s, expected_ms):
+    with FaceTracker(RunningMode.VIDEO, redetect_s=redetect_s) as t:
+        detector = _count_calls(t, "_find_faces")
+        landmarker = _count_calls(t, "_landmarks")
+        for img, ms in grid_frames:
+            assert t.process_video_frame(img, ms) is not None
+            assert t.faces_found == 1
+    # 25 fps: the first frame at or after each interval (0.5 s falls between frames 12 and 13)
+    assert detector == pytest.approx(expected_ms)
+    assert len(landmarker) == len(grid_frames)  # one landmark run per frame, never more
+
+
+def test_detector_runs_on_every_frame_while_no_face_is_followed(grid_frames):
+    """Start, loss (the same frame), absence: the detector looks on each of those frames."""
+    blank = np.full_like(grid_frames[0][0], 90)
+    frames = grid_frames[:5] + [(blank, 200.0 + 40 * i) for i in range(5)] + [
+        (img, 400.0 + ms) for img, ms in grid_frames[10:15]]
+    with FaceTracker(RunningMode.VIDEO, small_faces=False) as t:
+        detector = _count_calls(t, "_find_faces")
+        found = [t.process_video_frame(img, ms) is not None for img, ms in frames]
+    assert found == [True] * 5 + [False] * 5 + [True] * 5
+    # frame 0; each blank frame (the first of them is the loss); the face's return; then tracking
+    assert detector == pytest.approx([0.0, 200.0, 240.0, 280.0, 320.0, 360.0, 800.0])
+
+
+def test_another_face_in_view_is_never_tracked(faces):
+    """Two faces in view, the periodic detector on every frame: one landmark run per frame (the
+    followed face's), it keeps its place although the other face is larger, and both are counted."""
+    with FaceTracker(RunningMode.VIDEO, redetect_s=0.001) as t:
+        assert centre_x(t.process_video_frame(two_faces(faces, 260, 170), 0.0)) < W / 2
+        landmarker = _count_calls(t, "_landmarks")
+        xs = []
+        for i in range(1, 13):
+            lm = t.process_video_frame(two_faces(faces, 250, 280), i * 33.3)
+            assert lm is not None and t.faces_found == 2, f"frame {i}"
+            xs.append(centre_x(lm))
+    assert len(landmarker) == 12
+    assert max(xs) < W / 2, xs
+
+
+def test_a_second_person_is_taken_only_after_reacquire_after_s(faces):
+    """Person a is followed, leaves; person b alone in view is ignored until a has been gone
+    for reacquire_after_s of media time, then followed."""
+    only_a, only_b = np.full((H, W, 3), 128, np.uint8), np.full((H, W, 3), 128, np.uint8)
+    only_a[100:360, 30:290] = cv2.resize(faces["a"], (260, 260))
+    only_b[150:410, 360:620] = cv2.resize(faces["b"], (260, 260))
+    with FaceTracker(RunningMode.VIDEO, reacquire_after_s=0.5) as t:
+        assert centre_x(t.process_video_frame(only_a, 0.0)) < W / 2
+        seen = {ms: t.process_video_frame(only_b, ms) for ms in (100.0, 300.0, 550.0, 599.0, 600.0, 700.0)}
+    assert [seen[ms] is None for ms in (100.0, 300.0, 550.0, 599.0)] == [True] * 4
+    assert centre_x(seen[600.0]) > W / 2 and centre_x(seen[700.0]) > W / 2
+
+
+def test_landmarks_equal_mediapipe_face_mesh(grid_frames):
+    """The tracker's graphs are MediaPipe's own subgraphs: same points as FaceMesh (one face, refined)."""
+    import mediapipe as mp
+
+    with FaceTracker(RunningMode.VIDEO) as t, mp.solutions.face_mesh.FaceMesh(
+            max_num_faces=1, refine_landmarks=True) as mesh:
+        for img, ms in grid_frames[:8]:
+            ours = t.process_video_frame(img, ms).points
+            res = mesh.process(cv2.cvtColor(img, cv2.COLOR_BGR2RGB)).multi_face_landmarks[0]
+            theirs = np.array([(p.x, p.y, p.z) for p in res.landmark], np.float32)
+            np.testing.assert_array_equal(ours, theirs)

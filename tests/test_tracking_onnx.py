@@ -205,8 +205,9 @@ def test_contract_modes_and_timestamps(engines):
 
 
 def test_a_second_person_cannot_steal_the_tracking(engines, faces):
-    """The user (a, small, left) is followed; a larger person b appearing later is ignored."""
-    with OnnxFaceTracker(RunningMode.VIDEO, engines=engines) as t:
+    """The user (a, small, left) is followed; a larger person b appearing later is ignored (the
+    detector runs on every frame here, so it sees b each time)."""
+    with OnnxFaceTracker(RunningMode.VIDEO, engines=engines, redetect_s=0.001) as t:
         alone = np.full((H, W, 3), 128, np.uint8)
         alone[100:320, 30:250] = cv2.resize(faces["a"], (220, 220))
         first = t.process_video_frame(alone, 0.0)

@@ -1,29 +1,43 @@
 """Face landmarks from MediaPipe's face mesh, with running modes and face selection.
 
-Wraps the legacy ``mediapipe.solutions.face_mesh.FaceMesh`` with
-``refine_landmarks=True`` (478 landmarks: the 468-point mesh plus 5 points per
-iris). mediapipe 0.10.21 bundles the detector and landmark models in its
-wheel, so nothing is downloaded.
+MediaPipe's face landmark model with attention (``refine_landmarks=True``: 478
+landmarks, the 468-point mesh plus 5 points per iris) and its face detectors,
+run as two small graphs (:mod:`avatar_app.tracking.mp_graphs`) built from
+MediaPipe's own subgraphs. mediapipe 0.10.21 bundles the models in its wheel,
+so nothing is downloaded.
 
 The legacy API has no timestamps; this wrapper owns the contract of the
 MediaPipe Tasks API instead: one running mode per tracker, one method per
 mode, and timestamps that strictly increase.
 
-Small faces: the face mesh's own detector is the short-range model (faces
-larger than about a fifth of the image). When it finds no face, the tracker
-runs MediaPipe's full-range face detector (``FaceDetection(model_selection=1)``),
-crops a square around the chosen face, upscales it to 256 px and runs the
-mesh on the crop; while that face stays small the next frames are cropped
-around its previous landmarks ("track from the last box", as OpenSeeFace
-does) without running the detector again.
+Tracking (VIDEO and LIVE), as MediaPipe's FaceMesh does for one face: the
+landmark model runs on a region of interest (ROI) that follows the face from
+its previous landmarks. The face detector runs only
+
+- when no face is followed: the first frame, and every frame after the
+  followed face was lost (its face presence score fell below
+  ``min_tracking_confidence``; the detector then runs on that same frame);
+- every ``redetect_s`` of media time while a face is followed, to count the
+  faces in view (``faces_found``); the followed face keeps its ROI.
+
+Legacy FaceMesh with ``max_num_faces=2`` ran its detector on every frame with
+one face in view (about 1.5x the landmark model's cost).
+
+Small faces: the short-range detector finds faces larger than about a fifth of
+the image. When it finds none, the full-range detector
+(``model_selection=1``, faces down to ~30 px) runs; the landmark model crops
+and scales the face's ROI itself, and tracking from the landmarks needs no
+detector, so a small face is tracked like a large one.
 
 Face selection: when several faces are visible the tracker follows one. On the
 first frame (and after the followed face has been lost for longer than
-``reacquire_after_s``) it takes the largest face; afterwards it takes the face
-whose box overlaps the previous choice most (intersection over union), or if
-none overlaps the nearest one within ``gate`` box sizes; a face elsewhere is
-another person and is ignored (the frame returns None) until the re-acquire
-time has passed. IMAGE mode has no history: always the largest face.
+``reacquire_after_s``) it takes the largest detected face; afterwards it takes
+the detection whose box overlaps the last landmarks' box most (intersection
+over union), or if none overlaps the nearest one within ``gate`` box sizes; a
+face elsewhere is another person and is ignored (the frame returns None) until
+the re-acquire time has passed. Only the followed face is tracked, so another
+face in view costs nothing and cannot take its place. IMAGE mode has no
+history: always the largest face.
 """
 from __future__ import annotations
 
@@ -35,18 +49,8 @@ import numpy as np
 
 from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.types import Landmarks
-from avatar_app.core.landmarks import NUM_LANDMARKS
-from avatar_app.tracking.native_log import QuietGraph
 
 logger = logging.getLogger(__name__)
-
-_CROP_PX = 256
-"""Side of the square crop the mesh sees in the small-face path, pixels."""
-_CROP_SCALE_FROM_DETECTION = 2.2
-"""Crop side / detector box side (the detector's box spans brows to mouth)."""
-_CROP_SCALE_FROM_LANDMARKS = 1.6
-"""Crop side / landmark box side (MediaPipe's own ROI uses about 1.5)."""
-
 
 class RunningMode(enum.Enum):
     """How frames arrive, as in MediaPipe Tasks' ``VisionTaskRunningMode``.
@@ -78,13 +82,6 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def _mesh_points(result: object) -> list[np.ndarray]:
-    """(478, 3) float32 arrays of every face in a legacy FaceMesh result."""
-    faces = getattr(result, "multi_face_landmarks", None) or []
-    pts = [np.array([(p.x, p.y, p.z) for p in f.landmark], dtype=np.float32) for f in faces]
-    return [p for p in pts if p.shape == (NUM_LANDMARKS, 3)]
-
-
 class FaceTracker:
     """MediaPipe face mesh (478 landmarks) for one followed face.
 
@@ -94,29 +91,27 @@ class FaceTracker:
             for i, bgr in enumerate(frames):
                 lm = tracker.process_video_frame(bgr, timestamp_ms=i * 40.0)
 
-    Thread: not thread-safe; use one tracker per thread (MediaPipe graphs are
-    stateful).
+    Thread: not thread-safe; use one tracker per thread (it carries the
+    followed face from frame to frame).
 
     Args:
         mode: the running mode; only that mode's ``process_*`` method may be called.
-        max_faces: how many faces the full-frame mesh looks for (1..10).
-            MediaPipe runs its detector on every frame where fewer faces than
-            this are tracked. Measured at 640x480 on a shared 2-core CPU
-            (best of 3): one face in view 1.9 ms/frame with 1, 2.9 ms with 2;
-            two faces in view 2.6 ms with 1, 4.6 ms with 2 (both tracked). The
-            default 2 makes the selection rule hold for a second person in
-            view: with 1, MediaPipe follows whichever face its detector scored
-            highest when the user's face was lost (e.g. someone behind the user)
-            and, while that face is tracked, never looks for the user again.
+        max_faces: IMAGE mode: how many detected faces (largest first) the
+            landmark model tries until one holds a face (1..10). VIDEO and
+            LIVE consider every detected face for selection and track one.
         min_detection_confidence: face detector threshold in [0, 1].
         min_tracking_confidence: landmark presence threshold in [0, 1] below
             which the face counts as lost and the detector runs again.
-        small_faces: use the full-range detector and an upscaled crop when the
-            mesh finds no face (faces down to ~30 px).
+        small_faces: run the full-range detector when the short-range one finds
+            no face (faces down to ~30 px).
         reacquire_after_s: seconds without the followed face after which the
             largest visible face is taken instead (VIDEO and LIVE).
         gate: how far (in sizes of the previous box) a non-overlapping face may
             be from the previous choice to still count as the same face.
+        redetect_s: media time between detector runs while a face is followed
+            (VIDEO and LIVE), seconds; None: only when no face is followed.
+            The default keeps those runs under 5 % of frames at 25-30 fps, so
+            they stay out of the 95th percentile of the frame time.
 
     Raises:
         InputError: a parameter out of range.
@@ -132,6 +127,7 @@ class FaceTracker:
         small_faces: bool = True,
         reacquire_after_s: float = 0.5,
         gate: float = 0.5,
+        redetect_s: float | None = 1.0,
     ) -> None:
         if not isinstance(mode, RunningMode):
             raise InputError(f"mode must be a RunningMode, got {mode!r}")
@@ -145,6 +141,8 @@ class FaceTracker:
                 raise InputError(f"{name} must be in [0, 1], got {v}")
         if reacquire_after_s < 0 or gate < 0:
             raise InputError("reacquire_after_s and gate must be non-negative")
+        if redetect_s is not None and not float(redetect_s) > 0:
+            raise InputError(f"redetect_s must be positive or None, got {redetect_s}")
         self._mode = mode
         self._max_faces = int(max_faces)
         self._min_detection_confidence = float(min_detection_confidence)
@@ -152,15 +150,18 @@ class FaceTracker:
         self._small_faces = bool(small_faces)
         self._reacquire_after_s = float(reacquire_after_s)
         self._gate = float(gate)
+        self._redetect_s = None if redetect_s is None else float(redetect_s)
         self._closed = False
-        self._mesh = None
-        self._crop_mesh = None
-        self._detector = None
+        self._landmarker = self._detector = self._far_detector = None
         self._open_graphs()
+        self._forget()
+
+    def _forget(self) -> None:
         self._last_ts: int | float | None = None
-        self._prev_box: np.ndarray | None = None
-        self._prev_small = False
+        self._roi = None  # MediaPipe's ROI of the followed face for the next frame (a packet)
+        self._prev_box: np.ndarray | None = None  # the followed face's last landmark box, pixels
         self._lost_since_s: float | None = None
+        self._detected_at_s = -np.inf  # media time of the last detector run
         self._faces_found = 0
 
     # -- public API ---------------------------------------------------------
@@ -172,13 +173,13 @@ class FaceTracker:
 
     @property
     def max_faces(self) -> int:
-        """How many faces the full-frame mesh looks for."""
+        """IMAGE mode: how many of the largest detected faces are tried."""
         return self._max_faces
 
     @property
     def faces_found(self) -> int:
-        """Faces seen in the last processed frame (by the mesh, or by the detector
-        when the small-face path ran; 1 while a small face is tracked from its box)."""
+        """Faces in view: found by the last detector run (at most ``redetect_s`` ago
+        while a face is followed, and then at least 1); 0 when no face was found."""
         return self._faces_found
 
     def process_image(self, bgr: np.ndarray) -> Landmarks | None:
@@ -255,13 +256,7 @@ class FaceTracker:
             TrackingError: the tracker is closed.
         """
         self._check_open()
-        self._close_graphs()
-        self._open_graphs()  # fresh graphs forget MediaPipe's own tracked regions too
-        self._last_ts = None
-        self._prev_box = None
-        self._prev_small = False
-        self._lost_since_s = None
-        self._faces_found = 0
+        self._forget()  # the graphs keep no state between frames
 
     def close(self) -> None:
         """Release the MediaPipe graphs. Idempotent."""
@@ -278,62 +273,17 @@ class FaceTracker:
     # -- internals ----------------------------------------------------------
 
     def _open_graphs(self) -> None:
-        import mediapipe as mp  # heavy import, only when a tracker is made
+        from avatar_app.tracking import mp_graphs
 
-        fm = mp.solutions.face_mesh
-        self._mesh = QuietGraph(lambda: fm.FaceMesh(
-            static_image_mode=self._mode is RunningMode.IMAGE,
-            max_num_faces=self._max_faces,
-            refine_landmarks=True,
-            min_detection_confidence=self._min_detection_confidence,
-            min_tracking_confidence=self._min_tracking_confidence,
-        ))
-        self._crop_mesh = None
-        self._detector = None
+        self._landmarker = mp_graphs.landmark_graph(self._min_tracking_confidence)
+        self._detector = mp_graphs.detection_graph(False, self._min_detection_confidence)
+        self._far_detector = None  # the full-range detector, made on first use
 
     def _close_graphs(self) -> None:
-        for g in (self._mesh, self._crop_mesh, self._detector):
+        for g in (self._landmarker, self._detector, self._far_detector):
             if g is not None:
                 g.close()
-        self._mesh = self._crop_mesh = self._detector = None
-
-    def _small_face_graphs(self) -> tuple[object, object]:
-        """The full-range detector and the crop mesh, created on first use."""
-        if self._detector is None:
-            import mediapipe as mp
-
-            self._detector = QuietGraph(lambda: mp.solutions.face_detection.FaceDetection(
-                model_selection=1, min_detection_confidence=self._min_detection_confidence
-            ))
-            # Static mode: the crop moves with the face, so no state may carry over.
-            self._crop_mesh = QuietGraph(lambda: mp.solutions.face_mesh.FaceMesh(
-                static_image_mode=True,
-                max_num_faces=1,
-                refine_landmarks=True,
-                min_detection_confidence=self._min_detection_confidence,
-            ))
-        return self._detector, self._crop_mesh
-
-    # -- the three graph calls (an ONNX tracker overrides them) ------------------
-
-    def _frame_faces(self, rgb: np.ndarray) -> list[np.ndarray]:
-        """(478, 3) normalised landmarks of each face the full-frame mesh tracks in an RGB frame."""
-        return _mesh_points(self._mesh.process(rgb))
-
-    def _small_face_boxes(self, rgb: np.ndarray) -> list[np.ndarray]:
-        """(4,) pixel boxes ``x0, y0, x1, y1`` of the full-range detector's faces in an RGB frame."""
-        detector, _ = self._small_face_graphs()
-        h, w = rgb.shape[:2]
-        boxes = []
-        for d in getattr(detector.process(rgb), "detections", None) or []:
-            b = d.location_data.relative_bounding_box
-            boxes.append(np.array([b.xmin * w, b.ymin * h, (b.xmin + b.width) * w, (b.ymin + b.height) * h]))
-        return boxes
-
-    def _crop_faces(self, crop: np.ndarray) -> list[np.ndarray]:
-        """(478, 3) crop-normalised landmarks of the faces the static mesh finds in an RGB crop."""
-        _, crop_mesh = self._small_face_graphs()
-        return _mesh_points(crop_mesh.process(crop))
+        self._landmarker = self._detector = self._far_detector = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -367,72 +317,88 @@ class FaceTracker:
 
     def _process(self, image: np.ndarray, t_s: float | None, t_ns: int) -> Landmarks | None:
         h, w = image.shape[:2]
-        rgb = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+        frame = self._frame(image)
         pts: np.ndarray | None = None
-        small = False
-        if self._small_faces and self._prev_small and self._prev_box is not None:
-            # Track a small face from its last box, without the detector; a face in
-            # the crop that does not overlap the last box is someone else.
-            pts = self._mesh_in_box(rgb, self._prev_box, _CROP_SCALE_FROM_LANDMARKS)
-            if pts is not None and _iou(_landmark_box(pts, w, h), self._prev_box) <= 0.0:
-                pts = None
-            small = pts is not None
-            self._faces_found = int(small)
+        found: tuple[list[np.ndarray], list[object]] | None = None
+        if self._roi is not None:
+            if self._redetect_s is not None and t_s - self._detected_at_s >= self._redetect_s:
+                found = self._find_faces(frame, w, h, t_s, near=True, far=False)
+                self._faces_found = max(len(found[0]), 1)
+            pts, self._roi = self._landmarks(frame, self._roi)
+            if pts is None:
+                logger.debug("followed face lost at %s s; detecting", t_s)
         if pts is None:
-            faces = self._frame_faces(rgb)
-            self._faces_found = len(faces)
-            if faces:
-                choice = self._select([_landmark_box(p, w, h) for p in faces], t_s)
-                pts = None if choice is None else faces[choice]
-        if pts is None and self._small_faces:
-            pts = self._detect_small(rgb, t_s)
-            small = pts is not None
+            if found is None or (not found[0] and self._small_faces):
+                found = self._find_faces(frame, w, h, t_s, near=found is None, far=self._small_faces)
+            boxes, rois = found
+            self._faces_found = len(boxes)
+            for choice in self._candidates(boxes, t_s):
+                pts, self._roi = self._landmarks(frame, rois[choice])
+                if pts is not None:
+                    break
+                self._faces_found -= 1  # a detection without a face in it
         if pts is None:
+            self._roi = None
             if t_s is not None and self._lost_since_s is None:
                 self._lost_since_s = t_s
-            self._prev_small = False
             return None
-        if t_s is not None:  # IMAGE mode keeps no history
-            box = _landmark_box(pts, w, h)
-            self._prev_box = box
-            # Stay on the crop path while the face is too small for the mesh's own detector.
-            self._prev_small = small and max(box[2] - box[0], box[3] - box[1]) < 0.25 * min(w, h)
+        if t_s is None:  # IMAGE mode keeps no history
+            self._roi = None
+        else:
+            self._prev_box = _landmark_box(pts, w, h)
             self._lost_since_s = None
         return Landmarks(points=pts, image_size=(w, h), t_ns=t_ns)
 
-    def _detect_small(self, rgb: np.ndarray, t_s: float | None) -> np.ndarray | None:
-        """Full-range detection, selection, then the mesh on a crop of the chosen face."""
-        boxes = self._small_face_boxes(rgb)
-        self._faces_found = max(self._faces_found, len(boxes))
-        if not boxes:
-            return None
-        choice = self._select(boxes, t_s)
-        if choice is None:
-            return None
-        return self._mesh_in_box(rgb, boxes[choice], _CROP_SCALE_FROM_DETECTION)
+    def _find_faces(self, frame, w: int, h: int, t_s: float | None, near: bool, far: bool
+                    ) -> tuple[list[np.ndarray], list[object]]:
+        """Face boxes (pixels) and ROIs: the short-range detector (``near``), then, when
+        ``far`` and nothing was found, the full-range one."""
+        if t_s is not None:
+            self._detected_at_s = t_s
+        boxes, rois = self._detect_faces(frame, w, h, far=False) if near else ([], [])
+        if not boxes and far:
+            boxes, rois = self._detect_faces(frame, w, h, far=True)
+        return boxes, rois
 
-    def _mesh_in_box(self, rgb: np.ndarray, box: np.ndarray, scale: float) -> np.ndarray | None:
-        """Run the crop mesh on a square of ``scale`` box sizes; points in full-image coords."""
-        h, w = rgb.shape[:2]
-        side = scale * max(box[2] - box[0], box[3] - box[1])
-        if side < 8:
-            return None
-        x0 = 0.5 * (box[0] + box[2]) - 0.5 * side
-        y0 = 0.5 * (box[1] + box[3]) - 0.5 * side
-        k = _CROP_PX / side
-        m = np.array([[k, 0.0, -x0 * k], [0.0, k, -y0 * k]])
-        crop = cv2.warpAffine(
-            rgb, m, (_CROP_PX, _CROP_PX), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT
-        )
-        faces = self._crop_faces(crop)
-        if not faces:
-            return None
-        p = faces[0]
-        out = np.empty_like(p)
-        out[:, 0] = (x0 + p[:, 0] * side) / w
-        out[:, 1] = (y0 + p[:, 1] * side) / h
-        out[:, 2] = p[:, 2] * side / w
-        return out
+    # -- the graph calls (a tracker on other engines overrides these three) ---------
+
+    def _frame(self, bgr: np.ndarray) -> object:
+        """The frame as the graphs take it: an RGB ImageFrame packet."""
+        from avatar_app.tracking import mp_graphs
+
+        # The RGB copy is the graph's input as it is (shared, not copied again).
+        return mp_graphs.image_packet(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+    def _detect_faces(self, frame, w: int, h: int, far: bool) -> tuple[list[np.ndarray], list[object]]:
+        """One detector's faces: (4,) float64 pixel boxes ``x0, y0, x1, y1`` and, in the same
+        order, the ROIs :meth:`_landmarks` takes (here NormalizedRect packets)."""
+        from avatar_app.tracking import mp_graphs
+
+        if far and self._far_detector is None:
+            self._far_detector = mp_graphs.detection_graph(True, self._min_detection_confidence)
+        graph = self._far_detector if far else self._detector
+        boxes, rects = mp_graphs.detections(graph.run({"image": frame}))
+        scale = np.array([w, h, w, h], np.float64)
+        return [b * scale for b in boxes], [mp_graphs.rect_packet(r) for r in rects]
+
+    def _landmarks(self, frame, roi) -> tuple[np.ndarray | None, object | None]:
+        """The landmark model on one ROI: ((478, 3) float32 normalised points, the ROI
+        for the next frame), or (None, None) when the ROI holds no face."""
+        from avatar_app.tracking import mp_graphs
+
+        out = self._landmarker.run({"image": frame, "roi": roi})
+        if "landmarks" not in out:
+            return None, None
+        return mp_graphs.landmarks_array(out["landmarks"]), out.get("roi_next")
+
+    def _candidates(self, boxes: list[np.ndarray], t_s: float | None) -> list[int]:
+        """Detections to try, in order: IMAGE mode the ``max_faces`` largest; else the followed face."""
+        if not boxes:
+            return []
+        if t_s is None:
+            return [int(i) for i in np.argsort([-_area(b) for b in boxes], kind="stable")[: self._max_faces]]
+        choice = self._select(boxes, t_s)
+        return [] if choice is None else [choice]
 
     def _select(self, boxes: list[np.ndarray], t_s: float | None) -> int | None:
         """Index of the face to follow, or None when only other people are visible."""

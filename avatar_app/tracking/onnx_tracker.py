@@ -14,8 +14,9 @@ the region-of-interest rules MediaPipe's graph runs around them.
   the mesh runs on all ROIs of all streams in one batch; faces whose flag is
   below ``min_tracking_confidence`` are lost, and the others give the next ROIs.
 - :class:`OnnxFaceTracker` is :class:`~avatar_app.tracking.face_mesh.FaceTracker`
-  (running modes, timestamps, face selection, small faces) with these engines
-  in place of MediaPipe's graphs. For small faces, where FaceTracker runs
+  (running modes, timestamps, face selection, periodic re-detection, small faces)
+  with these engines in place of MediaPipe's graphs: it overrides FaceTracker's
+  three graph calls (frame, detector -> ROIs, mesh on one ROI -> the next ROI). For small faces, where FaceTracker runs
   MediaPipe's full-range detector (a sparse model that does not convert), it
   runs the short-range detector on overlapping tiles of the frame.
 """
@@ -260,29 +261,41 @@ class OnnxFaceTracker(FaceTracker):
     def _close_graphs(self) -> None:
         self._state = StreamState()
 
-    def _frame_faces(self, rgb: np.ndarray) -> list[np.ndarray]:
-        states = None if self.mode is RunningMode.IMAGE else [self._state]
-        return track_step(self._engines, [rgb], states, self.max_faces, self._min_detection_confidence,
-                          self._min_tracking_confidence)[0]
+    def _frame(self, bgr: np.ndarray) -> np.ndarray:
+        """The frame as the engines take it: (H, W, 3) uint8 RGB."""
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
-    def _small_face_boxes(self, rgb: np.ndarray) -> list[np.ndarray]:
-        h, w = rgb.shape[:2]
+    def _detect_faces(self, frame: np.ndarray, w: int, h: int, far: bool) -> tuple[list[np.ndarray], list[object]]:
+        """Faces (pixel boxes) and their ROIs ((5,) rects of :mod:`~avatar_app.tracking.roi`).
+
+        ``far`` (small faces): MediaPipe's full-range detector does not convert, so the
+        short-range detector runs on overlapping tiles of the frame (:func:`tiles`); a
+        face in two tiles counts once.
+        """
+        if not far:
+            bp, kp, _ = self._engines.detect([frame], self._min_detection_confidence)[0]
+            return list(bp), list(R.detection_rects(bp, kp))
         boxes = tiles(w, h)
-        crops = [rgb[int(y0):int(np.ceil(y1)), int(x0):int(np.ceil(x1))] for x0, y0, x1, y1 in boxes]
-        found, scores = [], []
-        for (x0, y0, _, _), (bp, _, s) in zip(boxes, self._engines.detect(crops, self._min_detection_confidence)):
+        crops = [frame[int(y0):int(np.ceil(y1)), int(x0):int(np.ceil(x1))] for x0, y0, x1, y1 in boxes]
+        found, points, scores = [], [], []
+        for (x0, y0, _, _), (bp, kp, s) in zip(boxes, self._engines.detect(crops, self._min_detection_confidence)):
             found.extend(bp + np.array([int(x0), int(y0)] * 2))
+            points.extend(kp + np.array([int(x0), int(y0)]))
             scores.extend(s)
         if not found:
-            return []
-        found, scores = np.array(found), np.array(scores)
-        order = np.argsort(-scores, kind="stable")
+            return [], []
+        found, points = np.array(found), np.array(points)
         kept: list[int] = []
-        for i in order:  # a face in two overlapping tiles counts once
+        for i in np.argsort(-np.array(scores), kind="stable"):
             if not kept or R.box_iou(found[i:i + 1], found[kept]).max() <= R.NMS_IOU:
                 kept.append(int(i))
-        return [found[i] for i in kept]
+        return [found[i] for i in kept], list(R.detection_rects(found[kept], points[kept]))
 
-    def _crop_faces(self, crop: np.ndarray) -> list[np.ndarray]:
-        return track_step(self._engines, [crop], None, 1, self._min_detection_confidence,
-                          self._min_tracking_confidence)[0]
+    def _landmarks(self, frame: np.ndarray, roi) -> tuple[np.ndarray | None, object | None]:
+        """The mesh on one ROI: ((478, 3) float32 image-normalised points, the next frame's ROI),
+        or (None, None) when the face flag is below ``min_tracking_confidence``."""
+        pts, flags = self._engines.landmarks([frame], np.asarray(roi, np.float64)[None])
+        if flags[0] < self._min_tracking_confidence:
+            return None, None
+        h, w = frame.shape[:2]
+        return pts[0], R.landmark_rects(pts[:1, :, :2] * np.array([w, h], np.float64))[0]

@@ -1,0 +1,349 @@
+"""Peers benchmark: avatar_app's per-frame processing beside OpenSeeFace and MediaPipe, interleaved.
+
+Run by hand (never as a test):
+
+    python benchmarks/peers.py [--rounds 1] [--out benchmarks/results/peers.json]
+
+One process, one clip, the three trackers interleaved frame by frame (the order
+rotates every frame), so machine load hits all three alike and the ratios
+taken within the run stay meaningful on a shared machine:
+
+- ``openseeface``: OpenSeeFace's ``Tracker`` (landmark model 0, one thread,
+  one face, its ``facetracker.py`` defaults otherwise) imported at run time from
+  ``../shared/peers/openseeface`` with its own models; its figure is
+  ``Tracker.predict`` per detected face, as facetracker.py prints it
+  ("Average tracking time per detected face");
+- ``mediapipe``: MediaPipe's face mesh alone, as its documentation uses it on
+  BGR camera frames: ``cv2.cvtColor(BGR2RGB)`` + ``FaceMesh(max_num_faces=1,
+  refine_landmarks=True).process``;
+- ``avatar_app``: the project's per-frame processing (``FrameProcessor``:
+  track + reconstruct + speech + fuse, offline, no render) with the default
+  reconstructor and speech animator, per stage from the frame's stamps;
+- ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
+  ran before (legacy FaceMesh for two faces, landmarks copied into numpy).
+
+The clip: the three GRID clips of ../shared/testdata/video, three times over
+(27 s, 675 frames at 25 fps), scaled to 640x512 and written with PyAV into a
+temporary file (never kept). Each call is timed in wall time and in process CPU
+time (all threads of this process; less sensitive to other processes' load).
+The first ``--warmup`` frames of every round are left out of the statistics.
+
+Bars (issue 18): avatar_app p95 <= 6 ms; avatar_app p50 <= 0.5 x OpenSeeFace's
+average; track stage p50 <= 1.15 x MediaPipe's p50. The lead measures the final
+figures on a quiet machine; ``load_average`` in the JSON says how busy it was.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GRID_CLIPS = ("grid_s1_bbaf2n.mp4", "grid_s2_swwp2s.mp4", "grid_lbax4n.mp4")
+SIZE = (640, 512)
+FPS = 25
+STAGES = ("track", "reconstruct", "speech", "fuse")
+# ../shared beside the checkout (a worktree under wt/ has it one level further up)
+SHARED = next((p / "shared" for p in ROOT.parents if (p / "shared").is_dir()), ROOT.parent / "shared")
+
+
+def frame_processor_class():
+    """The project's FrameProcessor (the one import to repoint when it moves)."""
+    from avatar_app.pipeline import FrameProcessor
+
+    return FrameProcessor
+
+
+# -- the clip ---------------------------------------------------------------------
+def make_clip(testdata: Path, out: Path, repeats: int = 3) -> Path:
+    """Concatenate the GRID clips ``repeats`` times, scaled to 640x512, H.264 + AAC, with PyAV."""
+    import av
+
+    with av.open(str(out), "w") as oc:
+        vs = oc.add_stream("libx264", rate=FPS, options={"crf": "16", "preset": "veryfast"})
+        vs.width, vs.height, vs.pix_fmt = SIZE[0], SIZE[1], "yuv420p"
+        as_ = oc.add_stream("aac", rate=44100, layout="mono")
+        resampler = av.AudioResampler(format="fltp", layout="mono", rate=44100)
+        k_video = 0
+        n_audio = 0
+        for _ in range(repeats):
+            for name in GRID_CLIPS:
+                with av.open(str(testdata / "video" / name)) as ic:
+                    for fr in ic.decode(video=0):
+                        img = fr.reformat(width=SIZE[0], height=SIZE[1], format="yuv420p")
+                        img.pts, img.time_base = k_video, Fraction(1, FPS)
+                        k_video += 1
+                        oc.mux(vs.encode(img))
+                    # each clip's audio, cut or padded to its video length, so sound and picture stay aligned
+                    want = round(k_video / FPS * 44100)
+                    ic.seek(0)
+                    chunks = []
+                    for af in ic.decode(audio=0):
+                        for r in resampler.resample(af):
+                            chunks.append(r.to_ndarray().reshape(-1))
+                    pcm = np.concatenate(chunks).astype(np.float32)[: want - n_audio]
+                    pcm = np.pad(pcm, (0, want - n_audio - len(pcm)))
+                    for s in range(0, len(pcm), 1024):
+                        block = pcm[s: s + 1024][None]
+                        af = av.AudioFrame.from_ndarray(np.ascontiguousarray(block), format="fltp", layout="mono")
+                        af.sample_rate, af.pts, af.time_base = 44100, n_audio + s, Fraction(1, 44100)
+                        oc.mux(as_.encode(af))
+                    n_audio = want
+        oc.mux(vs.encode(None))
+        oc.mux(as_.encode(None))
+    return out
+
+
+# -- the three systems --------------------------------------------------------------
+class _Timed:
+    """Wall and process-CPU time of each call, in ms."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def time(self, fn, *args):
+        c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+        out = fn(*args)
+        t1, c1 = time.perf_counter_ns(), time.process_time_ns()
+        self.wall.append((t1 - t0) / 1e6)
+        self.cpu.append((c1 - c0) / 1e6)
+        return out
+
+
+class OpenSeeFace(_Timed):
+    """OpenSeeFace's Tracker, model 0, as ``facetracker.py --model 0 -m 1`` builds it."""
+
+    def __init__(self, root: Path, width: int, height: int):
+        super().__init__("openseeface")
+        root = root.resolve()
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        os.environ.setdefault("OMP_NUM_THREADS", "1")  # what facetracker.py sets for -m 1
+        from tracker import Tracker  # OpenSeeFace's tracker.py, from the peer folder
+
+        self.tracker = Tracker(width, height, model_type=0, max_threads=1, max_faces=1, discard_after=10,
+                               scan_every=3, silent=True, model_dir=str(root / "models"), no_gaze=False,
+                               detection_threshold=0.6, threshold=None, use_retinaface=0,
+                               max_feature_updates=900, static_model=True, try_hard=False)
+        self.faces: list[int] = []
+        self.commit = (root / "COMMIT").read_text().strip() if (root / "COMMIT").exists() else None
+
+    def step(self, frame) -> None:
+        faces = self.time(self.tracker.predict, frame.image)
+        self.faces.append(len(faces))
+
+
+class MediaPipeAlone(_Timed):
+    """MediaPipe's face mesh on its own: BGR->RGB and ``FaceMesh.process``.
+
+    ``max_faces=2`` with ``points=True`` is what avatar_app's track stage ran before it
+    drove MediaPipe's subgraphs itself (legacy FaceMesh looking for two faces, so its detector
+    ran on every frame, and the landmarks copied into numpy one by one): the baseline.
+    """
+
+    def __init__(self, max_faces: int = 1, points: bool = False):
+        super().__init__("mediapipe" if max_faces == 1 and not points else f"mediapipe_{max_faces}faces_to_numpy")
+        import cv2
+        import mediapipe as mp
+
+        self._cv2 = cv2
+        self._points = points
+        self.mesh = mp.solutions.face_mesh.FaceMesh(
+            static_image_mode=False, max_num_faces=max_faces, refine_landmarks=True,
+            min_detection_confidence=0.5, min_tracking_confidence=0.5)
+        self.faces: list[int] = []
+
+    def _run(self, bgr):
+        res = self.mesh.process(self._cv2.cvtColor(bgr, self._cv2.COLOR_BGR2RGB))
+        if self._points:
+            for f in res.multi_face_landmarks or []:
+                np.array([(p.x, p.y, p.z) for p in f.landmark], dtype=np.float32)
+        return res
+
+    def step(self, frame) -> None:
+        res = self.time(self._run, frame.image)
+        self.faces.append(len(res.multi_face_landmarks or []))
+
+
+class AvatarApp(_Timed):
+    """The project's FrameProcessor with its default reconstructor and speech animator."""
+
+    def __init__(self, speech_samples: np.ndarray, speech_offset_s: float):
+        super().__init__("avatar_app")
+        from avatar_app.fusion import Fusion
+        from avatar_app.pipeline import SPEECH_RATE, audio_window
+        from avatar_app.reconstruction.engine import create_face_reconstructor
+        from avatar_app.speech.engine_animator import create_speech_animator
+        from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+
+        self._audio_window = audio_window
+        self._rate = SPEECH_RATE
+        self.tracker = FaceTracker(RunningMode.VIDEO)
+        self.reconstructor = create_face_reconstructor()
+        self.speech = create_speech_animator()
+        self.proc = frame_processor_class()(self.tracker, self.reconstructor, self.speech, live=False,
+                                            fusion=Fusion())
+        self.proc.speech_lookahead_s = float(getattr(self.speech, "offline_lookahead_s", 0.0) or 0.0)
+        self.context_s = float(getattr(self.speech, "context_s", 0.1))
+        self.samples, self.offset = speech_samples, speech_offset_s
+        self.stages: dict[str, list[float]] = {s: [] for s in STAGES}
+        self.faces: list[int] = []
+
+    def describe(self) -> dict:
+        d = {}
+        for key, obj in (("reconstructor", self.reconstructor), ("speech", self.speech)):
+            d[key] = obj.describe() if hasattr(obj, "describe") else type(obj).__name__
+        return d
+
+    def step(self, frame) -> None:
+        f = replace(frame, stamps={})
+        window = self._audio_window(self.samples, self._rate,
+                                    f.media_time_s - self.offset + self.proc.speech_lookahead_s, self.context_s)
+        state = self.time(self.proc.process, f, window)
+        for s in STAGES:
+            a, b = state.stamps.get(s, (0, 0))
+            self.stages[s].append((b - a) / 1e6)
+        self.faces.append(int(state.face_found))
+
+
+# -- statistics ---------------------------------------------------------------------
+def _summary(values: list[float], keep: np.ndarray) -> dict:
+    v = np.asarray(values, np.float64)[keep]
+    if v.size == 0:
+        return {"n": 0}
+    return {"n": int(v.size), "mean": round(float(v.mean()), 3), "p50": round(float(np.percentile(v, 50)), 3),
+            "p95": round(float(np.percentile(v, 95)), 3), "max": round(float(v.max()), 3)}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--testdata", type=Path, default=Path(os.environ.get("AVATAR_TESTDATA", SHARED / "testdata")))
+    ap.add_argument("--openseeface", type=Path, default=SHARED / "peers" / "openseeface",
+                    help="OpenSeeFace folder (tracker.py and models/); never copied")
+    ap.add_argument("--no-openseeface", action="store_true", help="leave the peer out")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="leave out the old track stage's graph (FaceMesh for two faces, landmarks to numpy)")
+    ap.add_argument("--rounds", type=int, default=1, help="passes over the clip")
+    ap.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each round")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
+    args = ap.parse_args()
+
+    from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.pipeline import SPEECH_RATE
+
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        clip = make_clip(args.testdata, Path(tmp) / "grid_concat_640x512.mp4")
+        with VideoFileSource(clip) as src:
+            info = src.info
+            audio = src.read_audio(SPEECH_RATE)
+            frames = list(src.frames())
+    print(f"clip: {len(frames)} frames {info.width}x{info.height} at {info.fps:g} fps, "
+          f"{info.duration_s:.1f} s, audio {audio.samples.size / SPEECH_RATE:.1f} s", flush=True)
+
+    systems: list = [MediaPipeAlone(), AvatarApp(audio.samples, float(audio.media_time_s))]
+    if not args.no_baseline:
+        systems.append(MediaPipeAlone(max_faces=2, points=True))
+    if not args.no_openseeface:
+        systems.append(OpenSeeFace(args.openseeface, info.width, info.height))
+    keep = []
+    t_run = time.perf_counter()
+    for r in range(args.rounds):
+        if r:
+            for s in systems:  # a new round starts a new stream: fresh state, media time from 0
+                if isinstance(s, AvatarApp):
+                    s.tracker.reset()
+                    s.speech.reset()
+                    s.proc = frame_processor_class()(s.tracker, s.reconstructor, s.speech, live=False,
+                                                     fusion=type(s.proc.fusion)())
+                    s.proc.speech_lookahead_s = float(getattr(s.speech, "offline_lookahead_s", 0.0) or 0.0)
+        for i, frame in enumerate(frames):
+            k = (i + r) % len(systems)
+            for s in systems[k:] + systems[:k]:
+                s.step(frame)
+            keep.append(i >= args.warmup)
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
+    wall_run = time.perf_counter() - t_run
+    keep = np.asarray(keep)
+
+    results = {}
+    for s in systems:
+        res = {"wall_ms": _summary(s.wall, keep), "cpu_ms": _summary(s.cpu, keep),
+               "frames_with_face": int(np.sum(np.asarray(s.faces)[keep] > 0)), "frames": int(keep.sum())}
+        if isinstance(s, OpenSeeFace):
+            faces = np.maximum(np.asarray(s.faces), 1)
+            per_face = (np.asarray(s.wall) / faces)[keep & (np.asarray(s.faces) > 0)]
+            res["average_per_detected_face_ms"] = round(float(per_face.mean()), 3) if per_face.size else None
+            res["what"] = "Tracker.predict, model 0, 1 thread, 1 face; peer commit " + str(s.commit)
+        if isinstance(s, AvatarApp):
+            res["stages_wall_ms"] = {k: _summary(v, keep) for k, v in s.stages.items()}
+            res["components"] = s.describe()
+        results[s.name] = res
+
+    app, mp_ = results["avatar_app"], results["mediapipe"]
+    track = app["stages_wall_ms"]["track"]
+    osf = results.get("openseeface")
+    osf_avg = osf["average_per_detected_face_ms"] if osf else None
+    ratios = {
+        "track_p50_over_mediapipe_p50": _ratio(track["p50"], mp_["wall_ms"]["p50"]),
+        "track_mean_over_mediapipe_mean": _ratio(track["mean"], mp_["wall_ms"]["mean"]),
+        "avatar_app_p50_over_openseeface_average": _ratio(app["wall_ms"]["p50"], osf_avg),
+        "avatar_app_cpu_p50_over_openseeface_cpu_p50": _ratio(app["cpu_ms"]["p50"], osf["cpu_ms"]["p50"]) if osf else None,
+        "avatar_app_p50_over_mediapipe_p50": _ratio(app["wall_ms"]["p50"], mp_["wall_ms"]["p50"]),
+    }
+    old = results.get("mediapipe_2faces_to_numpy")
+    if old:
+        ratios["old_track_graph_p50_over_mediapipe_p50"] = _ratio(old["wall_ms"]["p50"], mp_["wall_ms"]["p50"])
+        ratios["track_p50_over_old_track_graph_p50"] = _ratio(track["p50"], old["wall_ms"]["p50"])
+    bars = {
+        "avatar_app_p95_le_6ms": app["wall_ms"]["p95"] <= 6.0,
+        "avatar_app_p50_le_half_openseeface": (ratios["avatar_app_p50_over_openseeface_average"] or 9) <= 0.5,
+        "track_le_1.15_mediapipe": (ratios["track_p50_over_mediapipe_p50"] or 9) <= 1.15,
+    }
+    doc = {
+        "what": __doc__.split("\n\n")[2].strip().replace("\n", " ") if __doc__ else "",
+        "clip": {"sources": list(GRID_CLIPS), "repeats": 3, "size": list(SIZE), "fps": FPS,
+                 "frames": len(frames), "duration_s": round(info.duration_s, 2)},
+        "rounds": args.rounds,
+        "warmup_frames_left_out": args.warmup,
+        "load_average_at_start": [round(v, 2) for v in load_start],
+        "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
+        "run_wall_s": round(wall_run, 1),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "results": results,
+        "ratios_same_run": ratios,
+        "bars": bars,
+    }
+    for name, res in results.items():
+        w = res["wall_ms"]
+        print(f"{name:12s} wall p50 {w['p50']:6.2f}  p95 {w['p95']:6.2f}  mean {w['mean']:6.2f} ms   "
+              f"cpu p50 {res['cpu_ms']['p50']:6.2f} ms   faces {res['frames_with_face']}/{res['frames']}")
+    for k, v in app["stages_wall_ms"].items():
+        print(f"  {k:12s} p50 {v['p50']:6.3f}  p95 {v['p95']:6.3f}  mean {v['mean']:6.3f} ms")
+    print(json.dumps({"ratios": ratios, "bars": bars}, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
