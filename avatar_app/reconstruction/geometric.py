@@ -135,7 +135,8 @@ class GeometricSolverConfig:
     wide_full_ratio: float = 1.40
     gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
     gaze_pitch_full_rad: float = math.radians(25.0)  # eyeLookUp/Down = 1
-    jaw_range_m: float = 0.025  # chin drop for jawOpen = 1 (MediaPipe's chin under-reads)
+    jaw_range_m: float = 0.025  # chin drop for jawOpen = 1 (the face model's jawOpen drops its chin 27 mm)
+    jaw_from_chin: bool = True  # jawOpen at least the chin's (the jaw bone); the fit adds what the lips show
     lip_range_m: float = 0.030  # lip gap for a fully open mouth
     smile_range_m: float = 0.010  # corner lift + half the outward pull for mouthSmile = 1
     frown_range_m: float = 0.006
@@ -300,10 +301,10 @@ class GeometricSolver:
         self._neutral = make_neutral_face(
             landmarks, ipd_m=self.config.ipd_m, hfov_deg=self.config.hfov_deg
         )
-        self._explicit_ref = measure_features(self._neutral.points_m)
         # the calibration frame seen through the same fit as every later frame
-        self._explicit_region = _region_points(
-            estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg).points_m)
+        points = estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg).points_m
+        self._explicit_ref = measure_features(points)
+        self._explicit_region = _region_points(points)
 
     @property
     def neutral(self) -> NeutralFace | None:
@@ -402,8 +403,15 @@ class GeometricSolver:
         # Measured from the nose ridge: the forehead and the bridge between the brows, part of
         # the head-pose fit, move with the brows and shift the whole head frame a little.
         delta[idx] = d[:-n_anchor] - d[-n_anchor:].mean(0)
+        chin_jaw = float(w[Blendshape.jawOpen])
         for fit in self._fits:
             w[fit.shapes] = fit.solve(delta)
+        if self.config.jaw_from_chin and chin_jaw > w[Blendshape.jawOpen]:
+            # The jaw is open at least as far as the chin shows (lips closed on an open jaw in
+            # /p b m/); mouthClose closes the extra opening, so the lips stay as fitted.
+            extra = chin_jaw - float(w[Blendshape.jawOpen])
+            w[Blendshape.jawOpen] = chin_jaw
+            w[Blendshape.mouthClose] = min(float(w[Blendshape.mouthClose]) + extra, 1.0)
 
     def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
         """The user's rest position of the fitted points (automatic calibration).
