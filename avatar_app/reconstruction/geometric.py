@@ -146,6 +146,12 @@ class GeometricSolverConfig:
     lips_closed_gap_m: float = 0.0015  # inner-lip gap below which the lips touch
     brow_up_range_m: float = 0.008
     brow_down_range_m: float = 0.005
+    # Typical neutral mouth width (London set, 71 neutral photos: 0.78 +- 0.05 eye spans, 49 mm at a
+    # 63 mm eye span), weighing as this many closed-mouth frames of the user's own. Only the width:
+    # the corners' height varies as much between people (2.7 +- 1.7 mm below the inner lips) as a
+    # smile raises it, and pulled toward a prior it cost GRID corner-height r more than it gained.
+    corner_prior_width_m: float = 0.049
+    corner_prior_samples: float = 15.0
     warmup_s: float = 5.0
     slow_interval_s: float = 0.25
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
@@ -431,7 +437,31 @@ class GeometricSolver:
         else:
             up, lo = _inner_lip_rows()
             ref[lo, 1] = ref[up, 1]  # an opening jaw drops the lower lip; the upper one stays
+        if c.corner_prior_samples > 0:
+            self._corner_prior(ref, self._auto_region_closed.count)
         return ref
+
+    def _corner_prior(self, ref: np.ndarray, n_closed: int) -> None:
+        """Pull the rest width of the mouth toward a typical neutral mouth's, in place.
+
+        With few frames of this user's closed mouth (a still, the first second), its own rest
+        corners are whatever it shows, a smile's wide mouth included; a typical neutral mouth
+        (corners ``corner_prior_width_m`` apart about the inner lips' midline) is a better guess.
+        The prior weighs as ``corner_prior_samples`` closed-mouth frames: a shrinkage estimate
+        that the user's own frames take over within a second.
+
+        Args:
+            ref: (P, 3) float64 rest positions of the fitted points (mouth rows first), metres.
+            n_closed: closed-mouth frames of this user seen so far.
+        """
+        c = self.config
+        pts = _fit_points("mouth")
+        rows = {pts.index(int(lmk.FacePoint.MOUTH_RIGHT)): -1.0, pts.index(int(lmk.FacePoint.MOUTH_LEFT)): 1.0}
+        mid_x = 0.5 * (ref[pts.index(int(lmk.FacePoint.LIP_UPPER_INNER)), 0]
+                       + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 0])
+        k = c.corner_prior_samples / (n_closed + c.corner_prior_samples)
+        for row, side in rows.items():
+            ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * 0.5 * c.corner_prior_width_m)
 
     # -- the mapping --------------------------------------------------------
 
