@@ -146,11 +146,13 @@ class GeometricSolverConfig:
     lips_closed_gap_m: float = 0.0015  # inner-lip gap below which the lips touch
     brow_up_range_m: float = 0.008
     brow_down_range_m: float = 0.005
-    # Typical neutral mouth width (London set, 71 neutral photos: 0.78 +- 0.05 eye spans, 49 mm at a
-    # 63 mm eye span), weighing as this many closed-mouth frames of the user's own. Only the width:
+    # Widest typical neutral mouth (London set, 71 neutral photos: 0.78 +- 0.05 eye spans; 55 mm at a
+    # 63 mm eye span is the mean + 1.8 sd): until the user's own closed-mouth frames take over (the
+    # prior weighs as corner_prior_samples of them), a wider rest mouth is taken as a smile's, not
+    # as the neutral. One-sided, so no neutral photo reads as stretched or puckered. Only the width:
     # the corners' height varies as much between people (2.7 +- 1.7 mm below the inner lips) as a
     # smile raises it, and pulled toward a prior it cost GRID corner-height r more than it gained.
-    corner_prior_width_m: float = 0.049
+    corner_prior_width_m: float = 0.055
     corner_prior_samples: float = 15.0
     warmup_s: float = 5.0
     slow_interval_s: float = 0.25
@@ -442,11 +444,11 @@ class GeometricSolver:
         return ref
 
     def _corner_prior(self, ref: np.ndarray, n_closed: int) -> None:
-        """Pull the rest width of the mouth toward a typical neutral mouth's, in place.
+        """Narrow a rest mouth wider than the widest typical neutral one, in place.
 
         With few frames of this user's closed mouth (a still, the first second), its own rest
-        corners are whatever it shows, a smile's wide mouth included; a typical neutral mouth
-        (corners ``corner_prior_width_m`` apart about the inner lips' midline) is a better guess.
+        corners are whatever it shows, a smile's wide mouth included; a rest mouth at most
+        ``corner_prior_width_m`` wide (about the inner lips' midline) is a better guess.
         The prior weighs as ``corner_prior_samples`` closed-mouth frames: a shrinkage estimate
         that the user's own frames take over within a second.
 
@@ -461,7 +463,8 @@ class GeometricSolver:
                        + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 0])
         k = c.corner_prior_samples / (n_closed + c.corner_prior_samples)
         for row, side in rows.items():
-            ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * 0.5 * c.corner_prior_width_m)
+            half = min(side * (ref[row, 0] - mid_x), 0.5 * c.corner_prior_width_m)  # only ever narrower
+            ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * half)
 
     # -- the mapping --------------------------------------------------------
 
