@@ -141,7 +141,7 @@ def test_labelled_winks_close_the_named_eye_in_the_landmarks(clips):
 
 
 # ------------------------------------------------------------------ label-free bars, comparison (a)
-_MEASURED = {"corner_height": 0.74}  # pooled r of the solver where the bar is not met yet
+_MEASURED = {"corner_height": 0.76}  # pooled r of the solver where the bar is not met yet
 
 
 @pytest.mark.parametrize("feature", [
@@ -181,7 +181,7 @@ def test_a_wink_does_not_pull_the_open_eye_shut(solver_weights):
 
 
 # ------------------------------------------------------------------ GRID
-_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.059 (s1) and 0.043 (s2) "
+_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.065 (s1) and 0.038 (s2) "
                          "< 0.1; the talkers' lips part 2-4 mm, which the face model reproduces at jawOpen ~0.05-0.1, "
                          "and grid_s2 holds its mouth open (5 mm chin drop) in the leading 'silence' of its alignment")
 
@@ -240,9 +240,9 @@ def test_retracked_default_head_follows_the_face(clips, solver_result):
 
 # ------------------------------------------------------------------ London stills
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="not met: 10 of 71 people (14 %) read right on both criteria; every "
-                   "neutral photo reads neutral, but a still read alone has only a typical neutral mouth width "
-                   "to compare a smile with (mean smile 0.12); models/face_recon.md")
+@pytest.mark.xfail(strict=True, reason="not met: 23 of 71 people (32 %) read right on both criteria; 68 of "
+                   "71 neutral photos read neutral, but a still read alone has only a typical neutral mouth "
+                   "(width, corner height) to compare a smile with (mean smile 0.27); models/face_recon.md")
 def test_london_smiles_and_neutrals(testdata):
     from avatar_app.evaluation import london as L
 
@@ -252,7 +252,9 @@ def test_london_smiles_and_neutrals(testdata):
 
 
 def test_london_neutral_photos_read_neutral(testdata):
-    """The half of the London bar the solver meets: every neutral photo, read alone, is neutral."""
+    """The half of the London bar the solver nearly meets: neutral photos, read alone, are neutral
+    (every 4th person checked here; 68 of all 71 in benchmarks/results/fidelity.json: three people
+    whose corners rest higher than the typical neutral mouth's read as smiling)."""
     from avatar_app.evaluation import london as L
 
     rows = []

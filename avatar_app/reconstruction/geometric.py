@@ -146,13 +146,14 @@ class GeometricSolverConfig:
     lips_closed_gap_m: float = 0.0015  # inner-lip gap below which the lips touch
     brow_up_range_m: float = 0.008
     brow_down_range_m: float = 0.005
-    # Widest typical neutral mouth (London set, 71 neutral photos: 0.78 +- 0.05 eye spans; 55 mm at a
-    # 63 mm eye span is the mean + 1.8 sd): until the user's own closed-mouth frames take over (the
-    # prior weighs as corner_prior_samples of them), a wider rest mouth is taken as a smile's, not
-    # as the neutral. One-sided, so no neutral photo reads as stretched or puckered. Only the width:
-    # the corners' height varies as much between people (2.7 +- 1.7 mm below the inner lips) as a
-    # smile raises it, and pulled toward a prior it cost GRID corner-height r more than it gained.
+    # The widest and the highest-cornered typical neutral mouth (London set, 71 neutral photos: width
+    # 0.78 +- 0.05 eye spans, so 55 mm at a 63 mm span is the mean + 1.8 sd; corners 2.7 +- 1.7 mm
+    # below the inner lips' midpoint, so 1.0 mm is the mean + 1 sd): until the user's own
+    # closed-mouth frames take over (the prior weighs as corner_prior_samples of them), a wider or
+    # higher-cornered rest mouth is taken as a smile's, not as the neutral. One-sided (rest mouths
+    # are only narrowed and lowered), so a narrow or low mouth never reads as pucker or frown.
     corner_prior_width_m: float = 0.055
+    corner_prior_height_m: float | None = -0.001
     corner_prior_samples: float = 15.0
     warmup_s: float = 5.0
     slow_interval_s: float = 0.25
@@ -444,13 +445,14 @@ class GeometricSolver:
         return ref
 
     def _corner_prior(self, ref: np.ndarray, n_closed: int) -> None:
-        """Narrow a rest mouth wider than the widest typical neutral one, in place.
+        """Narrow and lower a rest mouth wider or higher-cornered than a typical neutral one, in place.
 
         With few frames of this user's closed mouth (a still, the first second), its own rest
-        corners are whatever it shows, a smile's wide mouth included; a rest mouth at most
-        ``corner_prior_width_m`` wide (about the inner lips' midline) is a better guess.
-        The prior weighs as ``corner_prior_samples`` closed-mouth frames: a shrinkage estimate
-        that the user's own frames take over within a second.
+        corners are whatever it shows, a smile included; a rest mouth at most
+        ``corner_prior_width_m`` wide (about the inner lips' midline) with corners at most
+        ``corner_prior_height_m`` above the inner lips' midpoint is a better guess. The prior
+        weighs as ``corner_prior_samples`` closed-mouth frames: a shrinkage estimate that the
+        user's own frames take over within a second.
 
         Args:
             ref: (P, 3) float64 rest positions of the fitted points (mouth rows first), metres.
@@ -462,9 +464,13 @@ class GeometricSolver:
         mid_x = 0.5 * (ref[pts.index(int(lmk.FacePoint.LIP_UPPER_INNER)), 0]
                        + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 0])
         k = c.corner_prior_samples / (n_closed + c.corner_prior_samples)
+        mid_y = 0.5 * (ref[pts.index(int(lmk.FacePoint.LIP_UPPER_INNER)), 1]
+                       + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 1])
         for row, side in rows.items():
             half = min(side * (ref[row, 0] - mid_x), 0.5 * c.corner_prior_width_m)  # only ever narrower
             ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * half)
+            if c.corner_prior_height_m is not None:  # only ever lower
+                ref[row, 1] = (1.0 - k) * ref[row, 1] + k * min(ref[row, 1], mid_y + c.corner_prior_height_m)
 
     # -- the mapping --------------------------------------------------------
 
