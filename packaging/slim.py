@@ -485,7 +485,6 @@ def slim_binaries(binaries: list[tuple], gen_dir: Path) -> tuple[list[tuple], li
     """
     gen_dir = Path(gen_dir)
     entries = {d.replace("\\", "/"): s for d, s, _t in binaries}
-    by_name = {Path(d).name: d for d in entries}
 
     def find(pred) -> str | None:
         return next((d for d in entries if pred(d)), None)

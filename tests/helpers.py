@@ -16,7 +16,8 @@ from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 def ffprobe_streams(path: Path) -> dict[str, dict]:
     """{'video': {...}, 'audio': {...}} of the first stream of each kind, as ffprobe reports them."""
     out = subprocess.run(
-        ["ffprobe", "-v", "error", "-show_entries", "stream=codec_type,codec_name,duration,nb_frames,r_frame_rate,start_time",
+        ["ffprobe", "-v", "error", "-show_entries",
+         "stream=codec_type,codec_name,duration,nb_frames,r_frame_rate,start_time",
          "-of", "json", str(path)],
         capture_output=True, text=True, check=True,
     ).stdout

@@ -22,7 +22,8 @@ def _check(proc: subprocess.CompletedProcess, patterns: str | tuple[str, ...], c
 
 
 def test_missing_file(tmp_path):
-    _check(run_cli("render", str(tmp_path / "nope.mp4"), "-o", str(tmp_path / "o.mp4")), (r"nope\.mp4", r"not found|no such|does not exist"), 2)
+    _check(run_cli("render", str(tmp_path / "nope.mp4"), "-o", str(tmp_path / "o.mp4")),
+           (r"nope\.mp4", r"not found|no such|does not exist"), 2)
 
 
 def test_text_file_renamed_mp4(tmp_path):
@@ -79,7 +80,8 @@ def test_silent_audio_track(testdata, tmp_path):
 
 
 def test_missing_audio_file(testdata, tmp_path):
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(tmp_path / "v.wav"), "-o", str(tmp_path / "o.mp4"))
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(tmp_path / "v.wav"),
+                   "-o", str(tmp_path / "o.mp4"))
     _check(proc, r"v\.wav", 2)
 
 
@@ -100,7 +102,8 @@ def test_output_folder_that_cannot_be_created(testdata, tmp_path):
 
 
 def test_bad_size_argument(testdata, tmp_path):
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"), "--size", "huge")
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
+                   "--size", "huge")
     _check(proc, r"size must look like 1280x720")
 
 

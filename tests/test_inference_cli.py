@@ -68,7 +68,8 @@ def test_errors_are_messages(user_dirs):
     args = parser.parse_args(["engines", "build", "--model", "no_such_model", "--inline"])
     assert run_engines(args, io.StringIO(), err) == 1
     text = err.getvalue()
-    assert "model 'no_such_model' not found" in text and "shipped models: face_detection, face_landmark, face_recon, speech2face" in text
+    assert "model 'no_such_model' not found" in text
+    assert "shipped models: face_detection, face_landmark, face_recon, speech2face" in text
     with pytest.raises(InputError):
         resolve_model("no_such_model")
     args = parser.parse_args(["engines", "build", "--model", __file__, "--backend", "nope", "--inline"])

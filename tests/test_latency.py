@@ -12,7 +12,8 @@ def test_stats_percentiles_and_camera_to_screen():
     stats = LatencyStats(window_s=10)
     t = 1_000_000_000
     for i in range(100):
-        stats.add_frame({"track": (t, t + 5_000_000 + i * 10_000)}, t_capture_ns=t - 20_000_000, t_present_ns=t + 10_000_000)
+        stats.add_frame({"track": (t, t + 5_000_000 + i * 10_000)},
+                        t_capture_ns=t - 20_000_000, t_present_ns=t + 10_000_000)
         t += 33_333_333
     s = stats.summary()
     assert s.camera_to_screen == pytest.approx((30.0, 30.0))

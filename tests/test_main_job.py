@@ -81,13 +81,15 @@ def test_blinks_vision_track(renders, testdata, tmp_path):
             near.update(range(f - 3, f + 4))
         for f in range(n):
             if f not in near:
-                assert max(left[f], right[f]) <= 0.5, f"{vid} frame {f} far from a blink: L={left[f]:.2f} R={right[f]:.2f}"
+                assert max(left[f], right[f]) <= 0.5, \
+                    f"{vid} frame {f} far from a blink: L={left[f]:.2f} R={right[f]:.2f}"
         pred = (left > 0.5) & (right > 0.5)
         for f in range(n):
             if f in partial:
                 continue
             if f in closed:
-                tp += int(pred[f]); fn += int(not pred[f])
+                tp += int(pred[f])
+                fn += int(not pred[f])
             else:
                 fp += int(pred[f])
         report[vid] = {"frames": n}

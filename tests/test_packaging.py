@@ -3,7 +3,8 @@
 Both tests are slow (a bundle build, a fresh venv): ``pytest -m slow tests/test_packaging.py``.
 
 - The Linux bundle (packaging/avatar_app.spec) is built into a temporary folder;
-  the size cuts of packaging/slim.py are in it; its ``avatar-app render`` turns the GRID clip into a valid MP4 (video + audio,
+  the size cuts of packaging/slim.py are in it; its ``avatar-app render`` turns the GRID clip into a valid
+  MP4 (video + audio,
   ~3 s); LICENSE and THIRD_PARTY_NOTICES.txt are in it; it builds an INT8
   engine in a spawned child process; its window, started on
   a private Xvfb server with ``--source`` the same clip, shows the avatar
@@ -235,7 +236,7 @@ def test_wheel_installs_into_a_fresh_venv_and_renders(testdata, tmp_path):
     assert f"-{_project_version()}-" in wheel.name
     names = zipfile.ZipFile(wheel).namelist()
     assert "avatar_app/assets/shaders/avatar.vert" in names
-    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names), names[-10:]
+    assert any(n.endswith((".dist-info/licenses/LICENSE", ".dist-info/LICENSE")) for n in names), names[-10:]
     modules = sorted(p.relative_to(src).as_posix() for p in (src / "avatar_app").rglob("*.py"))
     missing = [m for m in modules if m not in names]
     assert not missing, f"source modules not in the wheel (pyproject packages list?): {missing}"

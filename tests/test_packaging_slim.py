@@ -221,7 +221,8 @@ for dt, tol in ((np.float32, 2e-3), (np.float64, 1e-9)):
     Ao = rng.standard_normal((300, n)).astype(dt)
     Bo = rng.standard_normal((300, 2)).astype(dt)
     ok, X = cv2.solve(Ao, Bo, flags=cv2.DECOMP_QR)
-    out[f"lstsq_{k}"] = bool(ok) and rel(X, np.linalg.lstsq(Ao.astype(np.float64), Bo.astype(np.float64), rcond=None)[0]) < 10 * tol
+    ref = np.linalg.lstsq(Ao.astype(np.float64), Bo.astype(np.float64), rcond=None)[0]
+    out[f"lstsq_{k}"] = bool(ok) and rel(X, ref) < 10 * tol
     w, u, vt = cv2.SVDecomp(Ao)
     out[f"svd_{k}"] = rel(u @ np.diag(w.ravel()) @ vt, Ao.astype(np.float64)) < 10 * tol
     out[f"inv_{k}"] = rel(cv2.invert(A, flags=cv2.DECOMP_LU)[1], np.linalg.inv(A64)) < 10 * tol

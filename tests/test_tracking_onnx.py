@@ -147,7 +147,8 @@ def test_face_detection_engine_matches_mediapipe(engines, testdata):
 
     graph, got = _mediapipe_graph('''
         input_stream: "image" output_stream: "det"
-        node { calculator: "FaceDetectionShortRangeCpu" input_stream: "IMAGE:image" output_stream: "DETECTIONS:det" }''',
+        node { calculator: "FaceDetectionShortRangeCpu"
+               input_stream: "IMAGE:image" output_stream: "DETECTIONS:det" }''',
                                   "det", "get_proto_list")
     images = [cv2.cvtColor(cv2.imread(str(testdata / "images" / n)), cv2.COLOR_BGR2RGB)
               for n in ("lisa1_webcam.jpg", "grid_lbax4n_frame10.png")]

@@ -92,8 +92,12 @@ def test_output_avatar_and_sources_panels_change_the_pipeline(qtbot, window, tes
     qtbot.waitUntil(lambda: s.meter.value() > -50, timeout=10000)  # the file's voice in the level meter
     s.file_edit.setText(str(testdata / OTHER))
     s.play_button.click()
-    qtbot.waitUntil(lambda: win.session.pipeline is not None and str(getattr(win.session.pipeline.source, "path", "")).endswith(
-        "grid_s2_swwp2s.mp4") and win.session.pipeline.frames_processed >= 3, timeout=20000)
+    def playing() -> bool:
+        p = win.session.pipeline
+        return (p is not None and str(getattr(p.source, "path", "")).endswith("grid_s2_swwp2s.mp4")
+                and p.frames_processed >= 3)
+
+    qtbot.waitUntil(playing, timeout=20000)
     assert win.settings.value("last_file", type=str).endswith("grid_s2_swwp2s.mp4")
 
 

@@ -245,7 +245,8 @@ def test_no_camera_caption_and_disabled_record_tooltip(qtbot, settings, monkeypa
         assert shown[0].startswith("No source: Camera 0")
         assert all(fm.horizontalAdvance(ln) <= cap.contentsRect().width() for ln in shown)
         assert "exist Use" not in QLabel.text(cap).replace("\n", " ")
-        assert "does not exist Speech" not in win.panels["sources"].mic_label.text()  # the microphone line: sentences too
+        # the microphone line: sentences too
+        assert "does not exist Speech" not in win.panels["sources"].mic_label.text()
         b = win.recording.record_button
         assert not b.isEnabled() and b.toolTip().startswith("Nothing to record")
         assert win.testAttribute(Qt.WidgetAttribute.WA_AlwaysShowToolTips)

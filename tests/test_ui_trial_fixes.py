@@ -95,7 +95,8 @@ def test_finished_recording_without_frames_is_not_called_saved(qtbot, still_wind
     empty = tmp_path / "empty.mp4"
     empty.write_bytes(b"")
     win.recording._on_recording_closed(empty, None, {"frames": 0, "reason": ""})
-    assert "Nothing was recorded" in win.recording.last_record_message and "Saved" not in win.statusBar().currentMessage()
+    assert "Nothing was recorded" in win.recording.last_record_message
+    assert "Saved" not in win.statusBar().currentMessage()
     assert not empty.exists()  # an empty file is not left behind as if it were a clip
     win.recording._on_recording_closed(tmp_path / "missing.mp4", None, {"frames": 30, "reason": ""})
     assert "Nothing was recorded" in win.recording.last_record_message
@@ -236,7 +237,8 @@ def test_no_face_is_shown_and_cleared(qtbot, settings, no_face_video, testdata):
     assert win.session.open_file(testdata / VIDEO)
     qtbot.waitUntil(lambda: not win.live.no_face_shown, timeout=20000)
     assert win.session.pipeline.latest_state().face_found and not win.viewport.notice.isVisible()
-    assert win.status_labels["face"].text() == "" and win.panels["sources"].mic_label.text() == "Audio: the file's own track"
+    assert win.status_labels["face"].text() == ""
+    assert win.panels["sources"].mic_label.text() == "Audio: the file's own track"
     win.close()
 
 

@@ -72,10 +72,12 @@ def test_mirror_swaps_sides_and_negates_yaw_roll_but_not_pitch():
                  translation=np.array([0.05, 0.01, -0.6], np.float32), gaze=np.array([0.2, 0.1], np.float32))
     m = AvatarTuner.mirror(st)
     assert m.weights[Blendshape.mouthSmileRight] == pytest.approx(0.8) and m.weights[Blendshape.mouthSmileLeft] == 0
-    assert m.weights[Blendshape.eyeBlinkLeft] == pytest.approx(0.5) and m.weights[Blendshape.jawOpen] == pytest.approx(0.3)
+    assert m.weights[Blendshape.eyeBlinkLeft] == pytest.approx(0.5)
+    assert m.weights[Blendshape.jawOpen] == pytest.approx(0.3)
     assert _yaw(m.rotation) == pytest.approx(-0.3, abs=1e-5)
     assert np.allclose(m.rotation, _rot(-0.3, -0.1), atol=1e-5)  # yaw and roll negated, pitch kept
-    assert m.translation[0] == pytest.approx(-0.05) and m.gaze[0] == pytest.approx(-0.2) and m.gaze[1] == pytest.approx(0.1)
+    assert m.translation[0] == pytest.approx(-0.05)
+    assert m.gaze[0] == pytest.approx(-0.2) and m.gaze[1] == pytest.approx(0.1)
     assert np.allclose(AvatarTuner.mirror(m).rotation, st.rotation, atol=1e-6)
 
 

@@ -150,7 +150,8 @@ def test_no_microphone_is_reported_tracking_continues(qtbot, settings, monkeypat
     win = MainWindow(camera=0, settings=settings)
     qtbot.addWidget(win)
     win.show()
-    assert "No microphone" in win.panels["sources"].mic_label.text() and "Speech is off" in win.panels["sources"].mic_label.text()
+    mic_line = win.panels["sources"].mic_label.text()
+    assert "No microphone" in mic_line and "Speech is off" in mic_line
     assert win.session.pipeline is not None and win.session.pipeline.ring is None
     qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= 5, timeout=20000)
     win.close()
