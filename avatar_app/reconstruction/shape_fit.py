@@ -56,7 +56,7 @@ POINT_WEIGHTS: dict[int, float] = {61: 6.0, 291: 6.0}
 #: Sparsity threshold (L1 prior), metres: a shape is used only when the (weighted) displacement
 #: along its direction exceeds this, so MediaPipe's jitter on a still face (about 1 px, 1.5 mm
 #: on a 100 px face, correlated over the region) does not flicker the avatar
-#: (tests/test_reconstruction_relations.py).
+#: (tests/reconstruction/test_reconstruction_relations.py).
 DEAD_ZONE = 0.0005
 #: Ridge scale, in squared metres per unit weight: a shape must explain at least ~1 mm of
 #: displacement over the region before the prior lets it take a noticeable weight.

@@ -313,7 +313,7 @@ def limits_text(card: dict) -> str:
             "would need quantisation-aware training.")
     items += [
         "- Metamorphic relations on the real stills (flip, in-plane rotation, rescaling) are checked by "
-        "tests/test_face_recon_real.py; a relation this model does not meet is a strict xfail there, "
+        "tests/reconstruction/test_face_recon_real.py; a relation this model does not meet is a strict xfail there, "
         "with its measured value. The flip relation fails on the London smiling photo: noseSneer reads "
         "0.01 on it and 0.37 on its mirror image, because MediaPipe places the nose wings differently "
         "on the two. Adding MediaPipe's own errors to the synthetic data fixes that but loses the "

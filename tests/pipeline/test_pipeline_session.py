@@ -14,7 +14,7 @@ import pytest
 from avatar_app.core.blendshapes import Blendshape
 from avatar_app.pipeline.settings import MemoryStore, StudioSettings, load_settings_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VIDEO = "video/grid_s1_bbaf2n.mp4"
 #: Per-frame agreement asked of the studio's offline mode and `render --settings`.
 PARITY_TOL = 1e-5

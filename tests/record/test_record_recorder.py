@@ -18,7 +18,7 @@ from avatar_app.core.errors import InputError, RecordingError
 from avatar_app.record import AsyncRecorder, ClipRecorder
 
 W, H, FPS, SR = 320, 240, 25, 16000
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ffprobe_streams(path: Path) -> dict:

@@ -1,6 +1,6 @@
 """The default face path (the geometric solver) on real stills: stability under JPEG jitter and the
 metamorphic relations (mirror flip, in-plane rotation, rescale), as the engine's tests check them
-(tests/test_face_recon_real.py), plus pose/expression separation (issue 17 item 5)."""
+(tests/reconstruction/test_face_recon_real.py), plus pose/expression separation (issue 17 item 5)."""
 from __future__ import annotations
 
 import cv2
@@ -104,7 +104,7 @@ def test_expressions_do_not_move_the_head_pose(tracker, testdata):
     """The face model's own shapes on a real face, projected frontally: the head pose stays put."""
     from avatar_app.avatar.face_model import load_face_model
     from avatar_app.reconstruction.head_pose import make_neutral_face
-    from tests.test_reconstruction_geometric import project
+    from tests.helpers import project
 
     lm = tracker.process_image(_img(testdata, "london_005_03_neutral.jpg"))
     head = make_neutral_face(lm).points_m.astype(np.float64)

@@ -9,7 +9,7 @@ import pytest
 from avatar_app import resources
 from avatar_app.resources import resource_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _touch(path: Path) -> Path:

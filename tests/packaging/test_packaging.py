@@ -1,6 +1,6 @@
 """The installable app: the PyInstaller bundle and the wheel, built and run for real.
 
-Both tests are slow (a bundle build, a fresh venv): ``pytest -m slow tests/test_packaging.py``.
+Both tests are slow (a bundle build, a fresh venv): ``pytest -m slow tests/packaging/test_packaging.py``.
 
 - The Linux bundle (packaging/avatar_app.spec) is built into a temporary folder;
   the size cuts of packaging/slim.py are in it; its ``avatar-app render`` turns the GRID clip into a valid
@@ -33,7 +33,7 @@ import pytest
 
 from tests.helpers import CHROMA_RGB, avatar_visible, decoded_duration, ffprobe_streams  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "packaging" / "avatar_app.spec"
 CLIP = "video/grid_s1_bbaf2n.mp4"
 
@@ -190,7 +190,7 @@ def test_linux_bundle_renders_and_shows_the_avatar(testdata, tmp_path_factory):
     assert not (mp_modules / "face_landmark" / "face_landmark.tflite").exists()  # refine_landmarks=False only
     for needed in ("cv2", "onnxruntime", "av", "PySide6/QtOpenGL.abi3.so"):
         assert any(internal.glob(needed + "*")), f"{needed} missing from the bundle"
-    # packaging/slim.py's stand-ins (tests/test_packaging_slim.py checks what they do)
+    # packaging/slim.py's stand-ins (tests/packaging/test_packaging_slim.py checks what they do)
     small = {"PySide6/Qt/lib/libicudata.so.*": 6e6, "av.libs/libx265-*": 1e5, "av.libs/libSvtAv1Enc-*": 1e5,
              "opencv_*.libs/libopenblas*": 1e5}
     for pattern, limit in small.items():

@@ -17,7 +17,8 @@ from avatar_app.reconstruction import FaceReconstructor, GeometricSolver
 from avatar_app.reconstruction.geometric import EYEBALL_RADIUS_M
 from avatar_app.tracking import FaceTracker, RunningMode
 from avatar_app.core import landmarks as lmk
-from avatar_app.reconstruction.head_pose import focal_length_px, make_neutral_face
+from avatar_app.reconstruction.head_pose import focal_length_px, make_neutral_face  # noqa: F401
+from tests.helpers import PROJECT_SIZE, project
 
 BLINK_VIDEOS = ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s")
 SPEECH_VIDEOS = ("grid_s1_bbaf2n", "grid_s2_swwp2s")
@@ -212,24 +213,7 @@ def test_smile_higher_on_the_smiling_photo(london, report):
 # --------------------------------------------------------------------------
 # Synthetic geometry: head turns, left/right conventions, gaze
 
-IMG_W, IMG_H = 640, 480
-
-
-def project(points_m: np.ndarray, rot=np.eye(3), trans=(0.0, 0.0, -0.5)) -> Landmarks:
-    """Perspective projection of head-frame points (60-degree camera) to landmarks."""
-    cam = points_m @ np.asarray(rot).T + np.asarray(trans)
-    depth = -cam[:, 2]
-    f = focal_length_px(IMG_W, 60.0)
-    d0 = -trans[2]
-    pts = np.stack(
-        [
-            (IMG_W / 2 + f * cam[:, 0] / depth) / IMG_W,
-            (IMG_H / 2 - f * cam[:, 1] / depth) / IMG_H,
-            (depth - d0) * (f / d0) / IMG_W,
-        ],
-        axis=1,
-    ).astype(np.float32)
-    return Landmarks(points=pts, image_size=(IMG_W, IMG_H))
+IMG_W, IMG_H = PROJECT_SIZE
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from avatar_app.inference.backends import backend_names, get_backend, unregister
 from avatar_app.inference.base import BaseRunner
 from avatar_app.inference.ort import OrtRunner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class EchoRunner(BaseRunner):

@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 
-APPROVED = Path(__file__).parent / "approved" / "viewport_neutral.png"
+APPROVED = Path(__file__).parents[1] / "approved" / "viewport_neutral.png"
 VIEW_SIZE = (640, 360)
 
 

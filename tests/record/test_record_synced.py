@@ -26,7 +26,7 @@ from avatar_app.record.synced import AudioClock, SyncedRecorder
 
 W, H, FPS, SR = 160, 120, 30, 16000
 CHUNK = 320  # 20 ms at the nominal rate
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_source(sink_video, sink_audio, seconds: float, video_fps: float = 30.03,

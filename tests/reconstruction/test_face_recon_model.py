@@ -14,7 +14,7 @@ from avatar_app.reconstruction import normalise as N
 from avatar_app.resources import resource_path
 
 MODEL = resource_path("models/face_recon.onnx")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-K8S = Path(__file__).resolve().parents[1] / "packaging" / "k8s"
+K8S = Path(__file__).resolve().parents[2] / "packaging" / "k8s"
 
 
 def _docs() -> dict[str, dict]:
