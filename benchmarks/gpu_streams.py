@@ -262,6 +262,78 @@ def freeze_shapes(gm, example: list, device):
     return gm
 
 
+def bake_host_args(gm, example: list):
+    """Replace the :data:`_HOST_ARGS` modules of a frozen graph by modules that hold their shapes, pads,
+    axes and slices as Python values (read once now, at the frozen batch size), so that ``make_fx``
+    can trace the graph: onnx2torch reads them with ``.tolist()``, which a tracer refuses. Modifies and
+    returns ``gm``; a module of another kind, or with an argument that is not a host constant, stays."""
+    import torch
+    from onnx2torch.node_converters.pad import _onnx_padding_to_torch, _torch_padding_to_mode_format
+    from onnx2torch.node_converters.slice import _do_slice, _get_slices
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    class Baked(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x, *unused):
+            return self.fn(x)
+
+    def const(gm, a):
+        if a is None or not isinstance(a, torch.fx.Node):
+            return a
+        if a.op != "get_attr":
+            raise ValueError("not a constant")
+        obj = gm
+        for part in a.target.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu" and obj.is_floating_point():
+            return float(obj.reshape(-1)[0].item()) if obj.numel() == 1 else obj
+        return obj
+
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*example)
+    modules = dict(gm.named_modules())
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        kind, m = type(modules[node.target]).__name__, modules[node.target]
+        if kind not in _HOST_ARGS or kind == "OnnxConstantOfShape":
+            continue
+        try:
+            vals = [const(gm, a) for a in node.args[1:]]
+        except ValueError:
+            continue
+        meta_out, meta_in = node.meta.get("tensor_meta"), getattr(node.args[0], "meta", {}).get("tensor_meta")
+        if not hasattr(meta_out, "shape") or not hasattr(meta_in, "shape"):
+            continue
+        out, inp = tuple(meta_out.shape), tuple(meta_in.shape)
+        if kind in ("OnnxReshape", "OnnxSqueezeDynamicAxes", "OnnxUnsqueezeDynamicAxes"):
+            fn = (lambda s: lambda x: torch.reshape(x, s))(out)
+        elif kind == "OnnxExpand":
+            fn = (lambda s: lambda x: x.expand(s))(out)
+        elif kind == "OnnxTile":
+            fn = (lambda r: lambda x: x.repeat(r))([o // i for o, i in zip(out, inp)])
+        elif kind == "OnnxSlice":
+            starts, ends, *rest = vals + [None] * (4 - len(vals))
+            spec = _get_slices(starts.tolist(), ends.tolist(), rest[0], rest[1])
+            fn = (lambda sp: lambda x: _do_slice(x, *sp))(spec)
+        elif kind == "OnnxPadDynamic":
+            pads = _torch_padding_to_mode_format(_onnx_padding_to_torch(vals[0].tolist()), m.mode)
+            value = vals[1] if len(vals) > 1 and vals[1] is not None else 0.0
+            fn = (lambda p, md, v: lambda x: torch.nn.functional.pad(x, mode=md, pad=p, value=v))(pads, m.mode, value)
+        elif kind == "OnnxReduceSumDynamicAxes" and vals and vals[0] is not None and vals[0].numel():
+            dims, keep = sorted(vals[0].tolist()), bool(m._keepdims)
+            fn = (lambda d, k: lambda x: torch.sum(x, dim=d, keepdim=k))(dims, keep)
+        else:
+            continue
+        owner, _, attr = node.target.rpartition(".")
+        setattr(gm.get_submodule(owner) if owner else gm, attr, Baked(fn))
+    gm.recompile()
+    return gm
+
+
 def convert_models(models_dir: Path) -> dict:
     """The four ONNX files as onnx2torch GraphModules (on the host, float32)."""
     import onnx
@@ -305,6 +377,7 @@ class TorchPipeline:
         self.channels_last, self.compile_batches = channels_last, frozenset(compile_batches)
         self.compile_mode, self.detect_every = compile_mode, max(1, int(detect_every))
         self.compile_errors: dict[str, str] = {}
+        self.compile_engines = set(MODELS)
         self.compile_s: dict[str, float] = {}
         def t(a):
             return torch.as_tensor(a, device=self.device)
@@ -330,7 +403,7 @@ class TorchPipeline:
         gm = self.base[name]
         shape_free = not any(n.op == "call_module" and type(gm.get_submodule(n.target)).__name__ == "OnnxShape"
                              for n in gm.graph.nodes)
-        compiled = batch in self.compile_batches
+        compiled = batch in self.compile_batches and name in self.compile_engines
         key = (name, batch if compiled or not shape_free else 0, compiled)
         if key not in self._frozen:
             example = [torch.empty((batch, *s), device="meta") for s in INPUT_SHAPES[name]]
@@ -351,14 +424,19 @@ class TorchPipeline:
             x = [torch.rand((batch, *s), device=self.device).to(self.dtype) for s in INPUT_SHAPES[name]]
             if self._nhwc(name):
                 x = [a.contiguous(memory_format=torch.channels_last) for a in x]
-            with torch.no_grad():  # outside inference mode (see warm), so the traced constants are plain tensors
-                traced = make_fx(m)(*x)
-            fn = torch.compile(traced, mode=self.compile_mode, dynamic=False, fullgraph=True)
+            try:
+                with torch.no_grad():  # outside inference mode (see warm), so the traced constants are plain tensors
+                    traced = make_fx(bake_host_args(m, x))(*x)
+                fn = torch.compile(traced, mode=self.compile_mode, dynamic=False, fullgraph=True)
+                how = "make_fx+inductor"
+            except Exception as exc:  # noqa: BLE001 - then Dynamo on the module itself (graph breaks allowed)
+                self.compile_errors[f"{name}@{batch} make_fx"] = f"{type(exc).__name__}: {exc}"[:300]
+                fn, how = torch.compile(m, mode=self.compile_mode, dynamic=False), "dynamo+inductor"
             with torch.inference_mode():  # compiled for the mode and the (inference) tensors the steps use
                 xi = [a.clone(memory_format=torch.preserve_format) for a in x]
                 fn(*xi)
                 fn(*xi)
-            self.compile_s[f"{name}@{batch}"] = round(time.perf_counter() - t0, 1)
+            self.compile_s[f"{name}@{batch} {how}"] = round(time.perf_counter() - t0, 1)
             return fn
         except Exception as exc:  # noqa: BLE001 - measured eagerly instead, and said so
             self.compile_errors[f"{name}@{batch}"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -664,6 +742,7 @@ def run(args) -> dict:
         if args.backend == "torch":
             pipe = TorchPipeline(work, args.models, args.device, precision, base, args.concurrent,
                                  args.channels_last, args.compile_batches, args.detect_every, args.compile_mode)
+            pipe.compile_engines = set(args.compile_engines.split(","))
             for b in sorted(args.compile_batches | {1}):
                 pipe.warm(b)
         else:
@@ -731,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--channels-last", action="store_true", help="torch: detector and mesh in NHWC memory order")
     r.add_argument("--compile", dest="compile_batches", default="",
                    help="torch: comma-separated batch sizes whose engines are compiled by TorchInductor")
+    r.add_argument("--compile-engines", default=",".join(MODELS), help="torch: the engines --compile applies to")
     r.add_argument("--compile-mode", default="default", help="torch.compile mode (default, max-autotune-no-cudagraphs)")
     r.add_argument("--detect-every", type=int, default=1,
                    help="frames between detector runs per stream (the trackers' 1 s re-detection: 30)")
