@@ -29,9 +29,14 @@ Usage::
         --streams 1,2,4,8 -o benchmarks/results/gpu_streams_cpu.json
     python3 benchmarks/gpu_streams.py run --recording streams.npz --backend torch --device cuda \\
         --precision fp32,fp16 -o gpu_streams.json
+    # the H200 runs of benchmarks/results/gpu_streams.json (h200_2026_12_02): many streams, and batch 1
+    python3 benchmarks/gpu_streams.py run --recording streams.npz --precision fp16 --channels-last \\
+        --detect-every 30 --streams 1,768,1024,1280 --max-batch 2048 -o a.json
+    python3 benchmarks/gpu_streams.py run --recording streams.npz --precision fp16 --detect-every 30 \\
+        --concurrent --compile 1 --streams 1 --max-batch 1 --engine-times --engine-batches 1 -o f.json
 
-JSON out: per backend/precision and stream count N: step time p50/p95 (ms),
-per-frame time (step / N), frames/s, and ``streams_held_30fps`` (the largest N
+JSON out: per backend/precision and stream count N: step time p50/p95/mean (ms),
+per-frame time (mean step / N), frames/s, and ``streams_held_30fps`` (the largest N
 whose step p95 is <= 33.3 ms, so every stream gets its frame within a frame time).
 """
 from __future__ import annotations
