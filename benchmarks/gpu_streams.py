@@ -384,6 +384,7 @@ class TorchPipeline:
         self.compile_errors: dict[str, str] = {}
         self.compile_engines = set(MODELS)
         self.compile_s: dict[str, float] = {}
+
         def t(a):
             return torch.as_tensor(a, device=self.device)
 
