@@ -118,7 +118,35 @@ def test_no_quantisable_layer_within_target_is_a_build_error(tmp_path, manager):
         assert "least sensitive layer" in result.attempts[0].reason
 
 
+def test_search_ranks_then_bisects_on_one_calibration(tmp_path):
+    """The search costs 1 + N (sensitivity) + about log2 N (bisection) quantisations, not 2N + 1."""
+    path = _write_outlier_model(tmp_path, {})
+    info = ModelInfo.from_onnx(path)
+    reader = FeedSetReader([load_feed_set(info.calibration_path, info.inputs)])
+    r = quantize_int8_mixed(path, tmp_path / "o8.onnx", reader, TOL, Int8Recipe(sensitivity_samples=8))
+    assert r.searched and set(r.sensitivity) == {"hostile", "benign"}
+    assert r.sensitivity["hostile"] > r.target >= r.sensitivity["benign"]
+    assert r.quantizations == 1 + 2 + 1  # full, two alone, one prefix ([benign]) in the bisection
+    assert r.float_nodes == ("hostile",) and r.max_error <= r.target
+
+
+def test_max_candidates_ranks_the_largest_layers_only(tmp_path):
+    """``int8_max_candidates`` ranks the largest weights first: with 1, only ``hostile`` (16 x 16, over
+    the target alone) is a candidate, so nothing can be quantised."""
+    path = _write_outlier_model(tmp_path, {"int8_max_candidates": 1})
+    info = ModelInfo.from_onnx(path)
+    reader = FeedSetReader([load_feed_set(info.calibration_path, info.inputs)])
+    recipe = Int8Recipe.from_card(info.card)
+    assert recipe.max_candidates == 1
+    with pytest.raises(EngineBuildError, match="least sensitive layer"):
+        quantize_int8_mixed(path, tmp_path / "o8.onnx", reader, TOL, recipe)
+    with pytest.raises(EngineBuildError, match="sensitivity_samples and max_candidates"):
+        Int8Recipe(max_candidates=0)
+
+
 @pytest.mark.parametrize("card,match", [({"int8_exclude": "head"}, "int8_exclude"),
+                                        ({"int8_max_candidates": 0}, "int8_max_candidates"),
+                                        ({"int8_max_candidates": 2.5}, "int8_max_candidates"),
                                         ({"int8_op_types": [1]}, "int8_op_types"),
                                         ({"int8_search": "yes"}, "int8_search"),
                                         ({"int8_margin": 0}, "int8_margin"),

@@ -343,3 +343,38 @@ def test_fp16_engines_pass_verification_on_real_crops(testdata, tmp_path, monkey
         v = entry.manifest.verification_result
         assert entry.manifest.status == "ok" and v.data_source == "file" and v.samples == len(sets[info.name])
         assert v.max_abs_error <= 5e-3, v.summary()
+
+
+@pytest.mark.slow
+def test_int8_mesh_passes_verification_on_real_crops(testdata, tmp_path, monkeypatch):
+    """The mesh's INT8 engine: the card's recipe (sensitivity search at ``int8_margin`` 0.25, calibration
+    crops only) makes a mixed-precision file that verifies on validation crops of other recordings within
+    the card's INT8 tolerance, and the search stays within 1 + N + log2 N + 1 quantisations."""
+    import json
+
+    import onnx
+
+    from avatar_app.inference import EngineCache, EngineManager, Precision
+    from avatar_app.inference.modelinfo import local_data_sets_dir
+    from avatar_app.inference.precision import META_INT8, int8_summary
+    from avatar_app.tracking.onnx_tracker import model_paths
+    from training.landmarks.make_sets import collect
+
+    monkeypatch.setenv("AVATAR_APP_DATA_DIR", str(tmp_path / "data"))
+    local_data_sets_dir().mkdir(parents=True)
+    for kind, count in (("val", 12), ("calib", 24)):
+        crops = collect(testdata, kind, count, max_frames=40)["face_landmark"]
+        np.savez(local_data_sets_dir() / f"face_landmark.{kind}.npz", image=crops)
+    mesh = model_paths()[1]
+    manager = EngineManager(EngineCache(tmp_path / "cache"), isolate=False)
+    info = manager.model_info(mesh)
+    assert info.tolerances[Precision.INT8] == 2e-2 and info.card["int8_margin"] == 0.25
+    entry = manager.build(mesh, "ort_cpu", "int8")
+    v = entry.manifest.verification_result
+    assert entry.manifest.status == "ok", entry.manifest.reason
+    assert v.data_source == "file" and v.max_abs_error <= 2e-2, v.summary()
+    s = int8_summary(entry.artifact_path)
+    assert s["quantized_layers"] > 0 and s["float_layers"] > 0  # mixed: neither all INT8 nor all float
+    meta = json.loads({p.key: p.value for p in onnx.load(str(entry.artifact_path)).metadata_props}[META_INT8])
+    n = len(meta["sensitivity"])
+    assert meta["searched"] and n > 100 and meta["quantizations"] <= 1 + n + int(np.log2(n)) + 1
