@@ -78,6 +78,9 @@ def sensitivity_search(q, meter: ErrorMeter, work: Path, target: float,
        selection samples is within ``target`` is found by bisection, which assumes the
        error grows with the prefix (it does as a rule; a non-monotone step only makes
        the result shorter than it could be, never over the target).
+    4. When no prefix is within the target on all the selection samples (the few
+       ranking samples missed an outlier), steps 2-3 run again with the ranking
+       measured on all of them (another N quantisations).
 
     Args:
         q: the model's ``precision._Quantizer`` (pre-processed model, calibration cache,
@@ -95,12 +98,45 @@ def sensitivity_search(q, meter: ErrorMeter, work: Path, target: float,
         EngineBuildError: even the least sensitive layer alone misses the target.
     """
     r = q.recipe
-    quick = meter.subset(r.sensitivity_samples)
     cands = q.ranked(r.max_candidates)
+    quick = meter.subset(r.sensitivity_samples)
+    sens = _sensitivity(q, quick, cands, work)
+    lo, best, order = _longest_prefix(q, meter, work, target, cands, sens)
+    if best is None and quick.samples < meter.samples:
+        # the few samples missed an outlier (a layer fine on them but not on all): rank on all of them
+        logger.info("INT8 %s: no prefix within the target with the %d-sample ranking; ranking on all %d",
+                    q.src.name, quick.samples, meter.samples)
+        sens = _sensitivity(q, meter, cands, work)
+        lo, best, order = _longest_prefix(q, meter, work, target, cands, sens)
+    if best is None:
+        worst = min(sens.values(), default=float("inf"))
+        raise EngineBuildError(
+            f"INT8 quantisation of {q.src.name}: even the least sensitive layer alone gives a max "
+            f"abs error of {worst:.3g} on the calibration samples, over the target "
+            f"{target:.3g} ({r.margin:g} x tolerance {tolerance:g}); use FP16 or FP32")
+    kept = order[:lo]
+    logger.info("INT8 %s: %d of %d layers quantised (%d ranked); max abs error %.3g on the calibration "
+                "samples", q.src.name, len(kept), len(q.free), len(cands), max(best[1].values(), default=0.0))
+    return best[0], best[1], kept, sens
+
+
+def _sensitivity(q, meter: ErrorMeter, cands: list[str], work: Path) -> dict[str, float]:
+    """Max abs output error of each candidate layer quantised alone (the others float)."""
     sens = {}
-    for i, node in enumerate(cands):
+    for node in cands:
         path = q.quantize(work / "only.onnx", [n for n in q.free if n != node])
-        sens[node] = max(quick(path).values(), default=0.0)
+        sens[node] = max(meter(path).values(), default=0.0)
+    return sens
+
+
+def _longest_prefix(q, meter: ErrorMeter, work: Path, target: float, cands: list[str],
+                    sens: dict[str, float]) -> tuple[int, tuple[Path, dict[str, float]] | None, list[str]]:
+    """Bisection for the longest least-sensitive-first prefix within ``target`` on ``meter``.
+
+    Returns:
+        (prefix length, (its QDQ file, its errors) or None when no prefix is within the target,
+        the order searched).
+    """
     order = [n for n in sorted(cands, key=lambda n: (sens[n], cands.index(n))) if sens[n] <= target]
     lo, hi, best = 0, len(order), None  # lo: longest prefix known within the target
     while lo < hi:
@@ -111,13 +147,4 @@ def sensitivity_search(q, meter: ErrorMeter, work: Path, target: float,
             lo, best = mid, (path, err)
         else:
             hi = mid - 1
-    if best is None:
-        worst = min(sens.values())
-        raise EngineBuildError(
-            f"INT8 quantisation of {q.src.name}: even the least sensitive layer alone gives a max "
-            f"abs error of {worst:.3g} on the calibration samples, over the target "
-            f"{target:.3g} ({r.margin:g} x tolerance {tolerance:g}); use FP16 or FP32")
-    kept = order[:lo]
-    logger.info("INT8 %s: %d of %d layers quantised (%d ranked); max abs error %.3g on the calibration "
-                "samples", q.src.name, len(kept), len(q.free), len(cands), max(best[1].values(), default=0.0))
-    return best[0], best[1], kept, sens
+    return lo, best, order
