@@ -26,7 +26,13 @@ mouthUpperUp/LowerDown, mouthLeft/Right, jawLeft/Right and the five brow shapes;
 the rest positions are running medians (the mouth's over frames whose lips
 touch, and before the first such frame the frame's own mouth with the lower
 inner lip raised onto the upper one). Displacements are taken from the nose
-ridge, which no expression moves. Measured by ``benchmarks/fidelity.py``.
+ridge, which no expression moves. jawOpen is at least what the chin's drop
+shows (the jaw bone: lips closed on an open jaw in /p b m/ must not read as a
+closed jaw), the extra opening closed by mouthClose so the lips stay as
+fitted. Until the user's own closed-mouth frames take over, the rest mouth is
+at most as wide and its corners at most as high as a typical neutral mouth's
+(London neutral photos), so a still smile or a first second of smiling is not
+taken as the neutral. Measured by ``benchmarks/fidelity.py``.
 
 The output is deterministic given the same landmarks and timestamps, so
 offline rendering and live mode behave alike.
