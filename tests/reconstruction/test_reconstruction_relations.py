@@ -22,7 +22,7 @@ def _xfail(why: str):
     return pytest.mark.xfail(strict=True, reason=f"not met by the solver: {why} (solver before issue 17 in brackets)")
 
 
-PAIRS_FLIP = [pytest.param(_GRID, id="grid", marks=_xfail("max difference 0.30, mouthUpperUpLeft [0.13, brows]")),
+PAIRS_FLIP = [pytest.param(_GRID, id="grid", marks=_xfail("max difference 0.32, mouthUpperUpLeft [0.13, brows]")),
               pytest.param(_LONDON, id="london", marks=_xfail("0.14, browDownLeft [0.08]"))]
 PAIRS_ROT = [pytest.param(_GRID, id="grid", marks=_xfail("0.18, browOuterUpRight [0.11]")),
              pytest.param(_LONDON, id="london")]
