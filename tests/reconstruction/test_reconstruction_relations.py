@@ -91,7 +91,7 @@ def test_rescaling_the_frame_changes_nothing(tracker, testdata, pair):
 
 @pytest.mark.slow
 @_xfail("sd 0.063 of eyeWideLeft (the eye mapping: 10 % more aperture starts eyeWide; the face is "
-        "100 px wide), mouthLowerDownRight 0.031")
+        "100 px wide), mouthStretchLeft 0.034 (mouthLowerDownRight 0.031 before the corner weights of shape_fit)")
 def test_raw_output_is_stable_under_jpeg_and_subpixel_shifts(tracker, testdata):
     """200 JPEG re-encodes (quality 85-95) shifted by up to 1 px: raw solver output sd <= 0.01."""
     from avatar_app.evaluation.stability import still_jitter_sd
