@@ -27,6 +27,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QDockWidget,
     QFileDialog,
     QLabel,
@@ -183,7 +184,7 @@ class MainWindow(QMainWindow):
                                  "to a file for `avatar-app render --settings FILE`")
         m.addAction(self.export_action)
         m.addSeparator()
-        m.addAction(act("&Quit", self.close, QKeySequence.StandardKey.Quit))
+        m.addAction(act("&Quit", self.quit, QKeySequence.StandardKey.Quit))
         t = self.menuBar().addMenu("&Tracking")
         self.neutral_action = act("Calibrate &neutral face", self.session.calibrate_neutral, "Ctrl+N",
                                   "Take your current face as the neutral face (look straight, relax)")
@@ -344,6 +345,13 @@ class MainWindow(QMainWindow):
         super().keyReleaseEvent(event)
 
     # ================================================================== close
+    def quit(self) -> None:
+        """File › Quit and Ctrl+C in the terminal: close the window (a recording is finished), then the app."""
+        if self.close():
+            app = QApplication.instance()
+            if app is not None:
+                app.quit()
+
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self.save_settings()
         self.recording.stop_recording()
