@@ -275,9 +275,10 @@ class MainWindow(QMainWindow):
             for k in getattr(self, "_front_docks", []):  # shown again, a tab group fronts its first tab
                 if self.docks[k].isVisible():
                     self.docks[k].raise_()
-        self._clean_view = hide
+        self._clean_view = self.live.clean_view = hide
         for w in (self.menuBar(), self.toolbar, self.status):
             w.setVisible(not hide)
+        self.live.update_overlay()  # off on the clean view; the user's setting again with the panels
         # menus and toolbar are gone too: say how to get them back
         self.viewport.flash_hint("Press Ctrl+H to show panels" if hide else None, CLEAN_VIEW_HINT_MS)
         self.live.show_no_face(self.live.no_face_shown)
