@@ -219,6 +219,9 @@ class MainWindow(QMainWindow):
             self.status_labels[key] = lab
         self.status_labels["rec"] = self.recording.status_label
         self.status.addPermanentWidget(self.recording.status_label)
+        # fps, latency and drops are in the overlay and the Latency panel too: they make room for long messages
+        self.notifier.set_permanent(list(self.status_labels.values()),
+                                    [self.status_labels[k] for k in ("fps", "c2s", "dropped")])
 
     def _restore_layout(self) -> None:
         geo, state = self.settings.value("window/geometry"), self.settings.value("window/state")

@@ -44,7 +44,7 @@ class PreviewPanel(QWidget):
         self.preview.setStyleSheet("background: #202020; color: #aaa;")
         lay.addWidget(self.preview)
         # fixed heights, elided, the whole text in the tooltip: a long error never covers the preview
-        self.source_label = ElidedLabel("", lines=2)
+        self.source_label = ElidedLabel("", lines=3)
         lay.addWidget(self.source_label)
         self.delivering_label = ElidedLabel("", lines=1)
         lay.addWidget(self.delivering_label)
@@ -142,7 +142,7 @@ class SourcesPanel(Panel):
         meter_row.addWidget(self.overflow_label)
         ml.addLayout(meter_row)
         self._overflows_logged = (0, 0.0)  # (count, monotonic time) of the last log line
-        self.mic_label = ElidedLabel("", lines=2)
+        self.mic_label = ElidedLabel("", lines=3)
         ml.addWidget(self.mic_label)
         lay.addWidget(mic)
 
