@@ -36,9 +36,9 @@ from PySide6.QtWidgets import (
     QToolBar,
 )
 
-# imported here, on the GUI thread, before any worker starts: the device-listing and opener threads
-# importing the package at the same time could see it half initialised (circular-import error)
-import avatar_app.capture  # noqa: F401,E402
+# imported here, on the GUI thread, before any worker starts (it imports avatar_app.capture: the
+# device-listing and opener threads importing that at the same time could see it half initialised)
+import avatar_app.pipeline.studio_api  # noqa: F401,E402
 from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline.session import AUDIO_RATE, StudioSession
 from avatar_app.ui.bridge import SessionBridge
@@ -219,9 +219,9 @@ class MainWindow(QMainWindow):
             self.status_labels[key] = lab
         self.status_labels["rec"] = self.recording.status_label
         self.status.addPermanentWidget(self.recording.status_label)
-        # fps, latency and drops are in the overlay and the Latency panel too: they make room for long messages
-        self.notifier.set_permanent(list(self.status_labels.values()),
-                                    [self.status_labels[k] for k in ("fps", "c2s", "dropped")])
+        # long messages: fps, latency and drops (in the overlay and Latency panel too) make room, then the engines
+        lab = self.status_labels
+        self.notifier.set_permanent(list(lab.values()), [[lab["fps"], lab["c2s"], lab["dropped"]], [lab["engines"]]])
 
     def _restore_layout(self) -> None:
         geo, state = self.settings.value("window/geometry"), self.settings.value("window/state")

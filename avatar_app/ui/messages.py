@@ -25,9 +25,11 @@ class Notifier:
         status_bar: its QStatusBar.
 
     A status-bar message is never clipped: when it does not fit beside the permanent
-    labels, the secondary ones (see :meth:`set_permanent`) step aside while it shows;
-    if it is still too long it is elided in the middle (the start says what, the end
-    what to do) and the whole text is the status bar's tooltip.
+    labels, groups of them step aside while it shows, in the order given to
+    :meth:`set_permanent` (first what is shown elsewhere too); if it is still too
+    long it is elided in the middle (the start says what, the end what to do). The
+    whole text is the status bar's tooltip, and the labels come back with the
+    message's end.
 
     Attributes:
         last_error: the last error shown, or None.
@@ -45,22 +47,23 @@ class Notifier:
         self.message = ""
         self._box = None
         self._permanent: list[QWidget] = []
-        self._secondary: list[QWidget] = []
+        self._step_aside: list[list[QWidget]] = []
         status_bar.messageChanged.connect(self._on_message_changed)
 
-    def set_permanent(self, widgets: list[QWidget], secondary: list[QWidget]) -> None:
-        """The status bar's permanent widgets, and which of them may step aside for a long message.
+    def set_permanent(self, widgets: list[QWidget], step_aside: list[list[QWidget]]) -> None:
+        """The status bar's permanent widgets, and the groups of them that may step aside for a long message.
 
         Args:
             widgets: every permanent widget (their widths leave the message its room).
-            secondary: those hidden while a message needs their room (e.g. fps, shown elsewhere too).
+            step_aside: groups hidden, one more at a time, while a message needs their room.
         """
-        self._permanent, self._secondary = list(widgets), list(secondary)
+        self._permanent, self._step_aside = list(widgets), [list(g) for g in step_aside]
 
-    def _room(self, without_secondary: bool) -> int:
-        """Width left for the message, px, with or without the secondary widgets."""
-        kept = [w for w in self._permanent if (w in self._secondary and not without_secondary)
-                or (w not in self._secondary and not w.isHidden())]
+    def _room(self, hidden: int) -> int:
+        """Width left for the message, px, with the first ``hidden`` groups stepped aside."""
+        movable = [w for g in self._step_aside for w in g]
+        gone = [w for g in self._step_aside[:hidden] for w in g]
+        kept = [w for w in self._permanent if w not in gone and (w in movable or not w.isHidden())]
         used = sum(w.sizeHint().width() + STATUS_SPACING_PX for w in kept)
         return max(40, self.status_bar.width() - used - STATUS_EDGES_PX)
 
@@ -68,21 +71,21 @@ class Notifier:
         """A transient status-bar message (``ms`` = 0: until replaced), never clipped (see the class doc)."""
         self.message = message
         self.status_bar.setToolTip(message)
-        width = self.status_bar.fontMetrics().horizontalAdvance(message)
-        make_room = width > self._room(False)
-        for w in self._secondary:
-            w.setVisible(not make_room)
-        shown = message
-        if make_room and width > self._room(True):
-            shown = self.status_bar.fontMetrics().elidedText(message, Qt.TextElideMode.ElideMiddle,
-                                                             self._room(True))
+        fm = self.status_bar.fontMetrics()
+        width = fm.horizontalAdvance(message)
+        hidden = next((k for k in range(len(self._step_aside) + 1) if width <= self._room(k)), len(self._step_aside))
+        for k, group in enumerate(self._step_aside):
+            for w in group:
+                w.setVisible(k >= hidden)
+        room = self._room(hidden)
+        shown = message if width <= room else fm.elidedText(message, Qt.TextElideMode.ElideMiddle, room)
         self.status_bar.showMessage(shown, ms)
 
     def _on_message_changed(self, text: str) -> None:
         if not text:  # the message timed out or was cleared: the labels come back
             self.message = ""
             self.status_bar.setToolTip("")
-            for w in self._secondary:
+            for w in (w for g in self._step_aside for w in g):
                 w.show()
 
     def status_error(self, message: str) -> None:
