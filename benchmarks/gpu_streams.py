@@ -286,7 +286,9 @@ class TorchPipeline:
         self.dtype = torch.float16 if precision == "fp16" else torch.float32
         self.base = base if base is not None else convert_models(models_dir)
         self._frozen: dict[tuple[str, int], object] = {}
-        t = lambda a: torch.as_tensor(a, device=self.device)
+        def t(a):
+            return torch.as_tensor(a, device=self.device)
+
         self.frames = t(work.frames).permute(0, 3, 1, 2).contiguous()               # (F, 3, C, C) uint8
         self.letterbox, self.crop = t(work.letterbox).float(), t(work.crop).float()
         self.recon = {k: t(v).to(self.dtype) for k, v in work.recon.items()}

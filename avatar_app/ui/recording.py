@@ -184,10 +184,8 @@ class RecordingController(QObject):
             (RecordingFormat, note): note is "" when the chosen format is used as is.
         """
         from avatar_app.core.errors import RecordingError
-        from avatar_app.pipeline.studio_api import record_formats
+        from avatar_app.pipeline.studio_api import choose_alpha_format, format_by_key
 
-        formats = record_formats()
-        choose_alpha_format, format_by_key = formats.choose_alpha_format, formats.format_by_key
         try:
             fmt = format_by_key(self.session.settings.output.format)
         except AvatarError:
@@ -205,9 +203,9 @@ class RecordingController(QObject):
     @staticmethod
     def _live_alpha_format():
         """The first available format of LIVE_ALPHA_ORDER (the fastest alpha encoder), or None."""
-        from avatar_app.pipeline.studio_api import record_formats
+        from avatar_app.pipeline.studio_api import available_formats
 
-        have = {f.key: f for f in record_formats().available_formats(alpha=True)}
+        have = {f.key: f for f in available_formats(alpha=True)}
         return next((have[k] for k in LIVE_ALPHA_ORDER if k in have), None)
 
     def update_capture(self) -> None:
@@ -280,9 +278,9 @@ class RecordingController(QObject):
 
     @staticmethod
     def _available_alpha():
-        from avatar_app.pipeline.studio_api import record_formats
+        from avatar_app.pipeline.studio_api import available_formats
 
-        return record_formats().available_formats(alpha=True)
+        return available_formats(alpha=True)
 
     def _warn_recording_drops(self, dropped: int) -> None:
         """Status-bar warning when the running recording drops frames (at most every DROP_WARNING_INTERVAL_S)."""

@@ -162,9 +162,9 @@ class AvatarPanel(Panel):
 
     def use_default(self) -> None:
         """Show the default head again (remembered)."""
-        from avatar_app.pipeline.studio_api import default_head
+        from avatar_app.pipeline.studio_api import build_default_head
 
-        self.bridge.avatar_loaded.emit(None, default_head())
+        self.bridge.avatar_loaded.emit(None, build_default_head())
 
     def on_avatar_loaded(self, path: Path, mesh=None) -> None:
         """The view shows the avatar of ``path`` (None: the default head; ``mesh``: the avatar, with its

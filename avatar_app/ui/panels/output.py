@@ -195,11 +195,10 @@ class OutputPanel(Panel):
             self.vcam.setChecked(False)
 
     def _fill_formats(self) -> None:
-        from avatar_app.pipeline.studio_api import record_formats
+        from avatar_app.pipeline.studio_api import available_formats, known_formats
 
-        formats = record_formats()
-        have = {f.key for f in formats.available_formats()}
-        for f in formats.KNOWN_FORMATS:
+        have = {f.key for f in available_formats()}
+        for f in known_formats():
             self.format.addItem(f.label, f.key)
             if f.key not in have:
                 set_item_enabled(self.format, self.format.count() - 1, False,
