@@ -225,3 +225,11 @@ def test_cpu_budget_and_frame_rate_field_agree(qtbot, still_window):
     out.fps_cap.setValue(0)
     out.cpu_mode.setCurrentIndex(out.cpu_mode.findData("full"))
     assert out.fps_cap.text() == "No cap" and win.session.effective_fps_cap() == 0
+
+
+def test_virtual_camera_probe_reports_back(qtbot, still_window):
+    """The Output panel's virtual-camera line says what the probe found (it stayed "checking…" when the
+    probe, run on the session's worker, failed on a wrong call)."""
+    out = still_window.panels["output"]
+    qtbot.waitUntil(lambda: out.vcam_status.text() != "checking…", timeout=20000)
+    assert out.vcam.toolTip() and out.vcam.toolTip() in out.vcam_status.text()
