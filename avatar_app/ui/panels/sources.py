@@ -100,6 +100,17 @@ class SourcesPanel(Panel):
         self.source_label = self.preview_panel.source_label
         self.delivering_label = self.preview_panel.delivering_label
         lay = QVBoxLayout(self)
+        lay.addWidget(self._camera_group())
+        lay.addWidget(self._mic_group())
+        lay.addWidget(self._file_group())
+        lay.addStretch(1)
+
+        self.devices_listed.connect(self._on_devices_listed)
+        self.cameras = []
+        self.microphones = []
+        self.refresh_devices()
+
+    def _camera_group(self) -> QGroupBox:
         cam = QGroupBox("Camera")
         cl = QVBoxLayout(cam)
         row = QHBoxLayout()
@@ -117,8 +128,9 @@ class SourcesPanel(Panel):
         cl.addWidget(self.use_camera_button)
         self.camera_method = hint("")
         cl.addWidget(self.camera_method)
-        lay.addWidget(cam)
+        return cam
 
+    def _mic_group(self) -> QGroupBox:
         mic = QGroupBox("Microphone")
         ml = QVBoxLayout(mic)
         self.mic_combo = QComboBox()
@@ -144,8 +156,9 @@ class SourcesPanel(Panel):
         self._overflows_logged = (0, 0.0)  # (count, monotonic time) of the last log line
         self.mic_label = ElidedLabel("", lines=3)
         ml.addWidget(self.mic_label)
-        lay.addWidget(mic)
+        return mic
 
+    def _file_group(self) -> QGroupBox:
         fg = QGroupBox("Video file")
         fl = QVBoxLayout(fg)
         # shows the file that is playing (set by on_source_changed), never a remembered one
@@ -171,13 +184,7 @@ class SourcesPanel(Panel):
         self.play_button.clicked.connect(self._on_play)
         frow.addWidget(self.play_button)
         fl.addLayout(frow)
-        lay.addWidget(fg)
-        lay.addStretch(1)
-
-        self.devices_listed.connect(self._on_devices_listed)
-        self.cameras = []
-        self.microphones = []
-        self.refresh_devices()
+        return fg
 
     # -- devices -----------------------------------------------------------------------
     def refresh_devices(self) -> None:
