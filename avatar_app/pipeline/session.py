@@ -373,6 +373,11 @@ class StudioSession:
             self.mic.stop()
             self.mic = None
 
+    @property
+    def mic_overflows(self) -> int:
+        """Input overflows of the running microphone (PortAudio blocks whose samples were lost), else 0."""
+        return int(getattr(self.mic, "overflows", 0) or 0)
+
     def playing_file(self) -> Path | None:
         """The video file playing now, or None (a camera, or nothing)."""
         return getattr(getattr(self.pipeline, "source", None), "path", None)

@@ -44,15 +44,16 @@ def build_default_head():
     return _build()
 
 
-def virtual_camera_status():
-    """Whether a virtual camera can be opened, and why not (:func:`avatar_app.outputs.virtual_camera_status`).
+def virtual_camera_status(width: int = 1280, height: int = 720, fps: float = 30.0) -> tuple[bool, str]:
+    """Whether a virtual camera of ``width`` x ``height`` px at ``fps`` Hz can be opened, and why not
+    (:func:`avatar_app.outputs.virtual_camera_status`).
 
     Raises:
         ImportError: the outputs package (or its virtual-camera backend) is not installed.
     """
     from avatar_app.outputs import virtual_camera_status as _status
 
-    return _status()
+    return _status(width, height, fps)
 
 
 def available_formats(alpha: bool | None = None):

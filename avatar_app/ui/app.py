@@ -7,12 +7,19 @@ source, then quits with exit status 0. If that many frames do not arrive
 within :data:`SCREENSHOT_TIMEOUT_S` seconds it saves what the window shows and
 quits with status 3 (the message names how many frames came). Message boxes are
 suppressed in that mode so that nothing covers the window.
+
+Ctrl+C (SIGINT) in the terminal that started the window closes it as File ›
+Quit does: a recording in progress is finished and kept, settings are saved,
+and the exit status is 0 (see :func:`install_interrupt_handler`).
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from avatar_app.ui.qt_env import fix_qt_plugin_path, guard_emit_refcount_bug, set_default_gl_format
@@ -102,10 +109,70 @@ def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
     QTimer.singleShot(int(timeout_s * 1000), lambda: save_and_quit(3))
 
 
+def install_interrupt_handler(app, quit_window: Callable[[], None]) -> Callable[[], None]:
+    """Run ``quit_window()`` on the GUI thread when SIGINT (Ctrl+C in the terminal) arrives.
+
+    Python runs a signal handler only when the interpreter gets control, and
+    inside Qt's C++ event loop it may not for a long time; PySide6 also swallows
+    the default handler's KeyboardInterrupt in a slot, so Ctrl+C used to be
+    ignored. A socket pair wakes the loop: ``signal.set_wakeup_fd`` writes a byte
+    to it from the C-level handler, a QSocketNotifier on the other end returns
+    to Python, and the Python handler queues ``quit_window`` (a zero-time
+    single-shot timer). The first Ctrl+C quits gracefully; a second one, while
+    that is still under way (e.g. a long recording being finished), restores the
+    default action and ends the process at once.
+
+    Args:
+        app: the QApplication (parent of the notifier).
+        quit_window: what File › Quit does (close the window, then quit the app).
+
+    Returns:
+        ``restore()``: puts the previous SIGINT handler and wakeup fd back (after ``app.exec()``).
+
+    Raises:
+        ValueError: not called on the main thread (Python's signal module allows that only).
+
+    Thread: main (GUI) thread only.
+    """
+    from PySide6.QtCore import QSocketNotifier, QTimer
+
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, app)
+
+    def drain() -> None:  # returning to Python is what lets the pending handler run
+        try:
+            reader.recv(512)
+        except OSError:
+            pass
+
+    notifier.activated.connect(drain)
+
+    def on_sigint(_signum, _frame) -> None:
+        log.warning("Ctrl+C: closing the window (press it again to end at once)")
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        QTimer.singleShot(0, quit_window)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+
+    def restore() -> None:
+        notifier.setEnabled(False)
+        signal.signal(signal.SIGINT, previous)
+        signal.set_wakeup_fd(previous_fd)
+        reader.close()
+        writer.close()
+        notifier.deleteLater()
+
+    return restore
+
+
 def run_window(source: Path | None = None, camera: int | None = None) -> int:
     """Open the studio window and run the event loop. Returns the exit status.
 
-    With ``AVATAR_APP_SCREENSHOT=<path>`` in the environment, the window saves a
+    Ctrl+C in the terminal closes the window as File › Quit does (status 0). With
+    ``AVATAR_APP_SCREENSHOT=<path>`` in the environment, the window saves a
     screenshot after the first ~30 presented frames and quits (see the module doc).
     """
     app = create_app()
@@ -115,5 +182,9 @@ def run_window(source: Path | None = None, camera: int | None = None) -> int:
     shot = os.environ.get("AVATAR_APP_SCREENSHOT")
     if shot:
         install_screenshot_hook(win, Path(shot))
+    restore = install_interrupt_handler(app, win.quit)
     win.show()
-    return app.exec()
+    try:
+        return app.exec()
+    finally:
+        restore()

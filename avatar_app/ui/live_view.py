@@ -65,6 +65,8 @@ class LiveView(QObject):
         fps_history: (t_s, fps, dropped) every 200 ms over the same window.
         no_face_shown: whether "No face found" is shown.
         last_state: the newest state handed to the viewport, or None.
+        clean_view: the clean capture view (Ctrl+H) is on: the latency overlay is hidden
+            whatever the Latency panel's "overlay" box says, and comes back with the panels.
     """
 
     def __init__(self, session, bridge, viewport, notifier, recording, panels: dict, status_labels: dict,
@@ -77,6 +79,7 @@ class LiveView(QObject):
         self.fps_history: deque = deque()
         self.no_face_shown = False
         self.last_state = None
+        self.clean_view = False
         self._no_face_since: float | None = None
         self._freeze_pending = True  # gc.freeze() at the next new frame (see freeze_gc)
         self._last_preview_index = -1
@@ -243,7 +246,7 @@ class LiveView(QObject):
             self.viewport.set_overlay_lines(None)
             return
         summary = pipe.stats.summary()
-        self.viewport.set_overlay_lines(summary.lines() if self.panels["latency"].overlay_box.isChecked() else None)
+        self.update_overlay(summary)
         now = time.perf_counter()
         self.fps_history.append((now, summary.fps, summary.dropped))
         while self.fps_history and self.fps_history[0][0] < now - PLOT_WINDOW_S:
@@ -255,6 +258,18 @@ class LiveView(QObject):
         self.status_labels["c2s"].setText(f"camera-to-screen {c2s}")
         self.status_labels["dropped"].setText(f"dropped {summary.dropped}")
         self.panels["sources"].on_tick()
+
+    def overlay_wanted(self) -> bool:
+        """Whether the viewport shows the latency overlay: the user's choice, never on the clean view."""
+        return self.panels["latency"].overlay_box.isChecked() and not self.clean_view
+
+    def update_overlay(self, summary=None) -> None:
+        """Show the latency overlay (``summary``: the pipeline's StatsSummary, default: a fresh one) or hide it."""
+        pipe = self.session.pipeline
+        if pipe is None or not self.overlay_wanted():
+            self.viewport.set_overlay_lines(None)
+            return
+        self.viewport.set_overlay_lines((summary or pipe.stats.summary()).lines())
 
     def _update_preview(self, pipe) -> None:
         frame = pipe.last_frame

@@ -27,6 +27,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QDockWidget,
     QFileDialog,
     QLabel,
@@ -183,7 +184,7 @@ class MainWindow(QMainWindow):
                                  "to a file for `avatar-app render --settings FILE`")
         m.addAction(self.export_action)
         m.addSeparator()
-        m.addAction(act("&Quit", self.close, QKeySequence.StandardKey.Quit))
+        m.addAction(act("&Quit", self.quit, QKeySequence.StandardKey.Quit))
         t = self.menuBar().addMenu("&Tracking")
         self.neutral_action = act("Calibrate &neutral face", self.session.calibrate_neutral, "Ctrl+N",
                                   "Take your current face as the neutral face (look straight, relax)")
@@ -218,6 +219,9 @@ class MainWindow(QMainWindow):
             self.status_labels[key] = lab
         self.status_labels["rec"] = self.recording.status_label
         self.status.addPermanentWidget(self.recording.status_label)
+        # long messages: fps, latency and drops (in the overlay and Latency panel too) make room, then the engines
+        lab = self.status_labels
+        self.notifier.set_permanent(list(lab.values()), [[lab["fps"], lab["c2s"], lab["dropped"]], [lab["engines"]]])
 
     def _restore_layout(self) -> None:
         geo, state = self.settings.value("window/geometry"), self.settings.value("window/state")
@@ -274,9 +278,10 @@ class MainWindow(QMainWindow):
             for k in getattr(self, "_front_docks", []):  # shown again, a tab group fronts its first tab
                 if self.docks[k].isVisible():
                     self.docks[k].raise_()
-        self._clean_view = hide
+        self._clean_view = self.live.clean_view = hide
         for w in (self.menuBar(), self.toolbar, self.status):
             w.setVisible(not hide)
+        self.live.update_overlay()  # off on the clean view; the user's setting again with the panels
         # menus and toolbar are gone too: say how to get them back
         self.viewport.flash_hint("Press Ctrl+H to show panels" if hide else None, CLEAN_VIEW_HINT_MS)
         self.live.show_no_face(self.live.no_face_shown)
@@ -344,6 +349,13 @@ class MainWindow(QMainWindow):
         super().keyReleaseEvent(event)
 
     # ================================================================== close
+    def quit(self) -> None:
+        """File › Quit and Ctrl+C in the terminal: close the window (a recording is finished), then the app."""
+        if self.close():
+            app = QApplication.instance()
+            if app is not None:
+                app.quit()
+
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self.save_settings()
         self.recording.stop_recording()

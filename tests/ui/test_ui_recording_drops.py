@@ -241,8 +241,9 @@ def test_no_camera_caption_and_disabled_record_tooltip(qtbot, settings, monkeypa
         assert cap.toolTip() == cap.text()
         shown = QLabel.text(cap).split("\n")  # what the label displays
         fm = cap.fontMetrics()
-        assert len(shown) == 2 and shown[1] == "Use File › Open video… to play a file."
-        assert shown[0].startswith("No source: Camera 0")
+        # the whole caption, word-wrapped (issue 21 item 7: it was cut at "/dev/video…"), the advice on its own line
+        assert len(shown) <= cap.max_lines and shown[-1] == "Use File › Open video… to play a file."
+        assert " ".join(shown[:-1]) == "No source: Camera 0 could not be opened: /dev/video0 does not exist."
         assert all(fm.horizontalAdvance(ln) <= cap.contentsRect().width() for ln in shown)
         assert "exist Use" not in QLabel.text(cap).replace("\n", " ")
         # the microphone line: sentences too

@@ -34,10 +34,16 @@ class _EngineBox(QGroupBox):
             self.precision.addItem(p.upper(), p)
         form.addRow("Backend", self.backend)
         form.addRow("Precision", self.precision)
+        # the bar holds only "building NN%": what is being done goes under it, word-wrapped
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
+        self.progress.setFormat("building %p%")
         self.progress.setVisible(False)
         form.addRow(self.progress)
+        self.build_label = QLabel("")
+        self.build_label.setWordWrap(True)
+        self.build_label.setVisible(False)
+        form.addRow(self.build_label)
         self.serving = QLabel("")
         self.serving.setWordWrap(True)
         form.addRow("Serving", self.serving)
@@ -101,10 +107,11 @@ class _EngineBox(QGroupBox):
                                          f" The {fallback} drives this part.")
         building = ctl.pending(self.name)
         self.progress.setVisible(building)
+        self.build_label.setVisible(building)
         if building:
             self.progress.setValue(int(round(100 * e.build_fraction)))
-            self.progress.setFormat(f"building: {e.build_stage or 'starting'} %p% "
-                                    f"(the current engine keeps running)")
+            stage = e.build_stage or "starting"
+            self.build_label.setText(f"{stage[:1].upper()}{stage[1:]}; the current engine keeps running.")
         self.serving.setText(ctl.describe(self.name))
         self.verification.setText(ctl.verification_text(self.name) if installed else "")
         err = bool(e.error)

@@ -101,7 +101,28 @@ class OutputPanel(Panel):
             self.cpu_mode.addItem(label, key)
         pf.addRow("CPU budget", self.cpu_mode)
         pf.addRow(hint("Balanced: 30 fps cap. Low CPU: 20 fps cap, no MSAA, no camera preview or plots."))
+        #: Says when the CPU budget's cap is lower than the one set here (the lower one is in force).
+        self.cap_note = hint("")
+        self.cap_note.setStyleSheet("color: #b9770e;")
+        self.cap_note.hide()
+        pf.addRow(self.cap_note)
         return pg
+
+    def show_cap_in_force(self) -> None:
+        """Make the frame-rate field say the cap in force: the CPU budget's when it is the lower one.
+
+        With no cap of its own the field shows the budget's ("30 fps (Balanced)"), never
+        "No cap" while a budget caps; a higher cap of its own gets a note that the budget's applies.
+        """
+        mode = self.cpu_mode.currentData()
+        mode_cap = store.CPU_MODES.get(mode, (0.0,))[0]
+        name = store.CPU_MODE_LABELS.get(mode, "").split(" (")[0]
+        self.fps_cap.setSpecialValueText(f"{mode_cap:.0f} fps ({name})" if mode_cap > 0 else "No cap")
+        own = float(self.fps_cap.value())
+        over = mode_cap > 0 and own > mode_cap
+        self.cap_note.setText(f"{name} caps the frame rate at {mode_cap:.0f} fps, below the {own:.0f} fps set "
+                              f"here: {mode_cap:.0f} fps is in force." if over else "")
+        self.cap_note.setVisible(over)
 
     def _build_live_outputs(self, o) -> QGroupBox:
         og = QGroupBox("Live outputs")
@@ -142,6 +163,7 @@ class OutputPanel(Panel):
         self.vmc_names.setCurrentIndex(max(0, self.vmc_names.findData(o.vmc_names)))
         self.vcam.setChecked(o.virtual_camera)
         self.vcam.setEnabled(False)  # until the probe says a backend exists
+        self.show_cap_in_force()
         self._loading = False
         self.format.currentIndexChanged.connect(self._changed)
         self.overlay.toggled.connect(self._changed)
@@ -191,6 +213,7 @@ class OutputPanel(Panel):
                                     virtual_camera=self.vcam.isChecked())
 
     def _changed(self, *_):
+        self.show_cap_in_force()
         if not self._loading:
             self.session.set_output_settings(self.current())
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -25,6 +26,9 @@ from avatar_app.ui.panels import ElidedLabel, Panel, hint, plain_error
 
 log = logging.getLogger(__name__)
 
+#: Shortest time between two log lines about new microphone overflows, s.
+OVERFLOW_LOG_INTERVAL_S = 10.0
+
 class PreviewPanel(QWidget):
     """The camera preview with landmarks, what the source is and what it really delivers."""
 
@@ -40,7 +44,7 @@ class PreviewPanel(QWidget):
         self.preview.setStyleSheet("background: #202020; color: #aaa;")
         lay.addWidget(self.preview)
         # fixed heights, elided, the whole text in the tooltip: a long error never covers the preview
-        self.source_label = ElidedLabel("", lines=2)
+        self.source_label = ElidedLabel("", lines=3)
         lay.addWidget(self.source_label)
         self.delivering_label = ElidedLabel("", lines=1)
         lay.addWidget(self.delivering_label)
@@ -96,6 +100,17 @@ class SourcesPanel(Panel):
         self.source_label = self.preview_panel.source_label
         self.delivering_label = self.preview_panel.delivering_label
         lay = QVBoxLayout(self)
+        lay.addWidget(self._camera_group())
+        lay.addWidget(self._mic_group())
+        lay.addWidget(self._file_group())
+        lay.addStretch(1)
+
+        self.devices_listed.connect(self._on_devices_listed)
+        self.cameras = []
+        self.microphones = []
+        self.refresh_devices()
+
+    def _camera_group(self) -> QGroupBox:
         cam = QGroupBox("Camera")
         cl = QVBoxLayout(cam)
         row = QHBoxLayout()
@@ -113,8 +128,9 @@ class SourcesPanel(Panel):
         cl.addWidget(self.use_camera_button)
         self.camera_method = hint("")
         cl.addWidget(self.camera_method)
-        lay.addWidget(cam)
+        return cam
 
+    def _mic_group(self) -> QGroupBox:
         mic = QGroupBox("Microphone")
         ml = QVBoxLayout(mic)
         self.mic_combo = QComboBox()
@@ -127,11 +143,22 @@ class SourcesPanel(Panel):
         self.meter.setValue(int(METER_FLOOR_DB))
         self.meter.setFormat("%v dBFS")
         self.meter.setToolTip("Live input level (RMS over the last 100 ms). Speech should peak around -20 dBFS.")
-        ml.addWidget(self.meter)
-        self.mic_label = ElidedLabel("", lines=2)
+        meter_row = QHBoxLayout()
+        meter_row.addWidget(self.meter, 1)
+        # input overflows (samples PortAudio lost), shown beside the meter once there are any
+        self.overflow_label = QLabel("")
+        self.overflow_label.setStyleSheet("color: #c0392b; font-weight: bold;")
+        self.overflow_label.setToolTip("Times the microphone's input overflowed: samples were lost before the app "
+                                       "read them (the machine was too busy). Close other programs if it rises.")
+        self.overflow_label.hide()
+        meter_row.addWidget(self.overflow_label)
+        ml.addLayout(meter_row)
+        self._overflows_logged = (0, 0.0)  # (count, monotonic time) of the last log line
+        self.mic_label = ElidedLabel("", lines=3)
         ml.addWidget(self.mic_label)
-        lay.addWidget(mic)
+        return mic
 
+    def _file_group(self) -> QGroupBox:
         fg = QGroupBox("Video file")
         fl = QVBoxLayout(fg)
         # shows the file that is playing (set by on_source_changed), never a remembered one
@@ -157,13 +184,7 @@ class SourcesPanel(Panel):
         self.play_button.clicked.connect(self._on_play)
         frow.addWidget(self.play_button)
         fl.addLayout(frow)
-        lay.addWidget(fg)
-        lay.addStretch(1)
-
-        self.devices_listed.connect(self._on_devices_listed)
-        self.cameras = []
-        self.microphones = []
-        self.refresh_devices()
+        return fg
 
     # -- devices -----------------------------------------------------------------------
     def refresh_devices(self) -> None:
@@ -282,7 +303,8 @@ class SourcesPanel(Panel):
             self.show_file_error(f"Could not play {path.name}: {plain_error(error, path)}{still}", error)
 
     def on_tick(self) -> None:
-        """5 Hz: level meter and the delivered frame rate."""
+        """5 Hz: level meter, microphone overflows and the delivered frame rate."""
+        self._update_overflows(self.session.mic_overflows)
         pipe = self.session.pipeline
         ring = getattr(pipe, "ring", None)
         if ring is not None:
@@ -299,3 +321,22 @@ class SourcesPanel(Panel):
                 f"Delivering {granted[0]}x{granted[1]} at {self.session.source_fps:.1f} fps (measured)")
         elif pipe is None:
             self.delivering_label.setText("")
+
+    def _update_overflows(self, count: int) -> None:
+        """Show the microphone's input overflows beside the meter when there are any; log new ones
+        (at most every OVERFLOW_LOG_INTERVAL_S).
+
+        Args:
+            count: overflows of the running microphone so far (``StudioSession.mic_overflows``).
+        """
+        self.overflow_label.setVisible(count > 0)
+        if count <= 0:
+            self._overflows_logged = (0, 0.0)
+            return
+        self.overflow_label.setText(f"{count} overflow{'s' if count != 1 else ''}")
+        last, t_last = self._overflows_logged
+        now = time.monotonic()
+        if count > last and (last == 0 or now - t_last >= OVERFLOW_LOG_INTERVAL_S):
+            self._overflows_logged = (count, now)
+            log.warning("microphone input overflowed %d time%s so far: some audio was lost (the machine is busy)",
+                        count, "" if count == 1 else "s")
