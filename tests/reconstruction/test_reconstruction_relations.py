@@ -22,7 +22,7 @@ def _xfail(why: str):
     return pytest.mark.xfail(strict=True, reason=f"not met by the solver: {why} (solver before issue 17 in brackets)")
 
 
-PAIRS_FLIP = [pytest.param(_GRID, id="grid", marks=_xfail("max difference 0.30, mouthUpperUpLeft [0.13, brows]")),
+PAIRS_FLIP = [pytest.param(_GRID, id="grid", marks=_xfail("max difference 0.32, mouthUpperUpLeft [0.13, brows]")),
               pytest.param(_LONDON, id="london", marks=_xfail("0.14, browDownLeft [0.08]"))]
 PAIRS_ROT = [pytest.param(_GRID, id="grid", marks=_xfail("0.18, browOuterUpRight [0.11]")),
              pytest.param(_LONDON, id="london")]
@@ -91,7 +91,7 @@ def test_rescaling_the_frame_changes_nothing(tracker, testdata, pair):
 
 @pytest.mark.slow
 @_xfail("sd 0.063 of eyeWideLeft (the eye mapping: 10 % more aperture starts eyeWide; the face is "
-        "100 px wide), mouthLowerDownRight 0.031")
+        "100 px wide), mouthStretchLeft 0.034 (mouthLowerDownRight 0.031 before the corner weights of shape_fit)")
 def test_raw_output_is_stable_under_jpeg_and_subpixel_shifts(tracker, testdata):
     """200 JPEG re-encodes (quality 85-95) shifted by up to 1 px: raw solver output sd <= 0.01."""
     from avatar_app.evaluation.stability import still_jitter_sd
