@@ -55,6 +55,25 @@ def _clean(x):
     return x
 
 
+def _retracked(clips, outs: dict, step: int, say) -> dict:
+    """Comparison (b): render the default head with each clip's output, track the render again."""
+    from avatar_app.evaluation.retrack import retracked_features
+
+    per, series = {}, []
+    for clip in clips:
+        say(f"comparison (b): rendering and re-tracking {clip.name}")
+        po = outs[clip.name]
+        frames = np.flatnonzero(po.found)[::step]
+        inp, _ = G.input_features(clip)
+        out = retracked_features(po, clip.times, frames)
+        mask = np.zeros(len(clip), bool)
+        mask[frames] = True
+        sc = F.score_clip(inp, out, mask)
+        per[clip.name] = {"features": sc.features, "mean_r": sc.mean_r}
+        series.append((np.where(mask[:, None], inp, np.nan), out))
+    return {"clips": per, "pooled": F.pooled(series), "step": step}
+
+
 def run_benchmark(reconstructor, testdata: Path, *, retrack_step: int = 2, london: bool = True,
                   fusion: bool = True, progress=None) -> dict:
     """All fidelity figures of one face path.
@@ -86,21 +105,7 @@ def run_benchmark(reconstructor, testdata: Path, *, retrack_step: int = 2, londo
     weights = {n: o.weights for n, o in outs.items()}
     res: dict = {"label_free": a}
     if retrack_step:
-        from avatar_app.evaluation.retrack import retracked_features
-
-        per, series = {}, []
-        for clip in clips:
-            say(f"comparison (b): rendering and re-tracking {clip.name}")
-            po = outs[clip.name]
-            frames = np.flatnonzero(po.found)[::retrack_step]
-            inp, _ = G.input_features(clip)
-            out = retracked_features(po, clip.times, frames)
-            mask = np.zeros(len(clip), bool)
-            mask[frames] = True
-            sc = F.score_clip(inp, out, mask)
-            per[clip.name] = {"features": sc.features, "mean_r": sc.mean_r}
-            series.append((np.where(mask[:, None], inp, np.nan), out))
-        res["retracked"] = {"clips": per, "pooled": F.pooled(series), "step": retrack_step}
+        res["retracked"] = _retracked(clips, outs, retrack_step, say)
     ev = E.load_events(EVENTS_FILE)
     res["winks"] = E.wink_scores(weights, ev)
     res["expressions"] = E.expression_scores(weights, ev)
