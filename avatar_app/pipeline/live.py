@@ -130,14 +130,17 @@ class LivePipeline:
             return self._state
 
     def presented(self, state: AvatarState, t_present_ns: int | None = None) -> None:
-        """Tell the stats that ``state`` reached the screen (camera-to-screen latency).
+        """Tell the stats that ``state`` reached the screen (camera-to-screen latency, frames lost).
+
+        The drop count (``stats.dropped``) is what the viewer loses: the source frames
+        between two presented states that never reached the screen, wherever they were
+        lost (the source's slot, the display tick, the render thread).
 
         Args:
             state: the state drawn.
             t_present_ns: when it was presented (default now).
         """
-        self.stats.dropped = int(getattr(self.source, "dropped", 0))
-        self.stats.add_frame(state.stamps, state.t_capture_ns, t_present_ns)
+        self.stats.add_frame(state.stamps, state.t_capture_ns, t_present_ns, frame_index=state.frame_index)
 
     def _wait_for_cap(self, last_start_ns: int) -> bool:
         """Sleep to honour the frame-rate cap; False when stopped meanwhile."""
