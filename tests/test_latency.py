@@ -58,3 +58,21 @@ def test_fake_camera_delay_is_reported(delay_s):
     s = pipe.stats.summary()
     assert s.stages["capture"][0] >= delay_ms - 1e-3
     assert s.camera_to_screen[0] == pytest.approx(s.stages["capture"][0], abs=1e-3)
+
+
+def test_drop_counter_counts_frame_index_gaps_once():
+    """The window's one drop counter: source frames between two presented ones, plus recording losses."""
+    from avatar_app.core.latency import LatencyStats
+
+    s = LatencyStats()
+    for i in (0, 1, 2, 5, 6, 10):  # 3, 4 and 7, 8, 9 never reached the screen
+        s.add_frame({}, frame_index=i)
+    assert s.dropped == 5 and s.presented == 6
+    s.add_frame({}, frame_index=10)  # the same frame again (a re-render): nothing lost
+    s.add_frame({}, frame_index=0)  # the source restarted: a new run, nothing lost
+    s.add_frame({}, frame_index=2)
+    assert s.dropped == 6
+    s.add_dropped(4)
+    s.add_dropped(-1)
+    summary = s.summary()
+    assert summary.dropped == 10 and "dropped 10" in summary.lines()[0]

@@ -156,6 +156,62 @@ def test_recording_without_drops_says_nothing_and_follows_the_fps_cap(qtbot, sti
 
 @pytest.mark.gui
 @pytest.mark.gl
+def test_recording_holds_every_frame_the_viewport_presented(qtbot, still_window):
+    """Smooth recordings: each state the viewport presents is one distinct frame of the clip.
+
+    The display tick is stopped and the test shows its own states, one at a time, waiting until
+    each is presented and the encoder queue is empty: it counts frames, not time, so load only
+    slows it down. Mouth shut and open alternate, so consecutive frames differ.
+    """
+    import av
+
+    from avatar_app.core.clock import now_ns
+
+    win = still_window
+    win.recording.record_button.click()
+    rec = win.recording.recorder
+    assert rec is not None
+    vp = win.viewport
+    synced = rec.recorder
+    qtbot.waitUntil(lambda: synced.frames_in >= 1, timeout=20000)  # renders started before recording are out
+    win.live.display_timer.stop()
+    qtbot.wait(200)
+    qtbot.waitUntil(lambda: rec.queued_frames == 0, timeout=20000)
+    presented0, frames_in0, dropped0 = vp.frames_presented, synced.frames_in, synced.frames_dropped
+    queue0 = rec.dropped_queue_full
+    n, t0 = 24, now_ns()
+    for k in range(n):
+        before = vp.frames_presented
+        st = _state_at(t0 + int(k * 1e9 / 30) + 1_000_000, jaw=float(k % 2))
+        vp.show_state(st)
+        qtbot.waitUntil(lambda b=before: vp.frames_presented > b and rec.queued_frames == 0, timeout=20000)
+    presented = vp.frames_presented - presented0
+    assert synced.frames_in - frames_in0 == presented == n  # every presented frame reached the recorder
+    assert synced.frames_dropped == dropped0 and rec.dropped_queue_full == queue0  # and none was lost
+    clip = win.recording.record_path
+    win.recording.record_button.click()
+    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
+    changes, prev = 0, None
+    with av.open(str(clip)) as c:
+        for f in c.decode(video=0):
+            g = f.to_ndarray(format="gray")[::4, ::4].astype(np.int16)
+            changes += int(prev is not None and np.abs(g - prev).max() > 40)
+            prev = g
+    assert changes >= 0.95 * (n - 1), (changes, n)  # distinct frames >= 95 % of those presented
+
+
+def _state_at(t_capture_ns: int, jaw: float):
+    from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+    from avatar_app.core.types import AvatarState
+
+    st = AvatarState.neutral(t_capture_ns)
+    w = st.weights.copy()
+    w[BLENDSHAPE_NAMES.index("jawOpen")] = jaw
+    return AvatarState(t_capture_ns, 0.0, w, st.rotation, st.translation, st.gaze)
+
+
+@pytest.mark.gui
+@pytest.mark.gl
 def test_transparent_recording_defaults_to_vp9_and_keeps_alpha(qtbot, still_window):
     from avatar_app.record.formats import available_formats
     from tests.helpers import decode_rgba
