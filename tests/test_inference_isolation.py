@@ -66,7 +66,8 @@ def test_isolated_build_loads_and_verifies_in_child(tiny_models, user_dirs):
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux scheduling policies")
 def test_child_runs_at_lowest_priority_with_capped_threads():
-    """Builds and INT8 calibration never compete with the live view: nice 19, SCHED_IDLE, half the CPUs, pools capped."""
+    """Builds and INT8 calibration never compete with the live view: nice 19, SCHED_IDLE, half the CPUs,
+    thread pools capped."""
     import os
 
     from avatar_app.inference.isolation import CHILD_NICE, child_thread_cap
