@@ -174,6 +174,7 @@ def test_recording_holds_every_frame_the_viewport_presented(qtbot, still_window)
     vp = win.viewport
     synced = rec.recorder
     qtbot.waitUntil(lambda: synced.frames_in >= 1, timeout=20000)  # renders started before recording are out
+    win.live.push_states = False  # only this test's states from now on
     win.live.display_timer.stop()
     qtbot.wait(200)
     qtbot.waitUntil(lambda: rec.queued_frames == 0, timeout=20000)

@@ -14,6 +14,7 @@ GUI thread never reads pixels back either. Nothing here touches OpenGL.
 from __future__ import annotations
 
 import logging
+import time
 
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter
@@ -55,6 +56,8 @@ class AvatarViewportWidget(QWidget):
         #: 3 (RGB) or 4 (RGBA, for recording formats that keep transparency).
         self.capture_components = 3
         self.frames_presented = 0
+        #: GUI-thread CPU time spent in paintEvent so far, ns (benchmarks/live_latency.py reads it).
+        self.paint_cpu_ns = 0
         #: The AvatarState of the newest ``frame_captured`` frame (its ``t_capture_ns``
         #: places the frame in a recording).
         self.captured_state: AvatarState | None = None
@@ -110,7 +113,11 @@ class AvatarViewportWidget(QWidget):
         return self._thread.submit(state, size=(w, h), capture=capture)
 
     def show_state(self, state: AvatarState) -> None:
-        """Render ``state`` next (asynchronously; newest wins)."""
+        """Render ``state`` next (asynchronously; newest wins).
+
+        Thread: any. The window hands each new state over from the pipeline thread as it
+        is published (no wait for a GUI timer); only the render thread's lock is taken.
+        """
         self._state = state
         self._submit(state)
 
@@ -263,7 +270,8 @@ class AvatarViewportWidget(QWidget):
         if captured is not None and self._pending_capture is not None:
             self._captures_overwritten += 1  # rendered for the recording, replaced before it was handed on
         self._pending_capture = captured
-        self.update()
+        # paint now, not at a later turn of the event loop: the frame is already late by its render
+        self.repaint()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._sync_size()
@@ -277,6 +285,13 @@ class AvatarViewportWidget(QWidget):
         super().showEvent(event)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        t0 = time.thread_time_ns()
+        try:
+            self._paint()
+        finally:
+            self.paint_cpu_ns += time.thread_time_ns() - t0
+
+    def _paint(self) -> None:
         p = QPainter(self)
         rect = self.rect()
         img = self._image
