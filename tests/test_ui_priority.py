@@ -1,0 +1,53 @@
+"""Thread priorities of the window: the tracker's own threads keep the pipeline's priority (issue 18)."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+import pytest
+
+from avatar_app.ui import priority
+
+pytestmark = pytest.mark.skipif(not priority.supported(), reason="per-thread nice values need Linux /proc")
+
+
+def _named_thread(kernel_name: str, ready: threading.Event, done: threading.Event, out: dict):
+    """A thread whose kernel name (comm) is ``kernel_name``, as MediaPipe names its workers."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+    def run():
+        libc.prctl(15, kernel_name.encode(), 0, 0, 0)  # PR_SET_NAME (man 2 prctl)
+        out["tid"] = threading.get_native_id()
+        ready.set()
+        done.wait(10)
+
+    t = threading.Thread(target=run, name=f"test-{kernel_name}")
+    t.start()
+    return t
+
+
+def test_sweep_keeps_tracker_threads_at_the_tracker_priority(monkeypatch):
+    if os.getpriority(os.PRIO_PROCESS, 0) > 2:
+        pytest.skip("this process already runs above nice 2: cannot tell the values apart")
+    monkeypatch.setattr(priority, "TRACKER_NICE", 3)
+    prio = priority.ThreadPriorities(nice=12, python_nice=6)
+    prio.keep(prio.threads())  # leave the test process's other threads alone
+    done = threading.Event()
+    threads, ids = [], {}
+    for name in ("mediapipe/7", "mediapipe_gl_ru", "some-worker"):
+        ready, out = threading.Event(), {}
+        threads.append(_named_thread(name, ready, done, out))
+        assert ready.wait(10)
+        ids[name] = out["tid"]
+    try:
+        assert prio.sweep() == 3
+        got = {name: priority.thread_nice(tid) for name, tid in ids.items()}
+        # MediaPipe's workers: the tracker's priority, not the workers' 12; other Python threads: 6
+        assert got == {"mediapipe/7": 3, "mediapipe_gl_ru": 3, "some-worker": 6}, got
+        assert priority.thread_nice() < 3  # the sweeping (GUI) thread keeps its priority
+    finally:
+        done.set()
+        for t in threads:
+            t.join(10)
