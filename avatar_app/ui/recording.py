@@ -88,8 +88,9 @@ class RecordingController(QObject):
         self.viewport = viewport
         self.notifier = notifier
         self.status_label = QLabel("")
-        self.status_label.setToolTip("Recording time, and frames the recording dropped because the encoder "
-                                     "could not keep up")
+        self.status_label.setToolTip("Recording time, the clip's frame rate when the encoder could not keep up "
+                                     "at full rate, and the window's drop count (the same as in the status bar "
+                                     "and the overlay; it includes frames the recording lost)")
         self.audio_rate = int(audio_rate)
         self.record_path: Path | None = None
         self.sidecar_path: Path | None = None
