@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     d = sub.add_parser("demo", help="render a short demo clip from data the package carries")
     common(d)
-    cs = sub.add_parser("contact-sheet", help="neutral and all 52 shapes on the face model and the default avatar, one PNG")
+    cs = sub.add_parser("contact-sheet",
+                        help="neutral and all 52 shapes on the face model and the default avatar, one PNG")
     cs.add_argument("-o", "--output", type=Path, required=True, help="output .png")
     cs.add_argument("--tile", type=int, default=192, help="edge of one tile in pixels (64..1024, default 192)")
     try:

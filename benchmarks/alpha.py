@@ -11,7 +11,7 @@ rendered before timing. Timed, in wall milliseconds per frame (mean/median/p90):
 
 - ``prepare``: ``straight_alpha_frame`` (``out=`` a reused buffer, as the recorder
   calls it), against ``reference``, the previous whole-bounding-box padding kept
-  in ``tests/test_record_alpha_padding.py``; ``max_diff_levels`` is the largest
+  in ``tests/record/test_record_alpha_padding.py``; ``max_diff_levels`` is the largest
   difference between the two outputs over all frames.
 - ``record_vp9`` / ``record_prores``: ``AlphaClipRecorder.write_video`` per frame
   (preparation, pixel-format conversion, encoding, muxing) to a temporary file;

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from avatar_app.evaluation.benchmark import run_benchmark
-from avatar_app.evaluation.landmarks import evaluation_tracker
-from avatar_app.evaluation.report import results_table
+from avatar_app.evaluation.benchmark import run_benchmark  # noqa: E402 (after the path set-up)
+from avatar_app.evaluation.landmarks import evaluation_tracker  # noqa: E402
+from avatar_app.evaluation.report import results_table  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "fidelity.json"
 TESTDATA = Path(os.environ.get("AVATAR_TESTDATA", ROOT.parent / "shared" / "testdata"))

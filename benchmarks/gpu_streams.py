@@ -29,9 +29,14 @@ Usage::
         --streams 1,2,4,8 -o benchmarks/results/gpu_streams_cpu.json
     python3 benchmarks/gpu_streams.py run --recording streams.npz --backend torch --device cuda \\
         --precision fp32,fp16 -o gpu_streams.json
+    # the H200 runs of benchmarks/results/gpu_streams.json (h200_2026_12_02): many streams, and batch 1
+    python3 benchmarks/gpu_streams.py run --recording streams.npz --precision fp16 --channels-last \\
+        --detect-every 30 --streams 1,768,1024,1280 --max-batch 2048 -o a.json
+    python3 benchmarks/gpu_streams.py run --recording streams.npz --precision fp16 --detect-every 30 \\
+        --concurrent --compile 1 --streams 1 --max-batch 1 --engine-times --engine-batches 1 -o f.json
 
-JSON out: per backend/precision and stream count N: step time p50/p95 (ms),
-per-frame time (step / N), frames/s, and ``streams_held_30fps`` (the largest N
+JSON out: per backend/precision and stream count N: step time p50/p95/mean (ms),
+per-frame time (mean step / N), frames/s, and ``streams_held_30fps`` (the largest N
 whose step p95 is <= 33.3 ms, so every stream gets its frame within a frame time).
 """
 from __future__ import annotations
@@ -262,6 +267,78 @@ def freeze_shapes(gm, example: list, device):
     return gm
 
 
+def bake_host_args(gm, example: list):
+    """Replace the :data:`_HOST_ARGS` modules of a frozen graph by modules that hold their shapes, pads,
+    axes and slices as Python values (read once now, at the frozen batch size), so that ``make_fx``
+    can trace the graph: onnx2torch reads them with ``.tolist()``, which a tracer refuses. Modifies and
+    returns ``gm``; a module of another kind, or with an argument that is not a host constant, stays."""
+    import torch
+    from onnx2torch.node_converters.pad import _onnx_padding_to_torch, _torch_padding_to_mode_format
+    from onnx2torch.node_converters.slice import _do_slice, _get_slices
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    class Baked(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x, *unused):
+            return self.fn(x)
+
+    def const(gm, a):
+        if a is None or not isinstance(a, torch.fx.Node):
+            return a
+        if a.op != "get_attr":
+            raise ValueError("not a constant")
+        obj = gm
+        for part in a.target.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu" and obj.is_floating_point():
+            return float(obj.reshape(-1)[0].item()) if obj.numel() == 1 else obj
+        return obj
+
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*example)
+    modules = dict(gm.named_modules())
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        kind, m = type(modules[node.target]).__name__, modules[node.target]
+        if kind not in _HOST_ARGS or kind == "OnnxConstantOfShape":
+            continue
+        try:
+            vals = [const(gm, a) for a in node.args[1:]]
+        except ValueError:
+            continue
+        meta_out, meta_in = node.meta.get("tensor_meta"), getattr(node.args[0], "meta", {}).get("tensor_meta")
+        if not hasattr(meta_out, "shape") or not hasattr(meta_in, "shape"):
+            continue
+        out, inp = tuple(meta_out.shape), tuple(meta_in.shape)
+        if kind in ("OnnxReshape", "OnnxSqueezeDynamicAxes", "OnnxUnsqueezeDynamicAxes"):
+            fn = (lambda s: lambda x: torch.reshape(x, s))(out)
+        elif kind == "OnnxExpand":
+            fn = (lambda s: lambda x: x.expand(s))(out)
+        elif kind == "OnnxTile":
+            fn = (lambda r: lambda x: x.repeat(r))([o // i for o, i in zip(out, inp)])
+        elif kind == "OnnxSlice":
+            starts, ends, *rest = vals + [None] * (4 - len(vals))
+            spec = _get_slices(starts.tolist(), ends.tolist(), rest[0], rest[1])
+            fn = (lambda sp: lambda x: _do_slice(x, *sp))(spec)
+        elif kind == "OnnxPadDynamic":
+            pads = _torch_padding_to_mode_format(_onnx_padding_to_torch(vals[0].tolist()), m.mode)
+            value = vals[1] if len(vals) > 1 and vals[1] is not None else 0.0
+            fn = (lambda p, md, v: lambda x: torch.nn.functional.pad(x, mode=md, pad=p, value=v))(pads, m.mode, value)
+        elif kind == "OnnxReduceSumDynamicAxes" and vals and vals[0] is not None and vals[0].numel():
+            dims, keep = sorted(vals[0].tolist()), bool(m._keepdims)
+            fn = (lambda d, k: lambda x: torch.sum(x, dim=d, keepdim=k))(dims, keep)
+        else:
+            continue
+        owner, _, attr = node.target.rpartition(".")
+        setattr(gm.get_submodule(owner) if owner else gm, attr, Baked(fn))
+    gm.recompile()
+    return gm
+
+
 def convert_models(models_dir: Path) -> dict:
     """The four ONNX files as onnx2torch GraphModules (on the host, float32)."""
     import onnx
@@ -276,25 +353,53 @@ INPUT_SHAPES = {"face_detection": [(3, 128, 128)], "face_landmark": [(3, 192, 19
 
 
 class TorchPipeline:
-    """All four engines as torch modules, one step captured in a CUDA graph per batch size."""
+    """All four engines as torch modules, one step captured in a CUDA graph per batch size.
+
+    Options (the H200 tries of issue 19; each is off by default, so the defaults measure what
+    benchmarks/results/gpu_streams.json first recorded):
+
+    - ``channels_last``: the convolutional engines (detector, mesh) and their inputs in
+      NHWC memory order, where cuDNN's depthwise and half-precision kernels are fastest;
+    - ``compile_batches``: batch sizes whose engines are traced into ATen graphs
+      (``make_fx``, shapes and host-read constants baked in) and compiled by TorchInductor
+      (pointwise chains fused into one kernel each), then captured in the step's CUDA graph
+      like the rest; a failure falls back to the eager module and is recorded;
+    - ``detect_every``: the detector runs on each stream every ``detect_every`` frames,
+      staggered across streams, as the app's trackers re-detect a followed face once per
+      ``redetect_s`` = 1 s (``avatar_app.tracking.face_mesh``), i.e. every 30 frames at 30 fps;
+      1 runs it on every frame of every stream (the first recording's workload).
+    """
 
     def __init__(self, work: Workload, models_dir: Path, device: str, precision: str, base: dict | None = None,
-                 concurrent: bool = False):
+                 concurrent: bool = False, channels_last: bool = False, compile_batches: frozenset = frozenset(),
+                 detect_every: int = 1, compile_mode: str = "default"):
         import torch
 
         self.torch, self.work, self.device = torch, work, torch.device(device)
         self.dtype = torch.float16 if precision == "fp16" else torch.float32
         self.base = base if base is not None else convert_models(models_dir)
-        self._frozen: dict[tuple[str, int], object] = {}
-        t = lambda a: torch.as_tensor(a, device=self.device)
+        self._frozen: dict[tuple, object] = {}
+        self.channels_last, self.compile_batches = channels_last, frozenset(compile_batches)
+        self.compile_mode, self.detect_every = compile_mode, max(1, int(detect_every))
+        self.compile_errors: dict[str, str] = {}
+        self.compile_engines = set(MODELS)
+        self.compile_s: dict[str, float] = {}
+
+        def t(a):
+            return torch.as_tensor(a, device=self.device)
+
         self.frames = t(work.frames).permute(0, 3, 1, 2).contiguous()               # (F, 3, C, C) uint8
         self.letterbox, self.crop = t(work.letterbox).float(), t(work.crop).float()
         self.recon = {k: t(v).to(self.dtype) for k, v in work.recon.items()}
         self.speech = t(work.speech).to(self.dtype)
-        self.graphs: dict[int, tuple] = {}
-        self.graph_errors: dict[int, str] = {}
+        self._base_grid = {s: self._pixel_grid(s) for s in (128, 192)}
+        self.graphs: dict[tuple[int, int], tuple] = {}
+        self.graph_errors: dict[str, str] = {}
         self.concurrent = concurrent and self.device.type == "cuda"
         self.side_streams = [torch.cuda.Stream() for _ in MODELS] if self.concurrent else []
+
+    def _nhwc(self, name: str) -> bool:
+        return self.channels_last and name in ("face_detection", "face_landmark")
 
     def module(self, name: str, batch: int):
         """The model frozen for ``batch`` (once for all batches when its graph reads no input shape)."""
@@ -304,37 +409,88 @@ class TorchPipeline:
         gm = self.base[name]
         shape_free = not any(n.op == "call_module" and type(gm.get_submodule(n.target)).__name__ == "OnnxShape"
                              for n in gm.graph.nodes)
-        key = (name, 0 if shape_free else batch)
+        compiled = batch in self.compile_batches and name in self.compile_engines
+        key = (name, batch if compiled or not shape_free else 0, compiled)
         if key not in self._frozen:
             example = [torch.empty((batch, *s), device="meta") for s in INPUT_SHAPES[name]]
             m = freeze_shapes(copy.deepcopy(gm), example, self.device)
-            self._frozen[key] = m.half() if self.dtype == torch.float16 else m
+            m = m.half() if self.dtype == torch.float16 else m
+            if self._nhwc(name):
+                m = m.to(memory_format=torch.channels_last)
+            self._frozen[key] = self._compile(m, name, batch) if compiled else m
         return self._frozen[key]
 
-    def _grids(self, mats, size: int):
-        """Sampling grids (B, size, size, 2) for grid_sample from crop-to-image matrices (B, 2, 3)."""
+    def _compile(self, m, name: str, batch: int):
+        """``m`` traced at ``batch`` into an ATen graph and compiled by Inductor; ``m`` itself on failure."""
+        torch = self.torch
+        t0 = time.perf_counter()
+        try:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            x = [torch.rand((batch, *s), device=self.device).to(self.dtype) for s in INPUT_SHAPES[name]]
+            if self._nhwc(name):
+                x = [a.contiguous(memory_format=torch.channels_last) for a in x]
+            try:
+                with torch.no_grad():  # outside inference mode (see warm), so the traced constants are plain tensors
+                    traced = make_fx(bake_host_args(m, x))(*x)
+                fn = torch.compile(traced, mode=self.compile_mode, dynamic=False, fullgraph=True)
+                how = "make_fx+inductor"
+            except Exception as exc:  # noqa: BLE001 - then Dynamo on the module itself (graph breaks allowed)
+                self.compile_errors[f"{name}@{batch} make_fx"] = f"{type(exc).__name__}: {exc}"[:300]
+                fn, how = torch.compile(m, mode=self.compile_mode, dynamic=False), "dynamo+inductor"
+            with torch.inference_mode():  # compiled for the mode and the (inference) tensors the steps use
+                xi = [a.clone(memory_format=torch.preserve_format) for a in x]
+                fn(*xi)
+                fn(*xi)
+            self.compile_s[f"{name}@{batch} {how}"] = round(time.perf_counter() - t0, 1)
+            return fn
+        except Exception as exc:  # noqa: BLE001 - measured eagerly instead, and said so
+            self.compile_errors[f"{name}@{batch}"] = f"{type(exc).__name__}: {exc}"[:300]
+            return m
+
+    def warm(self, batch: int) -> None:
+        """Freeze (and compile, for :attr:`compile_batches`) the four engines at ``batch`` now, outside
+        inference mode and outside any timing."""
+        for name in MODELS:
+            self.module(name, batch)
+        if self.detect_every > 1:
+            for d in self.detector_counts(batch):
+                if d:
+                    self.module("face_detection", d)
+
+    def _pixel_grid(self, size: int):
         torch = self.torch
         u = torch.arange(size, device=self.device, dtype=torch.float32)
         v, uu = torch.meshgrid(u, u, indexing="ij")
-        pts = torch.stack([uu, v, torch.ones_like(uu)], dim=-1).reshape(1, -1, 3)  # pixel-index coords
-        src = pts @ mats.transpose(1, 2)                                            # (B, size*size, 2)
+        return torch.stack([uu, v, torch.ones_like(uu)], dim=-1).reshape(1, -1, 3)  # pixel-index coords
+
+    def _grids(self, mats, size: int):
+        """Sampling grids (B, size, size, 2) for grid_sample from crop-to-image matrices (B, 2, 3)."""
+        src = self._base_grid[size] @ mats.transpose(1, 2)                         # (B, size*size, 2)
         return (src * (2.0 / (CANVAS - 1)) - 1.0).reshape(-1, size, size, 2)
 
-    def _step(self, fid, sid, spid):
-        F = self.torch.nn.functional
-        frames = self.frames[fid].float()  # crops are cut in float32 (CPU half grid_sample is wrong) then cast
-        det_in = F.grid_sample(frames, self._grids(self.letterbox[fid], 128), mode="bilinear",
-                               padding_mode="zeros", align_corners=True).to(self.dtype)
-        mesh_in = F.grid_sample(frames, self._grids(self.crop[fid], 192), mode="bilinear",
-                                padding_mode="border", align_corners=True).to(self.dtype)
-        b = len(fid)
-        jobs = (lambda: self.module("face_detection", b)(det_in)[1].amax(dim=1),
-                lambda: self.module("face_landmark", b)(mesh_in),
+    def _crop(self, fid, mats, size: int, padding: str, name: str):
+        """The engine input: frames ``fid`` resampled through ``mats``, in the engine's dtype and layout."""
+        torch = self.torch
+        # CPU half grid_sample is wrong: crops are cut in float32 there; in the run dtype on CUDA
+        cut = self.dtype if self.device.type == "cuda" else torch.float32
+        out = torch.nn.functional.grid_sample(self.frames[fid].to(cut), self._grids(mats, size).to(cut),
+                                              mode="bilinear", padding_mode=padding, align_corners=True)
+        out = out.to(self.dtype)
+        return out.contiguous(memory_format=torch.channels_last) if self._nhwc(name) else out
+
+    def _step(self, fid, sid, spid, dfid):
+        b, d = len(fid), len(dfid)
+        mesh_in = self._crop(fid, self.crop[fid], 192, "border", "face_landmark")
+        jobs = [lambda: self.module("face_landmark", b)(mesh_in),
                 lambda: self.module("face_recon", b)(self.recon["landmarks"][sid], self.recon["neutral"][sid])[0],
-                lambda: self.module("speech2face", b)(self.speech[spid]))
+                lambda: self.module("speech2face", b)(self.speech[spid])]
+        if d:
+            det_in = self._crop(dfid, self.letterbox[dfid], 128, "zeros", "face_detection")
+            jobs.append(lambda: self.module("face_detection", d)(det_in)[1].amax(dim=1))
         if not self.concurrent:
             outs = [job() for job in jobs]
-        else:  # the four engines on four CUDA streams, joined before the copies (a graph captures the fork)
+        else:  # the engines on CUDA streams of their own, joined before the copies (a graph captures the fork)
             torch = self.torch
             cur = torch.cuda.current_stream()
             outs = []
@@ -342,10 +498,10 @@ class TorchPipeline:
                 side.wait_stream(cur)
                 with torch.cuda.stream(side):
                     outs.append(job())
-            for side in self.side_streams:
+            for side in self.side_streams[:len(jobs)]:
                 cur.wait_stream(side)
-        scores, (landmarks, flag), recon, speech = outs
-        return (scores, landmarks, flag, recon, speech)
+        (landmarks, flag), recon, speech = outs[:3]
+        return (landmarks, flag, recon, speech, *outs[3:])
 
     def engine_times(self, batch: int, replays: int = 20) -> dict[str, float]:
         """Each engine alone at ``batch``, captured in a CUDA graph: ms per call (CUDA events)."""
@@ -353,8 +509,10 @@ class TorchPipeline:
         out = {}
         for name in MODELS:
             m = self.module(name, batch)
-            x = [torch.rand((batch, *s), device=self.device).to(self.dtype) for s in INPUT_SHAPES[name]]
             with torch.inference_mode():
+                x = [torch.rand((batch, *s), device=self.device).to(self.dtype) for s in INPUT_SHAPES[name]]
+                if self._nhwc(name):
+                    x = [a.contiguous(memory_format=torch.channels_last) for a in x]
                 m(*x)
                 torch.cuda.synchronize()
                 g = torch.cuda.CUDAGraph()
@@ -371,38 +529,51 @@ class TorchPipeline:
             del g
         return out
 
+    def detector_counts(self, batch: int) -> list[int]:
+        """How many of ``batch`` consecutive streams run the detector in one step (one or two values)."""
+        k = self.detect_every
+        return sorted({batch // k, -(-batch // k)}) if k > 1 else [batch]
+
     def prepare(self, batch: int, graph: bool) -> None:
-        """Static index buffers and, with ``graph``, the CUDA graph of one step of ``batch`` streams.
+        """Static index buffers and, with ``graph``, the CUDA graphs of one step of ``batch`` streams
+        (one per detector count of :meth:`detector_counts`).
 
         A capture that fails leaves that batch size running eagerly (the reason is kept in
         :attr:`graph_errors` and the JSON).
         """
         torch = self.torch
-        idx = [torch.zeros(batch, dtype=torch.long, device=self.device) for _ in range(3)]
-        with torch.inference_mode():
-            for _ in range(2):
-                outs = self._step(*idx)
-            g = None
-            if graph:
-                torch.cuda.synchronize()
-                try:
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        outs = self._step(*idx)
-                except Exception as exc:  # noqa: BLE001 - measured eagerly instead, and said so
-                    g = None
-                    self.graph_errors[batch] = f"{type(exc).__name__}: {exc}"[:300]
-                    torch.cuda.synchronize()
+        for d in self.detector_counts(batch):
+            idx = [torch.zeros(n, dtype=torch.long, device=self.device) for n in (batch, batch, batch, d)]
+            with torch.inference_mode():
+                for _ in range(2):
                     outs = self._step(*idx)
-        host = [torch.empty(o.shape, dtype=o.dtype, pin_memory=self.device.type == "cuda") for o in outs]
-        self.graphs[batch] = (g, idx, outs, host)
+                g = None
+                if graph:
+                    torch.cuda.synchronize()
+                    try:
+                        g = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(g):
+                            outs = self._step(*idx)
+                    except Exception as exc:  # noqa: BLE001 - measured eagerly instead, and said so
+                        g = None
+                        self.graph_errors[f"{batch}/{d}"] = f"{type(exc).__name__}: {exc}"[:300]
+                        torch.cuda.synchronize()
+                        outs = self._step(*idx)
+            host = [torch.empty(o.shape, dtype=o.dtype, pin_memory=self.device.type == "cuda") for o in outs]
+            self.graphs[(batch, d)] = (g, idx, outs, host)
 
     def release(self, keep: set[int]) -> None:
         """Drop the graphs (and their memory) of batch sizes not in ``keep``."""
-        for b in [b for b in self.graphs if b not in keep]:
-            del self.graphs[b]
+        for key in [k for k in self.graphs if k[0] not in keep]:
+            del self.graphs[key]
         if self.device.type == "cuda":
             self.torch.cuda.empty_cache()
+
+    def has_graphs(self, batch: int) -> bool:
+        return any(k[0] == batch for k in self.graphs)
+
+    def captured(self, batch: int) -> bool:
+        return all(v[0] is not None for k, v in self.graphs.items() if k[0] == batch)
 
     def run_step(self, n: int, step: int, max_batch: int) -> np.ndarray:
         """One step for n streams (several batches above max_batch); returns the landmarks of stream 0."""
@@ -414,9 +585,12 @@ class TorchPipeline:
         with torch.inference_mode():
             for lo in range(0, n, max_batch):
                 b = min(max_batch, n - lo)
-                g, idx, outs, host = self.graphs[b]
-                for buf, ids in zip(idx, (fids, sids, spids)):
-                    buf.copy_(torch.as_tensor(ids[lo:lo + b]), non_blocking=True)
+                streams = np.arange(lo, lo + b)
+                det = fids[streams[(streams + step) % self.detect_every == 0]]
+                g, idx, outs, host = self.graphs[(b, len(det))]
+                for buf, ids in zip(idx, (fids[lo:lo + b], sids[lo:lo + b], spids[lo:lo + b], det)):
+                    if len(ids):
+                        buf.copy_(torch.as_tensor(ids), non_blocking=True)
                 if g is not None:
                     g.replay()
                 else:
@@ -424,7 +598,7 @@ class TorchPipeline:
                 for h, o in zip(host, outs):
                     h.copy_(o, non_blocking=True)
                 if first is None:
-                    first = host[1]
+                    first = host[0]
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         return first[0].float().numpy()
@@ -468,6 +642,12 @@ class OrtPipeline:
 
     def release(self, keep: set[int]) -> None:
         self.graphs = {b: v for b, v in self.graphs.items() if b in keep}
+
+    def has_graphs(self, batch: int) -> bool:
+        return batch in self.graphs
+
+    def captured(self, batch: int) -> bool:
+        return False
 
     def run_step(self, n: int, step: int, max_batch: int) -> np.ndarray:
         import cv2
@@ -525,10 +705,10 @@ def measure(pipe, n: int, max_batch: int, seconds: float, min_steps: int = 10) -
         if step >= 2000:
             break
     t = np.array(times[2:] if len(times) > 4 else times)
-    p50, p95 = float(np.percentile(t, 50)), float(np.percentile(t, 95))
+    p50, p95, mean = float(np.percentile(t, 50)), float(np.percentile(t, 95)), float(t.mean())
     return {"streams": n, "steps": len(t), "step_ms_p50": round(p50, 4), "step_ms_p95": round(p95, 4),
-            "per_frame_ms": round(p50 / n, 5), "frames_per_s": round(n * 1e3 / p50, 1),
-            "holds_30fps": p95 <= FRAME_BUDGET_MS}
+            "step_ms_mean": round(mean, 4), "per_frame_ms": round(mean / n, 5),
+            "frames_per_s": round(n * 1e3 / mean, 1), "holds_30fps": p95 <= FRAME_BUDGET_MS}
 
 
 def stream_counts(max_streams: int, max_batch: int) -> list[int]:
@@ -556,6 +736,9 @@ def run(args) -> dict:
               "engines": list(MODELS), "speech_frames_per_call": SPEECH_T, "max_batch": args.max_batch,
               "frame_budget_ms": round(FRAME_BUDGET_MS, 2), "cuda_graphs": bool(args.graphs),
               "concurrent_engines": bool(getattr(args, "concurrent", False)),
+              "channels_last": bool(args.channels_last), "compile_batches": sorted(args.compile_batches),
+              "compile_mode": args.compile_mode, "detect_every": args.detect_every,
+              "per_frame_ms_is": "mean step time / streams",
               "note": args.note, "runs": []}
     base = convert_models(args.models) if args.backend == "torch" else None
     counts = [int(x) for x in args.streams.split(",")] if args.streams else stream_counts(
@@ -563,7 +746,11 @@ def run(args) -> dict:
     for precision in args.precision.split(","):
         t0 = time.perf_counter()
         if args.backend == "torch":
-            pipe = TorchPipeline(work, args.models, args.device, precision, base, args.concurrent)
+            pipe = TorchPipeline(work, args.models, args.device, precision, base, args.concurrent,
+                                 args.channels_last, args.compile_batches, args.detect_every, args.compile_mode)
+            pipe.compile_engines = set(args.compile_engines.split(","))
+            for b in sorted(args.compile_batches | {1}):
+                pipe.warm(b)
         else:
             pipe = OrtPipeline(work, args.models, args.device, precision)
         pipe.prepare(1, args.graphs)
@@ -575,11 +762,11 @@ def run(args) -> dict:
             need = {min(n, args.max_batch)} | ({n % args.max_batch} - {0})
             pipe.release(need | {args.max_batch} if n > args.max_batch else need)
             t1 = time.perf_counter()
-            for b in sorted(need - set(pipe.graphs)):
+            for b in sorted(b for b in need if not pipe.has_graphs(b)):
                 pipe.prepare(b, args.graphs)
             point = measure(pipe, n, args.max_batch, args.seconds)
             point["prepare_s"] = round(time.perf_counter() - t1, 2)
-            point["cuda_graph"] = bool(args.graphs) and all(pipe.graphs[b][0] is not None for b in need)
+            point["cuda_graph"] = bool(args.graphs) and all(pipe.captured(b) for b in need)
             run_out["points"].append(point)
             print(json.dumps({"precision": precision, **point}), flush=True)
             _save(args.out, {**result, "runs": [*result["runs"], run_out]})  # a cut-off run keeps its points
@@ -591,11 +778,14 @@ def run(args) -> dict:
             elif held and n > held:
                 break  # past the knee: more streams only take longer
         run_out["streams_held_30fps"] = held
-        run_out["per_frame_ms_batch1"] = next((p["step_ms_p50"] for p in run_out["points"] if p["streams"] == 1), None)
+        run_out["per_frame_ms_batch1"] = next((p["per_frame_ms"] for p in run_out["points"] if p["streams"] == 1), None)
         run_out["graph_errors"] = {str(k): v for k, v in pipe.graph_errors.items()}
+        for key in ("compile_s", "compile_errors"):
+            if getattr(pipe, key, None):
+                run_out[key] = getattr(pipe, key)
         if args.engine_times and args.backend == "torch" and args.device == "cuda":
             pipe.release(set())
-            run_out["engine_ms"] = {str(b): pipe.engine_times(b) for b in (1, args.max_batch)}
+            run_out["engine_ms"] = {str(b): pipe.engine_times(b) for b in args.engine_batches}
             print(json.dumps({"precision": precision, "engine_ms": run_out["engine_ms"]}), flush=True)
         result["runs"].append(run_out)
         del pipe
@@ -623,6 +813,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--concurrent", action="store_true", help="torch/cuda: the four engines on four CUDA streams")
     r.add_argument("--engine-times", action="store_true", help="torch/cuda: each engine alone at batch 1 and max")
     r.add_argument("--budget-s", type=float, default=0.0, help="stop a precision's sweep after this many seconds")
+    r.add_argument("--channels-last", action="store_true", help="torch: detector and mesh in NHWC memory order")
+    r.add_argument("--compile", dest="compile_batches", default="",
+                   help="torch: comma-separated batch sizes whose engines are compiled by TorchInductor")
+    r.add_argument("--compile-engines", default=",".join(MODELS), help="torch: the engines --compile applies to")
+    r.add_argument("--compile-mode", default="default", help="torch.compile mode (default, max-autotune-no-cudagraphs)")
+    r.add_argument("--detect-every", type=int, default=1,
+                   help="frames between detector runs per stream (the trackers' 1 s re-detection: 30)")
+    r.add_argument("--engine-batches", default="1,1024", help="batch sizes for --engine-times")
     r.add_argument("-o", "--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.cmd == "record":
@@ -630,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.device == "cpu":
         args.graphs = False
+    args.compile_batches = frozenset(int(x) for x in args.compile_batches.split(",") if x)
+    args.engine_batches = [int(x) for x in args.engine_batches.split(",") if x]
     result = run(args)
     _save(args.out, result)
     for r_ in result["runs"]:

@@ -4,7 +4,7 @@ Usage (repository root, on a machine with nothing else running)::
 
     .venv/bin/python benchmarks/gui_watchdog.py [--runs 3] [--out benchmarks/results/gui_watchdog.json]
 
-Runs ``tests/test_ui_watchdog.py`` (the studio window plays a file with every panel,
+Runs ``tests/ui/test_ui_watchdog.py`` (the studio window plays a file with every panel,
 the latency plots and the tracking preview live, switches the source and records a
 clip; see its docstring) under Xvfb ``--runs`` times, one at a time, with
 ``AVATAR_APP_WATCHDOG_JSON`` set: each run then also asserts issue 7's bar on wall
@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gui_watchdog.json")
     args = ap.parse_args(argv)
-    cases = {"watchdog": ("AVATAR_APP_WATCHDOG_JSON", "tests/test_ui_watchdog.py"),
+    cases = {"watchdog": ("AVATAR_APP_WATCHDOG_JSON", "tests/ui/test_ui_watchdog.py"),
              "precision_switch": ("AVATAR_APP_SWITCH_JSON",
-                                  "tests/test_ui_engines.py::test_precision_switch_keeps_frames_flowing")}
+                                  "tests/ui/test_ui_engines.py::test_precision_switch_keeps_frames_flowing")}
     results = {}
     for case, (var, target) in cases.items():
         runs = results[case] = []

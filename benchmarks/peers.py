@@ -305,7 +305,8 @@ def main() -> int:
         "track_p50_over_mediapipe_p50": _ratio(track["p50"], mp_["wall_ms"]["p50"]),
         "track_mean_over_mediapipe_mean": _ratio(track["mean"], mp_["wall_ms"]["mean"]),
         "avatar_app_p50_over_openseeface_average": _ratio(app["wall_ms"]["p50"], osf_avg),
-        "avatar_app_cpu_p50_over_openseeface_cpu_p50": _ratio(app["cpu_ms"]["p50"], osf["cpu_ms"]["p50"]) if osf else None,
+        "avatar_app_cpu_p50_over_openseeface_cpu_p50": (
+            _ratio(app["cpu_ms"]["p50"], osf["cpu_ms"]["p50"]) if osf else None),
         "avatar_app_p50_over_mediapipe_p50": _ratio(app["wall_ms"]["p50"], mp_["wall_ms"]["p50"]),
     }
     old = results.get("mediapipe_2faces_to_numpy")

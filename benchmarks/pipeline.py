@@ -30,7 +30,8 @@ def _encoder_settings(cls) -> dict:
     """The ClipRecorder defaults the render uses (read from its signature, so they never go stale)."""
     import inspect
 
-    keep = ("video_codec", "crf", "preset", "tune", "threads", "keyframe_interval_s", "fragment_s", "audio_codec", "audio_bitrate")
+    keep = ("video_codec", "crf", "preset", "tune", "threads", "keyframe_interval_s", "fragment_s", "audio_codec",
+            "audio_bitrate")
     return {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items() if k in keep}
 
 
@@ -51,13 +52,15 @@ def main() -> int:
         tmp = Path(tmp)
         # 640x480 input, 12 s (the GRID clip looped 4 times), so start-up is amortised
         v640 = tmp / "grid_s1_bbaf2n_640x480_x4.mp4"
-        subprocess.run(["ffmpeg", "-v", "error", "-stream_loop", "3", "-i", str(args.testdata / "video" / "grid_s1_bbaf2n.mp4"),
+        subprocess.run(["ffmpeg", "-v", "error", "-stream_loop", "3",
+                        "-i", str(args.testdata / "video" / "grid_s1_bbaf2n.mp4"),
                         "-vf", "scale=640:480", "-c:v", "libx264", "-crf", "18", "-c:a", "aac", str(v640)], check=True)
         for src in [v640, *videos]:
             opts = RenderOptions(size=(w, h), msaa=args.msaa)
             marks: list[float] = []
             t0 = time.perf_counter()
-            rep = render_file(src, tmp / (src.stem + "_out.mp4"), opts, progress=lambda d, n: marks.append(time.perf_counter()))
+            rep = render_file(src, tmp / (src.stem + "_out.mp4"), opts,
+                              progress=lambda d, n: marks.append(time.perf_counter()))
             wall = time.perf_counter() - t0
             steady = (len(marks) - 11) / (marks[-1] - marks[10]) if len(marks) > 20 else float("nan")
             results.append({
@@ -72,7 +75,8 @@ def main() -> int:
                   f"{results[-1]['fps_steady_state']} steady  {results[-1]['stages_ms_p50_p95']}")
     doc = {
         "what": "avatar-app render, offline, every frame, encoding included; fps_end_to_end includes "
-                "process start-up work (tracker and GL context creation), fps_steady_state excludes the first 10 frames",
+                "process start-up work (tracker and GL context creation), fps_steady_state excludes the "
+                "first 10 frames",
         "load_average_at_start": os.getloadavg(),
         "output_size": [w, h],
         "msaa": args.msaa,

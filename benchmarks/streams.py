@@ -279,7 +279,8 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=300.0, help="stop after this many seconds of streams")
     ap.add_argument("--serve-arg", action="append", default=[], help="passed to avatar-app serve (repeatable)")
     ap.add_argument("--note", default="", help="recorded with the results (e.g. 'machine loaded by other work')")
-    ap.add_argument("--testdata", type=Path, default=Path(os.environ.get("AVATAR_TESTDATA", ROOT.parent / "shared" / "testdata")))
+    ap.add_argument("--testdata", type=Path,
+                    default=Path(os.environ.get("AVATAR_TESTDATA", ROOT.parent / "shared" / "testdata")))
     args = ap.parse_args()
 
     clips = load_feeds(args.testdata)
@@ -350,7 +351,8 @@ def main() -> int:
                     "loadavg_before": [round(x, 2) for x in load0],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
         "note": args.note,
-        "server": {"url": url, "engines": {m: {k: e[k] for k in ("engine", "max_batch_size")} for m, e in engines.items()},
+        "server": {"url": url,
+                   "engines": {m: {k: e[k] for k in ("engine", "max_batch_size")} for m, e in engines.items()},
                    "serve_args": args.serve_arg, "transport": "gRPC, one channel per stream, no shared memory"},
         "clips": list(CLIPS),
         "levels": [levels[k] for k in sorted(levels)],

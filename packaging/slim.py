@@ -35,7 +35,7 @@ the wheels are replaced by smaller ones made here with binutils (``as`` and
 
 All parsing is pure Python (ELF64 little-endian, ICU common data "CmnD" table
 of contents); the formats are documented in the System V gABI and in ICU's
-``source/common/ucmndata.h`` / ``udata.cpp``. tests/test_packaging_slim.py
+``source/common/ucmndata.h`` / ``udata.cpp``. tests/packaging/test_packaging_slim.py
 loads every generated library into a child Python with LD_PRELOAD and compares
 what the app relies on with the originals.
 """
@@ -485,7 +485,6 @@ def slim_binaries(binaries: list[tuple], gen_dir: Path) -> tuple[list[tuple], li
     """
     gen_dir = Path(gen_dir)
     entries = {d.replace("\\", "/"): s for d, s, _t in binaries}
-    by_name = {Path(d).name: d for d in entries}
 
     def find(pred) -> str | None:
         return next((d for d in entries if pred(d)), None)

@@ -16,7 +16,8 @@ from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
 def ffprobe_streams(path: Path) -> dict[str, dict]:
     """{'video': {...}, 'audio': {...}} of the first stream of each kind, as ffprobe reports them."""
     out = subprocess.run(
-        ["ffprobe", "-v", "error", "-show_entries", "stream=codec_type,codec_name,duration,nb_frames,r_frame_rate,start_time",
+        ["ffprobe", "-v", "error", "-show_entries",
+         "stream=codec_type,codec_name,duration,nb_frames,r_frame_rate,start_time",
          "-of", "json", str(path)],
         capture_output=True, text=True, check=True,
     ).stdout
@@ -174,3 +175,31 @@ def avatar_visible(rgb: np.ndarray) -> tuple[bool, str]:
     colours = len(np.unique(rgb[box][fg] // 16, axis=0)) if fg.any() else 0
     text = f"background {frac:.1%} of screen; foreground {fg_frac:.1%} of viewport in {colours} colour bins"
     return fg_frac >= 0.10 and colours >= 20, text
+
+
+#: Image size of :func:`project`, pixels (width, height).
+PROJECT_SIZE = (640, 480)
+
+
+def project(points_m: np.ndarray, rot=np.eye(3), trans=(0.0, 0.0, -0.5)):
+    """Perspective projection of head-frame points (60-degree camera, 640x480) to Landmarks.
+
+    Args:
+        points_m: (N, 3) head-frame points, metres.
+        rot: (3, 3) head rotation.
+        trans: head translation in the camera frame, metres (the camera looks down -z).
+
+    Returns:
+        Landmarks with (N, 3) float32 normalised points.
+    """
+    from avatar_app.core.types import Landmarks
+    from avatar_app.reconstruction.head_pose import focal_length_px
+
+    w, h = PROJECT_SIZE
+    cam = points_m @ np.asarray(rot).T + np.asarray(trans)
+    depth = -cam[:, 2]
+    f = focal_length_px(w, 60.0)
+    d0 = -trans[2]
+    pts = np.stack([(w / 2 + f * cam[:, 0] / depth) / w, (h / 2 - f * cam[:, 1] / depth) / h,
+                    (depth - d0) * (f / d0) / w], axis=1).astype(np.float32)
+    return Landmarks(points=pts, image_size=(w, h))

@@ -1,4 +1,4 @@
-"""Helpers of the studio-window tests (tests/test_ui_*.py, test_window.py); their fixtures are in conftest.py."""
+"""Helpers of the studio-window tests (tests/ui/); their fixtures are in conftest.py."""
 from __future__ import annotations
 
 import threading

@@ -161,7 +161,8 @@ def check_bars(res: dict) -> dict:
         out["jaw_in_words"] = {"value": min(lifts), "bar": BAR_JAW_LIFT, "met": bool(min(lifts) >= BAR_JAW_LIFT)}
     if res.get("fusion"):
         worst = min(f["fused_r"] - f["vision_r"] for f in res["fusion"].values())
-        out["fusion_not_below_vision"] = {"value": worst, "bar": -FUSION_TOLERANCE, "met": bool(worst >= -FUSION_TOLERANCE)}
+        out["fusion_not_below_vision"] = {"value": worst, "bar": -FUSION_TOLERANCE,
+                                          "met": bool(worst >= -FUSION_TOLERANCE)}
     if "london" in res:
         lo = res["london"]
         v = lo["overall"]["both_ok"]

@@ -32,7 +32,7 @@ from avatar_app.evaluation import geometry as G
 #: Minimum input standard deviation for a feature to be scored in a clip (units of the
 #: feature: ratios, degrees): twice the sd of MediaPipe's jitter on a still 100 px face
 #: (grid_lbax4n frame 10, 200 JPEG re-encodes shifted by up to 1 px), rounded up; 1 degree
-#: for the pose. ``tests/test_evaluation_fidelity.py::test_noise_floor_is_twice_the_jitter``
+#: for the pose. ``tests/evaluation/test_evaluation_fidelity.py::test_noise_floor_is_twice_the_jitter``
 #: measures the jitter again.
 NOISE_FLOOR: dict[str, float] = {
     "eye_aperture_l": 0.017, "eye_aperture_r": 0.017, "eye_asymmetry": 0.03,

@@ -45,7 +45,8 @@ def table(runs: dict[str, dict]) -> str:
         for g in G.GROUPS:
             if g in G.POSE_FEATURES:
                 continue
-            vals = [r["label_free"]["clips"].get(clip, {}).get("features", {}).get(g, {}).get("r") for r in runs.values()]
+            vals = [r["label_free"]["clips"].get(clip, {}).get("features", {}).get(g, {}).get("r")
+                    for r in runs.values()]
             if any(v is not None for v in vals):
                 lines.append(f"| {clip}: {g} | " + " | ".join(_f(v) for v in vals) + " |")
     lines.append("| winks: frames ok | " + " | ".join(_f(r["winks"]["frames_ok"]) for r in runs.values()) + " |")
@@ -59,7 +60,8 @@ def table(runs: dict[str, dict]) -> str:
         lines.append(f"| lip-gap r vision / fused: {clip} | " + " | ".join(
             _f(r["fusion"][clip]["vision_r"]) + " / " + _f(r["fusion"][clip]["fused_r"]) for r in runs.values()) + " |")
     if all("london" in r for r in runs.values()):
-        lines.append("| London both ok | " + " | ".join(_f(r["london"]["overall"]["both_ok"]) for r in runs.values()) + " |")
+        lines.append("| London both ok | "
+                     + " | ".join(_f(r["london"]["overall"]["both_ok"]) for r in runs.values()) + " |")
         for g in first["london"]["groups"]:
             lines.append(f"| London {g} (n={first['london']['groups'][g]['n']}) | " + " | ".join(
                 _f(r["london"]["groups"][g]["both_ok"]) for r in runs.values()) + " |")
@@ -117,4 +119,5 @@ def engine_losses(data: dict, margin: float = 0.01) -> list[str]:
         a, b = e["bars"].get(name), s["bars"].get(name)
         if a and b and b["met"] and not a["met"]:
             worse.append(f"{name} bar ({a['value']} vs {b['value']})")
-    return ["Where the engine loses to the solver (more than 0.01): " + ("; ".join(worse) if worse else "nowhere") + "."]
+    return ["Where the engine loses to the solver (more than 0.01): "
+            + ("; ".join(worse) if worse else "nowhere") + "."]

@@ -19,13 +19,15 @@ fully quantised model misses its accuracy target on the *calibration* samples,
 runs a layer-wise sensitivity search (partial quantisation, Wu et al.,
 "Integer Quantization for Deep Learning Inference: Principles and Empirical
 Evaluation", NVIDIA 2020, arXiv:2004.09602, section 5.1): each weighted layer
-is quantised alone and its output error measured; layers are then quantised
-least-sensitive first while the error stays within the target, and the rest
-stay float. The validation set is never used for the choice, so the engine
-layer's verification (:mod:`avatar_app.inference.verify`) stays an independent
-check. TensorRT runs such partially quantised QDQ graphs as mixed precision
-(layers without Q/DQ inputs run in the network's float type), and ONNX
-Runtime's CPU provider runs INT8 kernels only where Q/DQ pairs are.
+is quantised alone and its output error measured on a few calibration samples
+(a ranking); the longest least-sensitive-first run of layers whose error stays
+within the target is then found by bisection, and the rest stay float.
+Calibration runs once for all of it (ONNX Runtime's calibration cache). The
+validation set is never used for the choice, so the engine layer's verification
+(:mod:`avatar_app.inference.verify`) stays an independent check. TensorRT runs
+such partially quantised QDQ graphs as mixed precision (layers without Q/DQ
+inputs run in the network's float type), and ONNX Runtime's CPU provider runs
+INT8 kernels only where Q/DQ pairs are.
 
 ONNX Runtime runs all three files directly.
 """
@@ -48,6 +50,7 @@ import numpy as np
 
 from avatar_app.core.errors import BackendUnavailableError, EngineBuildError, ModelLoadError
 from avatar_app.inference.base import Precision
+from avatar_app.inference.int8_search import ErrorMeter, sensitivity_search
 from avatar_app.inference.modelinfo import iter_batches
 
 logger = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ INT8_SEARCH_MARGIN = 0.5
 
 #: Version of the INT8 recipe (placement, calibration, search). Part of
 #: :meth:`Int8Recipe.fingerprint`, so engines made by an older recipe get new cache keys.
-INT8_RECIPE_VERSION = 2
+INT8_RECIPE_VERSION = 3
 
 #: ONNX metadata key of the INT8 file: JSON of :meth:`Int8Result.to_json` (float layers, errors).
 META_INT8 = "avatar_app.int8"
@@ -216,6 +219,10 @@ class Int8Recipe:
         search: run the sensitivity search when the quantised model misses the target.
         margin: target = ``margin`` x tolerance, on the calibration samples.
         max_selection_samples: calibration samples used to measure errors in the search.
+        sensitivity_samples: calibration samples the per-layer sensitivity ranking is
+            measured on (the chosen split is checked on all ``max_selection_samples``).
+        max_candidates: rank at most this many layers (largest weights first); the
+            others stay float (None: all).
     """
 
     method: str = "percentile"
@@ -226,6 +233,8 @@ class Int8Recipe:
     search: bool = True
     margin: float = INT8_SEARCH_MARGIN
     max_selection_samples: int = 2048
+    sensitivity_samples: int = 16
+    max_candidates: int | None = None
 
     def __post_init__(self):
         if self.method not in CALIBRATION_METHODS:
@@ -233,6 +242,9 @@ class Int8Recipe:
                                    f"use one of {CALIBRATION_METHODS}")
         if not 0 < self.margin <= 1:
             raise EngineBuildError(f"INT8 search margin must be in (0, 1], got {self.margin}")
+        if self.sensitivity_samples < 1 or (self.max_candidates is not None and self.max_candidates < 1):
+            raise EngineBuildError(f"INT8 search needs sensitivity_samples and max_candidates >= 1, got "
+                                   f"{self.sensitivity_samples} and {self.max_candidates}")
 
     @classmethod
     def from_card(cls, card: Mapping | None, method: str = "percentile") -> "Int8Recipe":
@@ -242,7 +254,9 @@ class Int8Recipe:
         float), ``int8_search`` (bool, default true), ``int8_op_types`` (list of op types
         to quantise, default :data:`WEIGHTED_OP_TYPES`), ``int8_margin`` (the search's
         target as a fraction of the tolerance, in (0, 1], default :data:`INT8_SEARCH_MARGIN`;
-        smaller keeps more layers in float, for outputs that are thresholded downstream).
+        smaller keeps more layers in float, for outputs that are thresholded downstream),
+        ``int8_max_candidates`` (positive int: the search ranks only that many layers,
+        largest weights first, the rest stay float; default all).
 
         Raises:
             ModelLoadError: a key has the wrong type.
@@ -262,8 +276,12 @@ class Int8Recipe:
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin <= 1:
             raise ModelLoadError(f"model card of {card.get('name', 'the model')}: 'int8_margin' must "
                                  f"be a number in (0, 1], got {margin!r}")
+        cap = card.get("int8_max_candidates")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ModelLoadError(f"model card of {card.get('name', 'the model')}: 'int8_max_candidates' "
+                                 f"must be a positive integer, got {cap!r}")
         return cls(method=method, exclude=tuple(exclude), search=search,
-                   op_types=tuple(op_types) if op_types else None, margin=float(margin))
+                   op_types=tuple(op_types) if op_types else None, margin=float(margin), max_candidates=cap)
 
     def fingerprint(self) -> str:
         """Hex digest of the recipe and :data:`INT8_RECIPE_VERSION` (for cache keys)."""
@@ -365,6 +383,9 @@ class _Quantizer:
 
             types = tuple(QDQRegistry)
         self.candidates = tuple(n.name for n in model.graph.node if n.op_type in types)
+        sizes = {i.name: int(np.prod(i.dims)) for i in model.graph.initializer}
+        self.weights = {n.name: sum(sizes.get(i, 0) for i in n.input) for n in model.graph.node
+                        if n.name in self.candidates}
         self.pinned = tuple(n for n in self.candidates
                             if any(fnmatch.fnmatchcase(n, pat) for pat in recipe.exclude))
         unmatched = [pat for pat in recipe.exclude
@@ -378,6 +399,11 @@ class _Quantizer:
     def free(self) -> tuple[str, ...]:
         """Candidates the search may quantise (not pinned to float by the recipe)."""
         return tuple(n for n in self.candidates if n not in self.pinned)
+
+    def ranked(self, limit: int | None) -> list[str]:
+        """The free candidates, largest weights first (ties in graph order), at most ``limit``."""
+        order = sorted(self.free, key=lambda n: -self.weights[n])
+        return order if limit is None else order[:limit]
 
     def quantize(self, dst: Path, float_nodes: Iterable[str]) -> Path:
         """Write the QDQ model with ``float_nodes`` (plus the pinned ones) left in float.
@@ -417,39 +443,6 @@ class _Quantizer:
             raise EngineBuildError(f"INT8 quantisation of {self.src.name} failed: {exc}") from exc
         self.count += 1
         return dst
-
-
-class _ErrorMeter:
-    """Max abs output error of a model file against the FP32 source on fixed feeds."""
-
-    def __init__(self, src: Path, feeds: list[dict[str, np.ndarray]]):
-        self.feeds = feeds
-        self.samples = sum(next(iter(f.values())).shape[0] for f in feeds)
-        self.reference = self._run(src)
-
-    @staticmethod
-    def _session(path: Path):
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.log_severity_level = 3
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-    def _run(self, path: Path) -> list[dict[str, np.ndarray]]:
-        sess = self._session(path)
-        names = [o.name for o in sess.get_outputs()]
-        return [dict(zip(names, sess.run(names, f))) for f in self.feeds]
-
-    def __call__(self, path: Path) -> dict[str, float]:
-        """Output name to max |candidate - reference| (inf when non-finite)."""
-        out: dict[str, float] = {}
-        for ref, got in zip(self.reference, self._run(path)):
-            for name, r in ref.items():
-                g = np.asarray(got[name], np.float64)
-                e = float(np.abs(g - r).max()) if np.isfinite(g).all() else float("inf")
-                out[name] = max(out.get(name, 0.0), e)
-        return out
 
 
 def _check_qdq(path: Path, src_name: str) -> tuple[str, ...]:
@@ -521,13 +514,15 @@ def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: 
     1. Quantise every candidate layer (``recipe.op_types``) except the recipe's
        ``exclude`` list; measure the max abs output error against FP32 on the
        calibration samples. Within ``recipe.margin`` x ``tolerance``: done.
-    2. Otherwise (and ``recipe.search``): quantise each candidate alone and record
-       its error (its sensitivity); then, least sensitive first, add a layer to
-       the quantised set when the whole set stays within the target, else leave
-       it float (partial quantisation after Wu et al. 2020, section 5.1).
+    2. Otherwise (and ``recipe.search``):
+       :func:`~avatar_app.inference.int8_search.sensitivity_search` ranks the
+       candidates by their error when quantised alone and keeps the longest
+       least-sensitive-first prefix within the target in INT8 (partial
+       quantisation after Wu et al. 2020, section 5.1).
 
-    Costs 1 quantisation, or 2 x (number of candidate layers) + 1 with the search;
-    calibration runs once. The errors are measured on the calibration samples only.
+    Costs 1 quantisation, or about (number of candidate layers) + log2 of it + 1
+    with the search; calibration runs once. The errors are measured on the
+    calibration samples only.
 
     Args:
         src: FP32 .onnx file.
@@ -559,39 +554,16 @@ def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: 
             raise EngineBuildError(
                 f"INT8 quantisation of {src.name}: no layer of the types {recipe.op_types} is left to "
                 f"quantise (card exclusions: {list(recipe.exclude)}); use FP16 or FP32")
-        meter = _ErrorMeter(src, list(reader.batches(64, recipe.max_selection_samples)))
-        full = q.quantize(work / "full.onnx", ())
-        _check_qdq(full, src.name)
-        err = meter(full)
-        best, best_err, float_nodes, sens = full, err, (), {}
+        meter = ErrorMeter(src, list(reader.batches(64, recipe.max_selection_samples)))
+        best = q.quantize(work / "full.onnx", ())
+        _check_qdq(best, src.name)
+        best_err, float_nodes, sens = meter(best), (), {}
         logger.info("INT8 %s, all %d candidate layers quantised: max abs error %.3g on %d calibration "
-                    "samples (target %.3g)", src.name, len(q.free), max(err.values(), default=0.0),
+                    "samples (target %.3g)", src.name, len(q.free), max(best_err.values(), default=0.0),
                     meter.samples, target)
-        if max(err.values(), default=0.0) > target and recipe.search:
-            for i, node in enumerate(q.free):
-                others = [n for n in q.free if n != node]
-                sens[node] = max(meter(q.quantize(work / f"only{i}.onnx", others)).values(), default=0.0)
-            order = sorted(q.free, key=lambda n: (sens[n], q.free.index(n)))
-            kept: list[str] = []
-            best = None
-            for i, node in enumerate(order):
-                if sens[node] > target:
-                    break  # alone already over the target, and so is every later one
-                trial = kept + [node]
-                path = q.quantize(work / f"trial{i}.onnx", [n for n in q.free if n not in trial])
-                e = meter(path)
-                if max(e.values(), default=0.0) <= target:
-                    kept, best, best_err = trial, path, e
-            if best is None:
-                worst = min(sens.values())
-                raise EngineBuildError(
-                    f"INT8 quantisation of {src.name}: even the least sensitive layer alone gives a max "
-                    f"abs error of {worst:.3g} on the calibration samples, over the target "
-                    f"{target:.3g} ({recipe.margin:g} x tolerance {tolerance:g}); use FP16 or FP32")
+        if max(best_err.values(), default=0.0) > target and recipe.search:
+            best, best_err, kept, sens = sensitivity_search(q, meter, work, target, tolerance)
             float_nodes = tuple(n for n in q.free if n not in kept)
-            logger.info("INT8 %s: %d of %d layers quantised, float: %s; max abs error %.3g on the "
-                        "calibration samples", src.name, len(kept), len(q.free), list(float_nodes),
-                        max(best_err.values(), default=0.0))
         quantized = _check_qdq(best, src.name)
         result = Int8Result(dst, quantized, tuple(q.pinned) + float_nodes, best_err, target,
                             float(tolerance), sens, q.count, meter.samples, bool(sens))

@@ -54,7 +54,8 @@ def scripted_face(t_s: float) -> FaceParams:
     yaw = 0.25 * math.sin(2 * math.pi * t_s / 7.0)
     pitch = 0.08 * math.sin(2 * math.pi * t_s / 4.3)
     roll = 0.05 * math.sin(2 * math.pi * t_s / 5.1)
-    gaze_yaw = 0.25 * math.copysign(1.0, math.sin(2 * math.pi * t_s / 3.3)) * (abs(math.sin(2 * math.pi * t_s / 3.3)) > 0.6)
+    glance = math.sin(2 * math.pi * t_s / 3.3)
+    gaze_yaw = 0.25 * math.copysign(1.0, glance) * (abs(glance) > 0.6)
     gaze = np.array([gaze_yaw, 0.05], np.float32)
     return FaceParams(blendshapes=w, rotation=rotation_from_euler(yaw, pitch, roll).astype(np.float32), gaze=gaze)
 

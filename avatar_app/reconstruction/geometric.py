@@ -119,7 +119,7 @@ class GeometricSolverConfig:
     weight of 1, in metres on a face scaled to a 63 mm interpupillary
     distance; they are typical movement sizes of the features, not per-video
     constants. The blink thresholds and ``blink_link`` were checked against
-    the hand-labelled GRID clips (tests/test_reconstruction_geometric.py).
+    the hand-labelled GRID clips (tests/reconstruction/test_reconstruction_geometric.py).
     """
 
     hfov_deg: float = DEFAULT_HFOV_DEG

@@ -56,11 +56,60 @@ POINT_WEIGHTS: dict[int, float] = {61: 6.0, 291: 6.0}
 #: Sparsity threshold (L1 prior), metres: a shape is used only when the (weighted) displacement
 #: along its direction exceeds this, so MediaPipe's jitter on a still face (about 1 px, 1.5 mm
 #: on a 100 px face, correlated over the region) does not flicker the avatar
-#: (tests/test_reconstruction_relations.py).
+#: (tests/reconstruction/test_reconstruction_relations.py).
 DEAD_ZONE = 0.0005
 #: Ridge scale, in squared metres per unit weight: a shape must explain at least ~1 mm of
 #: displacement over the region before the prior lets it take a noticeable weight.
 RIDGE_M2 = 2e-6
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
+    """Non-negative least squares, ``argmin_{x >= 0} ||a x - b||``.
+
+    The active-set algorithm of Lawson and Hanson (*Solving Least Squares Problems*,
+    1974, ch. 23, algorithm NNLS), the one ``scipy.optimize.nnls`` implements; here in
+    numpy because the desktop bundle leaves scipy out. Meant for the small, dense
+    problems of :class:`RegionFit` (tens of unknowns).
+
+    Args:
+        a: (M, N) float design matrix.
+        b: (M,) float target.
+        max_iter: bound on inner iterations (default ``3 N``).
+
+    Returns:
+        (N,) float64 solution, every entry ``>= 0``.
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if a.ndim != 2 or b.shape != (a.shape[0],):
+        raise ValueError(f"nnls: a must be (M, N) and b (M,), got {a.shape} and {b.shape}")
+    n = a.shape[1]
+    x = np.zeros(n)
+    if n == 0:
+        return x
+    passive = np.zeros(n, bool)
+    tol = 10 * np.finfo(np.float64).eps * max(a.shape) * max(np.abs(a).sum(0).max(), 1e-300)
+    budget = 3 * n if max_iter is None else int(max_iter)
+    w = a.T @ (b - a @ x)
+    while budget > 0 and (~passive).any() and w[~passive].max() > tol:
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while budget > 0:  # inner loop: keep the passive set's unconstrained solution feasible
+            budget -= 1
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > tol).all():
+                break
+            bad = passive & (z <= tol)
+            alpha = np.min(x[bad] / (x[bad] - z[bad]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        x = np.where(passive, np.maximum(z, 0.0), 0.0)
+        w = a.T @ (b - a @ x)
+    return x
 
 
 @dataclass(frozen=True)
@@ -90,7 +139,7 @@ class RegionFit:
 
         The problem is reduced to its normal equations, factored once (``gram = L L^T``),
         so each frame solves a tiny non-negative least squares ``min ||L^T w - L^-1 g||``
-        (Lawson and Hanson's NNLS, ``scipy.optimize.nnls``); a weight above 1 is held at 1
+        (Lawson and Hanson's NNLS, :func:`nnls`); a weight above 1 is held at 1
         and the others are fitted again (the upper bound, exact when the held set is right).
 
         Args:
@@ -100,18 +149,15 @@ class RegionFit:
         Returns:
             (S,) float64 weights in [0, 1], in the order of :attr:`shapes`.
         """
-        from scipy.linalg import solve_triangular
-        from scipy.optimize import nnls
-
         d = np.asarray(delta, np.float64)[self.points] * self.axis
         g = self.design.T @ d.reshape(-1) - self.l1
-        rhs = solve_triangular(self.chol, g, lower=True, check_finite=False)
+        rhs = np.linalg.solve(self.chol, g)  # L is (S, S) lower-triangular and well conditioned
         a = self.chol.T
         at_one = np.zeros(len(g), bool)
         x = np.zeros(len(g))
         for _ in range(len(g)):  # a weight that wants more than 1 is held at 1, the rest re-fitted
             free = ~at_one
-            x[free], _ = nnls(a[:, free], rhs - a[:, at_one].sum(1))
+            x[free] = nnls(a[:, free], rhs - a[:, at_one].sum(1))
             x[at_one] = 1.0
             over = free & (x > 1.0)
             if not over.any():

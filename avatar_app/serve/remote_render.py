@@ -97,5 +97,6 @@ def render_file_remote(url: str, input_path, output_path, options=None, progress
             report.warnings.append(switch_warning(ev, clock.frame_at(ev.t_ns), fps, local))
     if not runners:
         report.warnings.append(f"no engine of this render runs on the server {url} (the geometric solver "
-                               "and the loudness solver need none; AVATAR_APP_FACE_ENGINE=1 opts in to the face engine)")
+                               "and the loudness solver need none; AVATAR_APP_FACE_ENGINE=1 opts in to the "
+                               "face engine)")
     return report

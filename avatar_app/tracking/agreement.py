@@ -105,6 +105,9 @@ def compare(reference: list[np.ndarray | None], candidate: list[np.ndarray | Non
         width = float(np.linalg.norm(r[FACE_WIDTH_POINTS[0], :2] - r[FACE_WIDTH_POINTS[1], :2]))
         errs.append(np.linalg.norm(c[:, :2] - r[:, :2], axis=1) / max(width, 1e-6) * 100.0)
     e = np.concatenate(errs) if errs else np.zeros(0)
-    stat: Callable[[Callable], float] = lambda f: float(f(e)) if e.size else float("nan")
+
+    def stat(f: Callable) -> float:
+        return float(f(e)) if e.size else float("nan")
+
     return Agreement(len(reference), len(errs), only_r, only_c, other, stat(np.mean),
                      stat(lambda x: np.percentile(x, 99)), stat(np.max))

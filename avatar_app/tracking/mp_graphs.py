@@ -21,7 +21,7 @@ to:
   model from each detection.
 
 With the same input ROI the landmarks equal those of ``FaceMesh`` bit for bit
-(checked in tests/test_tracking_face_mesh.py).
+(checked in tests/tracking/test_tracking_face_mesh.py).
 
 :class:`Graph` runs a graph through MediaPipe's public ``CalculatorGraph``
 API instead of ``SolutionBase.process``, which builds a new ``namedtuple``

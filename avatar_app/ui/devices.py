@@ -109,7 +109,7 @@ def list_camera_devices(probe: bool = True) -> tuple[list[CameraDevice], str]:
             return devs, "V4L2 names (QtMultimedia not installed)"
     if not probe:
         return [], "not probed"
-    from avatar_app.capture.camera import list_cameras
+    from avatar_app.pipeline.studio_api import list_cameras
 
     return ([CameraDevice(f"index:{i}", f"Camera {i}", i) for i in list_cameras(max_index=6)],
             "OpenCV index probing (QtMultimedia not installed)")

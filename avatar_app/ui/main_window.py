@@ -35,9 +35,9 @@ from PySide6.QtWidgets import (
     QToolBar,
 )
 
-# imported here, on the GUI thread, before any worker starts: the device-listing and opener threads
-# importing the package at the same time could see it half initialised (circular-import error)
-import avatar_app.capture  # noqa: F401,E402
+# imported here, on the GUI thread, before any worker starts (studio_api imports the capture package
+# first: device-listing and opener threads importing it at the same time could see it half initialised)
+import avatar_app.pipeline.studio_api  # noqa: F401,E402
 from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline.session import AUDIO_RATE, StudioSession
 from avatar_app.ui.bridge import SessionBridge

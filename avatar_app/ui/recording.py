@@ -192,7 +192,7 @@ class RecordingController(QObject):
             (RecordingFormat, note): note is "" when the chosen format is used as is.
         """
         from avatar_app.core.errors import RecordingError
-        from avatar_app.record.formats import choose_alpha_format, format_by_key
+        from avatar_app.pipeline.studio_api import choose_alpha_format, format_by_key
 
         try:
             fmt = format_by_key(self.session.settings.output.format)
@@ -211,7 +211,7 @@ class RecordingController(QObject):
     @staticmethod
     def _live_alpha_format():
         """The first available format of LIVE_ALPHA_ORDER (the fastest alpha encoder), or None."""
-        from avatar_app.record.formats import available_formats
+        from avatar_app.pipeline.studio_api import available_formats
 
         have = {f.key: f for f in available_formats(alpha=True)}
         return next((have[k] for k in LIVE_ALPHA_ORDER if k in have), None)
@@ -294,7 +294,7 @@ class RecordingController(QObject):
 
     @staticmethod
     def _available_alpha():
-        from avatar_app.record.formats import available_formats
+        from avatar_app.pipeline.studio_api import available_formats
 
         return available_formats(alpha=True)
 

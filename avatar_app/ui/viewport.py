@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QLabel, QWidget
 
 from avatar_app.core.clock import now_ns
 from avatar_app.core.types import AvatarState
-from avatar_app.render.thread import RenderedFrame, RenderPolicy, RenderThread
+from avatar_app.pipeline.studio_api import RenderedFrame, RenderPolicy, RenderThread
 
 log = logging.getLogger(__name__)
 

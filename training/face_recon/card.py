@@ -156,7 +156,8 @@ def build_card(metrics: dict, evaluation: dict | None, extra: dict | None = None
         "identity": {"k": rig.num_identity, "names": list(rig.identity_names)},
         "constant_predictor": metrics["constant_predictor"],
         "training": {k: metrics[k] for k in ("train_seconds", "threads", "seed", "epochs", "hidden", "use_z",
-                                             "dropout", "weight_decay", "noise", "bce", "bce_rt", "trunk_reads_neutral", "small_share",
+                                             "dropout", "weight_decay", "noise", "bce", "bce_rt",
+                                             "trunk_reads_neutral", "small_share",
                                              "training_samples", "synthetic_samples",
                                              "render_track_samples", "render_track_sets", "rt_repeat")
                      if k in metrics},
@@ -312,7 +313,7 @@ def limits_text(card: dict) -> str:
             "would need quantisation-aware training.")
     items += [
         "- Metamorphic relations on the real stills (flip, in-plane rotation, rescaling) are checked by "
-        "tests/test_face_recon_real.py; a relation this model does not meet is a strict xfail there, "
+        "tests/reconstruction/test_face_recon_real.py; a relation this model does not meet is a strict xfail there, "
         "with its measured value. The flip relation fails on the London smiling photo: noseSneer reads "
         "0.01 on it and 0.37 on its mirror image, because MediaPipe places the nose wings differently "
         "on the two. Adding MediaPipe's own errors to the synthetic data fixes that but loses the "
@@ -454,7 +455,8 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
             rl = v.get("real")
             real_s = (f"{rl['blinks_P']:.2f}/{rl['blinks_R']:.2f}; r {rl['jaw_r'][0]:.2f}/{rl['jaw_r'][1]:.2f}; "
                       f"smile {rl['smile_LR'][0]:.2f}/{rl['smile_LR'][1]:.2f}; sd {rl['stability_sd']:.3f}"
-                      + (f"; flip London/GRID {rl['flip_london']:.2f}/{rl['flip_grid']:.2f}" if "flip_london" in rl else "")
+                      + (f"; flip London/GRID {rl['flip_london']:.2f}/{rl['flip_grid']:.2f}"
+                         if "flip_london" in rl else "")
                       if rl else "")
             rtt = f"{v['rt_train']:.4f}" if "rt_train" in v else ""
             lines.append(f"| {k} | {v['syn']:.4f} | {v['rt']:.4f} | {v['rt_rot']:.2f}° | {rtt} | {real_s} |")
@@ -512,7 +514,8 @@ def markdown(card: dict, ablation: dict | None = None) -> str:
                          f"{s['mean_in_words']:.3f} / {s['mean_in_silence']:.3f} ({s['corr_with_words']:.2f}) |")
         sm = real["smile"]
         lines.append(f"| London 005 mouthSmile L/R neutral → smiling | {sm['engine']['neutral'][0]:.2f}/"
-                     f"{sm['engine']['neutral'][1]:.2f} → {sm['engine']['smiling'][0]:.2f}/{sm['engine']['smiling'][1]:.2f} | "
+                     f"{sm['engine']['neutral'][1]:.2f} → {sm['engine']['smiling'][0]:.2f}/"
+                     f"{sm['engine']['smiling'][1]:.2f} | "
                      f"{sm['solver']['neutral'][0]:.2f}/{sm['solver']['neutral'][1]:.2f} → "
                      f"{sm['solver']['smiling'][0]:.2f}/{sm['solver']['smiling'][1]:.2f} |")
         lines.append("")

@@ -153,7 +153,8 @@ class SubjectLook:
         self.lash = np.clip(self.brow * rng.uniform(0.3, 0.8), 0, 1)
         self.lash_mm = rng.uniform(0.8, 1.6)
         if eyes == "discs":  # the first renderer: no further draws, so its seeds give the same subjects
-            self.sclera, self.photo, self.photo_mirror, self.photo_gain = np.array([0.92, 0.90, 0.86]), False, False, 1.0
+            self.sclera = np.array([0.92, 0.90, 0.86])
+            self.photo, self.photo_mirror, self.photo_gain = False, False, 1.0
             return
         self.sclera = np.clip(np.array([0.92, 0.90, 0.86]) * rng.uniform(0.85, 1.05), 0, 1)
         self.photo = bool(rng.random() < PHOTO_SHARE)

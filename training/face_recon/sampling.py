@@ -44,8 +44,8 @@ def _sample_eyes(rng, w):
     mode = rng.choice(5, p=[0.42, 0.28, 0.10, 0.10, 0.10])
     if mode == 1:  # bilateral blink, half of them fully closed
         v = 1.0 - rng.beta(1.0, 8.0) if rng.random() < 0.5 else rng.random()
-        l, r = _sym(rng, v, 0.08)
-        _set(w, "eyeBlinkLeft", l), _set(w, "eyeBlinkRight", r)
+        left, right = _sym(rng, v, 0.08)
+        _set(w, "eyeBlinkLeft", left), _set(w, "eyeBlinkRight", right)
     elif mode == 2:  # wink
         side, other = ("Left", "Right") if rng.random() < 0.5 else ("Right", "Left")
         _set(w, f"eyeBlink{side}", 1.0 - rng.beta(1.0, 5.0))
@@ -53,14 +53,14 @@ def _sample_eyes(rng, w):
         _set(w, f"eyeSquint{other}", rng.random() * 0.4)
         _set(w, f"cheekSquint{side}", rng.random() * 0.5)
     elif mode == 3:  # squint
-        l, r = _sym(rng, rng.random(), 0.2)
-        _set(w, "eyeSquintLeft", l), _set(w, "eyeSquintRight", r)
+        left, right = _sym(rng, rng.random(), 0.2)
+        _set(w, "eyeSquintLeft", left), _set(w, "eyeSquintRight", right)
         if rng.random() < 0.4:
             b = rng.random() * 0.4
             _set(w, "eyeBlinkLeft", b), _set(w, "eyeBlinkRight", b)
     elif mode == 4:  # wide
-        l, r = _sym(rng, rng.random(), 0.15)
-        _set(w, "eyeWideLeft", l), _set(w, "eyeWideRight", r)
+        left, right = _sym(rng, rng.random(), 0.15)
+        _set(w, "eyeWideLeft", left), _set(w, "eyeWideRight", right)
     for side in ("Left", "Right"):
         if rng.random() < 0.2:
             w[IDX[f"eyeSquint{side}"]] = max(w[IDX[f"eyeSquint{side}"]], rng.random() * 0.4)
@@ -86,14 +86,14 @@ def _sample_brows(rng, w):
     if mode == 1:
         _set(w, "browInnerUp", rng.random())
         if rng.random() < 0.5:
-            l, r = _sym(rng, rng.random(), 0.2)
-            _set(w, "browOuterUpLeft", l), _set(w, "browOuterUpRight", r)
+            left, right = _sym(rng, rng.random(), 0.2)
+            _set(w, "browOuterUpLeft", left), _set(w, "browOuterUpRight", right)
     elif mode == 2:
-        l, r = _sym(rng, rng.random(), 0.2)
-        _set(w, "browOuterUpLeft", l), _set(w, "browOuterUpRight", r)
+        left, right = _sym(rng, rng.random(), 0.2)
+        _set(w, "browOuterUpLeft", left), _set(w, "browOuterUpRight", right)
     elif mode == 3:
-        l, r = _sym(rng, rng.random(), 0.2)
-        _set(w, "browDownLeft", l), _set(w, "browDownRight", r)
+        left, right = _sym(rng, rng.random(), 0.2)
+        _set(w, "browDownLeft", left), _set(w, "browDownRight", right)
         if rng.random() < 0.3:
             _set(w, "browInnerUp", rng.random() * 0.5)
     elif mode == 4:  # one-sided
@@ -130,11 +130,11 @@ def _sample_mouth(rng, w):
             for p in pairs:
                 _set(w, p + side, v)
         else:
-            l, r = _sym(rng, v, 0.15)
+            left, right = _sym(rng, v, 0.15)
             names = {0: ("mouthSmile",), 1: ("mouthFrown",), 2: ("mouthStretch",),
                      3: ("mouthDimple",), 4: ("noseSneer",)}[kind]
             for n in names:
-                _set(w, n + "Left", l), _set(w, n + "Right", r)
+                _set(w, n + "Left", left), _set(w, n + "Right", right)
             if kind == 0:
                 c = v * rng.random()
                 _set(w, "cheekSquintLeft", c), _set(w, "cheekSquintRight", c)
@@ -159,9 +159,9 @@ def _sample_rest(rng, w):
     if rng.random() < 0.04:
         _set(w, "cheekPuff", rng.random())
     if rng.random() < 0.05:
-        l, r = _sym(rng, rng.random(), 0.2)
-        _set(w, "noseSneerLeft", max(w[IDX["noseSneerLeft"]], l))
-        _set(w, "noseSneerRight", max(w[IDX["noseSneerRight"]], r))
+        left, right = _sym(rng, rng.random(), 0.2)
+        _set(w, "noseSneerLeft", max(w[IDX["noseSneerLeft"]], left))
+        _set(w, "noseSneerRight", max(w[IDX["noseSneerRight"]], right))
     if rng.random() < 0.04:
         _set(w, "tongueOut", rng.random())
         w[IDX["jawOpen"]] = max(w[IDX["jawOpen"]], 0.2 + 0.4 * rng.random())

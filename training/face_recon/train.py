@@ -6,7 +6,8 @@ Usage (repository root)::
         --out models/face_recon.onnx [--epochs 40] [--synthetic 120000] [--rt-repeat 3] [--bce 0.1]
 
 Data: a synthetic projected set made on the fly (``--synthetic`` samples,
-seed 11, ``--small-share`` of them scaled down to small expressions) plus the render-and-track sets (``--rt-train``: ``rt_train_discs.npz`` and ``rt_train.npz`` from make_data.py),
+seed 11, ``--small-share`` of them scaled down to small expressions) plus the render-and-track
+sets (``--rt-train``: ``rt_train_discs.npz`` and ``rt_train.npz`` from make_data.py),
 repeated ``--rt-repeat`` times per epoch. Held out: synthetic seed 12
 (5000 samples) and ``rt_heldout.npz`` (other seed, other subjects).
 

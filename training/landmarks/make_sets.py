@@ -95,7 +95,10 @@ def collect(testdata: Path, kind: str, count: int, max_frames: int | None = None
         if lm is not None:
             rect = R.landmark_rects(lm.pixels()[None, :, :2])
             mesh.append(R.warp(rgb, R.crop_matrices(rect, R.MESH_SIZE)[0], R.MESH_SIZE))
-    pick = lambda xs: np.stack(xs[:count]).transpose(0, 3, 1, 2).copy()
+
+    def pick(xs):
+        return np.stack(xs[:count]).transpose(0, 3, 1, 2).copy()
+
     return {"face_detection": pick(det), "face_landmark": pick(mesh)}
 
 

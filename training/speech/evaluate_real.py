@@ -1,4 +1,4 @@
-"""Real-speech evaluation of speech animators (used by tests/test_speech_real.py and the model card).
+"""Real-speech evaluation of speech animators (used by tests/speech/test_speech_real.py and the model card).
 
 - jawOpen agreement: audio-only jawOpen vs vision-only jawOpen (MediaPipe
   tracking + the geometric solver) on the GRID talkers, Pearson correlation per

@@ -5,7 +5,7 @@ coefficient +1 / -1 spans roughly one to two standard deviations of adult
 variation of the named measurement (ranges from Farkas, "Anthropometry of the
 Head and Face", 2nd ed., 1994, and for the interpupillary distance Dodgson,
 SPIE 5291, 2004). ``docs/face_model.md`` lists the change each morph makes at
-+1, which ``tests/test_face_model_identity.py`` checks.
++1, which ``tests/avatar/test_face_model_identity.py`` checks.
 
 Fields are either analytic (smoothsteps of position, e.g. face width) or
 prescribed on a few landmark groups and spread over the mesh by biharmonic

@@ -14,7 +14,7 @@ unsided shapes are exactly symmetric.
 
 Magnitudes at weight 1 are human (full blink closes the eye, jawOpen drops
 the chin about 25 mm); ``docs/face_model.md`` tabulates them with the
-expected landmark motions that ``tests/test_face_model_shapes.py`` checks.
+expected landmark motions that ``tests/avatar/test_face_model_shapes.py`` checks.
 """
 from __future__ import annotations
 

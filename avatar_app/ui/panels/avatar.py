@@ -162,7 +162,7 @@ class AvatarPanel(Panel):
 
     def use_default(self) -> None:
         """Show the default head again (remembered)."""
-        from avatar_app.avatar.default_head import build_default_head
+        from avatar_app.pipeline.studio_api import build_default_head
 
         self.bridge.avatar_loaded.emit(None, build_default_head())
 

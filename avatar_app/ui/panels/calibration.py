@@ -18,7 +18,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QGroupBox, QLabel, QProgressBar, QPushButton, QVBoxLayout
 
 from avatar_app.core.errors import AvatarError
-from avatar_app.inference import MIN_USER_SAMPLES
+from avatar_app.pipeline.studio_api import MIN_USER_SAMPLES
 from avatar_app.pipeline.calibration import VOICE_LEVEL_DB, SampleCollector  # noqa: F401
 from avatar_app.ui.panels import Panel, hint
 

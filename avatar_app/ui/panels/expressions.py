@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from avatar_app.core.errors import AvatarError
-from avatar_app.fusion.expressions import EXPRESSION_PRESETS, format_mix, parse_mix
+from avatar_app.pipeline.studio_api import EXPRESSION_PRESETS, format_mix, parse_mix
 from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, hint
 

@@ -158,7 +158,7 @@ class OutputPanel(Panel):
 
     def _probe_vcam(self) -> None:
         try:
-            from avatar_app.outputs import virtual_camera_status
+            from avatar_app.pipeline.studio_api import virtual_camera_status
         except ImportError:
             self.vcam_probed.emit(False, "virtual camera output is not part of this version")
             return
@@ -173,10 +173,10 @@ class OutputPanel(Panel):
             self.vcam.setChecked(False)
 
     def _fill_formats(self) -> None:
-        from avatar_app.record.formats import KNOWN_FORMATS, available_formats
+        from avatar_app.pipeline.studio_api import available_formats, known_formats
 
         have = {f.key for f in available_formats()}
-        for f in KNOWN_FORMATS:
+        for f in known_formats():
             self.format.addItem(f.label, f.key)
             if f.key not in have:
                 set_item_enabled(self.format, self.format.count() - 1, False,

@@ -173,7 +173,7 @@ class SourcesPanel(Panel):
         self.camera_combo.setEnabled(False)
 
         def work():
-            from avatar_app.capture.mic import list_microphones
+            from avatar_app.pipeline.studio_api import list_microphones
             from avatar_app.ui.devices import list_camera_devices
 
             try:

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, Blendshape
 from avatar_app.core.errors import AvatarError
-from avatar_app.fusion.tuning import (
+from avatar_app.pipeline.studio_api import (
     MIRROR_CONVENTION,
     REGION_NAMES,
     TuningSettings,

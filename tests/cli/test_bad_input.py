@@ -1,0 +1,211 @@
+"""Bad input through the CLI: one clear line on stderr, non-zero exit, no traceback."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from tests.helpers import name_index, read_track, run_cli
+
+
+def _check(proc: subprocess.CompletedProcess, patterns: str | tuple[str, ...], code: int | None = None) -> None:
+    """Non-zero exit (``code`` if given), no traceback, every regex in ``patterns`` found in stderr."""
+    import re
+
+    assert proc.returncode != 0, proc.stdout
+    if code is not None:
+        assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    for pattern in (patterns,) if isinstance(patterns, str) else patterns:
+        assert re.search(pattern, proc.stderr, re.I), (pattern, proc.stderr)
+
+
+def test_missing_file(tmp_path):
+    _check(run_cli("render", str(tmp_path / "nope.mp4"), "-o", str(tmp_path / "o.mp4")),
+           (r"nope\.mp4", r"not found|no such|does not exist"), 2)
+
+
+def test_text_file_renamed_mp4(tmp_path):
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("this is not a video\n" * 50)
+    _check(run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4")), (r"notes\.mp4", r"not a readable video"), 2)
+    assert not (tmp_path / "o.mp4").exists()
+
+
+def test_truncated_mp4(testdata, tmp_path):
+    data = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
+    bad = tmp_path / "cut.mp4"
+    bad.write_bytes(data[: int(len(data) * 0.4)])
+    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"), "--size", "160x120")
+    _check(proc, (r"cut\.mp4", r"truncated|corrupt", r"rendered the first \d+\.\d s", r"o\.mp4"), 2)
+    # one message, not "wrote ..." followed by an error
+    assert "wrote" not in proc.stdout + proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]) == 1, proc.stderr
+    # what could be decoded is kept, not thrown away, and the message says how much
+    from tests.helpers import decoded_duration
+
+    said = float(re.search(r"rendered the first (\d+\.\d) s", proc.stderr).group(1))
+    kept = decoded_duration(tmp_path / "o.mp4", "video")
+    assert 0 < kept < 3.0 and abs(kept - said) <= 0.06, (kept, proc.stderr)
+
+
+@pytest.mark.gl
+def test_video_with_no_face(tmp_path):
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25:duration=1",
+         "-f", "lavfi", "-i", "sine=frequency=300:duration=1", "-shortest", "-c:v", "libx264", "-c:a", "aac",
+         str(tmp_path / "noface.mp4")], check=True)
+    out = tmp_path / "o.mp4"
+    _check(run_cli("render", str(tmp_path / "noface.mp4"), "-o", str(out), "--size", "320x240"), r"no face", 3)
+    assert not out.exists()
+
+
+@pytest.mark.gl
+def test_silent_audio_track(testdata, tmp_path):
+    silent = tmp_path / "silent.mp4"
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-f", "lavfi",
+         "-i", "anullsrc=r=44100:cl=mono", "-map", "0:v", "-map", "1:a", "-shortest", "-c:v", "copy", "-c:a", "aac",
+         str(silent)], check=True)
+    # issue 21 item 3 / issue 17 item 4: a silent track renders with the mouth from vision and a warning
+    out = tmp_path / "o.mp4"
+    proc = run_cli("render", str(silent), "-o", str(out), "--size", "160x120", "-q")
+    assert proc.returncode == 0, proc.stderr
+    warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
+    assert any("is silent" in ln and "mouth follows the video" in ln for ln in warning), proc.stderr
+    assert out.is_file()
+    jaw = read_track(out.with_suffix(".blendshapes.jsonl")).blendshapes[:, name_index("jawOpen")]
+    assert jaw.max() > 0.1  # the talker's mouth moves without any voice
+
+
+def test_missing_audio_file(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(tmp_path / "v.wav"),
+                   "-o", str(tmp_path / "o.mp4"))
+    _check(proc, r"v\.wav", 2)
+
+
+@pytest.mark.gl
+def test_output_folder_missing_is_created(testdata, tmp_path):
+    out = tmp_path / "new" / "deeper" / "o.mp4"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120")
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 0 and out.with_suffix(".blendshapes.jsonl").exists()
+
+
+def test_output_folder_that_cannot_be_created(testdata, tmp_path):
+    (tmp_path / "afile").write_text("in the way")
+    folder = tmp_path / "afile" / "sub"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(folder / "o.mp4"))
+    _check(proc, r"^error: cannot create the output folder " + re.escape(str(folder)) + ": "
+           + re.escape(str(tmp_path / "afile")) + r" is a file, not a folder$", 4)
+
+
+def test_bad_size_argument(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
+                   "--size", "huge")
+    _check(proc, r"size must look like 1280x720")
+
+
+@pytest.mark.gl
+def test_contact_sheet_command(tmp_path):
+    proc = run_cli("contact-sheet", "-o", str(tmp_path / "sheet.png"), "--tile", "64")
+    assert proc.returncode == 0, proc.stderr
+    import cv2
+
+    img = cv2.imread(str(tmp_path / "sheet.png"))
+    assert img is not None and img.shape[0] > 300 and img.std() > 10
+
+
+def test_contact_sheet_bad_tile(tmp_path):
+    _check(run_cli("contact-sheet", "-o", str(tmp_path / "s.png"), "--tile", "5"), r"64", 2)
+
+
+def test_transparent_background_needs_an_alpha_format(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "t.mp4"),
+                   "--background", "transparent")
+    _check(proc, (r"transparent", r"t\.mov", r"t\.webm"), 2)
+    assert not (tmp_path / "t.mp4").exists()
+
+
+def test_bad_avatar_leaves_no_output(testdata, tmp_path):
+    bad = tmp_path / "robot.vrm"
+    bad.write_text("not a model")
+    out = tmp_path / "o.mp4"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--avatar", str(bad))
+    _check(proc, (r"robot\.vrm", r"not a glTF"), 2)
+    assert not out.exists() and not out.with_suffix(".blendshapes.jsonl").exists()
+
+
+@pytest.mark.gl
+def test_transparent_mov_keeps_alpha(testdata, tmp_path):
+    import av
+
+    out = tmp_path / "t.mov"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out),
+                   "--background", "transparent", "--size", "320x180")
+    assert proc.returncode == 0, proc.stderr
+    with av.open(str(out)) as c:
+        frame = next(c.decode(video=0)).to_ndarray(format="rgba")
+    assert frame[0, 0, 3] == 0 and frame[90, 160, 3] == 255
+
+
+@pytest.mark.gl
+def test_demo_mouth_follows_the_voice(tmp_path):
+    from avatar_app.core.blendshapes import Blendshape
+    from tests.helpers import read_track
+
+    out = tmp_path / "demo.mp4"
+    proc = run_cli("demo", "-o", str(out), "--size", "320x180")
+    assert proc.returncode == 0, proc.stderr
+    track = read_track(out.with_suffix(".blendshapes.jsonl"))
+    jaw = track.blendshapes[:, Blendshape.jawOpen]
+    assert jaw.max() > 0.25 and (jaw > 0.1).mean() > 0.3
+
+
+def test_a_still_image_is_refused_as_video_input(testdata):
+    """A photo is not a video: a clear error instead of a one-frame clip."""
+    from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.core.errors import InputError
+
+    for name in ("images/london_005_03_neutral.jpg", "images/grid_lbax4n_frame10.png"):
+        with pytest.raises(InputError, match="still image"):
+            VideoFileSource(testdata / name)
+
+
+def test_truncated_input_does_not_replace_a_finished_clip(testdata, tmp_path):
+    """A damaged input's partial render goes beside an existing output, which is kept as it was."""
+    out = tmp_path / "keep.mp4"
+    out.write_bytes(b"a finished clip")
+    (tmp_path / "keep.blendshapes.jsonl").write_text("{}\n")
+    data = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
+    bad = tmp_path / "cut.mp4"
+    bad.write_bytes(data[: int(len(data) * 0.4)])
+    proc = run_cli("render", str(bad), "-o", str(out), "--size", "160x120")
+    _check(proc, (r"truncated|corrupt", r"keep\.mp4 already existed and was kept", r"keep\.partial\.mp4"), 2)
+    assert out.read_bytes() == b"a finished clip"
+    assert (tmp_path / "keep.blendshapes.jsonl").read_text() == "{}\n"
+    from tests.helpers import decoded_duration
+
+    assert 0 < decoded_duration(tmp_path / "keep.partial.mp4", "video") < 3.0
+    assert (tmp_path / "keep.partial.blendshapes.jsonl").stat().st_size > 0
+
+
+def test_output_over_the_audio_file_is_refused(testdata, tmp_path):
+    voice = tmp_path / "voice.mp4"
+    voice.write_bytes((testdata / "video" / "grid_s2_swwp2s.mp4").read_bytes())
+    before = voice.read_bytes()
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(voice), "-o", str(voice))
+    _check(proc, r"would overwrite the --audio file", 2)
+    assert voice.read_bytes() == before
+
+
+def test_wrong_output_extension_names_the_suffix_not_a_temporary_file(testdata, tmp_path):
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out.txt"))
+    _check(proc, r"need a \.mp4 file name, not \.txt", 2)
+    assert ".part-" not in proc.stderr
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out"))
+    _check(proc, r"need a \.mp4 file name; out has no extension", 2)
+    assert ".part-" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
