@@ -6,7 +6,8 @@ llvmpipe, the machines without a GPU this app supports) that kept the GUI
 thread busy for 50-200 ms at a time. Here a
 :class:`~avatar_app.render.thread.RenderThread` with the newest-wins policy owns
 an offscreen OpenGL 3.3 context (EGL on Linux) and the Renderer; it renders the
-newest state at the widget's size in device pixels (HiDPI-correct) and reads it
+newest state at the widget's size, in device pixels up to a ratio of
+:data:`VIEW_MAX_DPR` (Qt scales the image up on HiDPI screens beyond it), and reads it
 back; this widget wraps the pixels in a QImage and only draws the image. Frames
 for the recorder are rendered at the recording size on the same thread, so the
 GUI thread never reads pixels back either. Nothing here touches OpenGL.
@@ -14,6 +15,7 @@ GUI thread never reads pixels back either. Nothing here touches OpenGL.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
@@ -25,6 +27,30 @@ from avatar_app.core.types import AvatarState
 from avatar_app.pipeline.studio_api import RenderedFrame, RenderPolicy, RenderThread
 
 log = logging.getLogger(__name__)
+
+#: Highest device-pixel ratio the live view renders at (AVATAR_APP_VIEW_DPR overrides it). On a
+#: HiDPI screen (ratio 2) rendering every device pixel costs four times the pixels for a preview;
+#: the software rasteriser's share of a frame is about 60 % of its render time at 658x593 (llvmpipe
+#: 9 of 15.7 ms CPU, benchmarks/live_latency.py), the largest single cost of camera-to-screen.
+#: Recordings and the virtual camera render at their own sizes, unaffected.
+VIEW_MAX_DPR = float(os.environ.get("AVATAR_APP_VIEW_DPR", "1.0"))
+
+
+def view_render_size(width: int, height: int, ratio: float, max_ratio: float = VIEW_MAX_DPR):
+    """Pixels to render a view of ``width`` x ``height`` logical pixels at, and the image's pixel ratio.
+
+    Args:
+        width, height: the widget's size, logical pixels.
+        ratio: the screen's device-pixel ratio (``devicePixelRatioF``).
+        max_ratio: the most device pixels per logical pixel rendered (:data:`VIEW_MAX_DPR`).
+
+    Returns:
+        ``(render_width, render_height, image_ratio)``: Qt scales the image by
+        ``ratio / image_ratio`` when it paints it (none at ratios up to ``max_ratio``).
+    """
+    r = max(min(float(ratio), float(max_ratio)), 0.25)
+    return max(1, round(width * r)), max(1, round(height * r)), r
+
 
 class AvatarViewportWidget(QWidget):
     """Shows the newest AvatarState rendered by the project's moderngl Renderer (on a render thread).
@@ -216,7 +242,7 @@ class AvatarViewportWidget(QWidget):
         return self._error or (self._thread.error_message or None)
 
     def grabFramebuffer(self, timeout_s: float = 5.0) -> QImage:  # noqa: N802 (QOpenGLWidget's name)
-        """Render the current state now and return it, (device-pixel size) QImage.
+        """Render the current state now and return it, as a QImage of the rendered size (:func:`view_render_size`).
 
         Blocks the calling (GUI) thread until the frame is rendered: for tests and
         screenshots, not for the display path.
@@ -235,8 +261,7 @@ class AvatarViewportWidget(QWidget):
 
     # -- internals ---------------------------------------------------------------------
     def _sync_size(self) -> None:
-        ratio = self.devicePixelRatioF()
-        self._size = (max(1, round(self.width() * ratio)), max(1, round(self.height() * ratio)), ratio)
+        self._size = view_render_size(self.width(), self.height(), self.devicePixelRatioF())
 
     def _on_render_thread_frame(self, frame: RenderedFrame) -> None:
         """Render thread: wrap the pixels in a QImage and hand it to the GUI thread (queued signal)."""

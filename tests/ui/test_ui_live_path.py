@@ -1,4 +1,4 @@
-"""Thread priorities of the window: the tracker's own threads keep the pipeline's priority (issue 18)."""
+"""The live path of the window: the tracker's threads keep the pipeline's priority, the view's render size (issue 18)."""
 from __future__ import annotations
 
 import ctypes
@@ -51,3 +51,14 @@ def test_sweep_keeps_tracker_threads_at_the_tracker_priority(monkeypatch):
         done.set()
         for t in threads:
             t.join(10)
+
+
+def test_view_renders_at_most_the_capped_pixel_ratio():
+    """HiDPI: the live view renders logical pixels x VIEW_MAX_DPR at most; Qt scales the rest on paint."""
+    from avatar_app.ui.viewport import view_render_size
+
+    assert view_render_size(658, 593, 1.0, max_ratio=1.0) == (658, 593, 1.0)
+    assert view_render_size(658, 593, 2.0, max_ratio=1.0) == (658, 593, 1.0)  # a quarter of the device pixels
+    assert view_render_size(658, 593, 2.0, max_ratio=2.0) == (1316, 1186, 2.0)
+    assert view_render_size(658, 593, 1.5, max_ratio=2.0) == (987, 890, 1.5)
+    assert view_render_size(0, 0, 1.0) == (1, 1, 1.0)
