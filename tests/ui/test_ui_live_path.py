@@ -1,4 +1,4 @@
-"""The live path of the window: the tracker's threads keep the pipeline's priority, the view's render size (issue 18)."""
+"""The window's live path: the tracker's threads keep the pipeline's priority; the view's render size (issue 18)."""
 from __future__ import annotations
 
 import ctypes
