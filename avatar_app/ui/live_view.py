@@ -225,7 +225,7 @@ class LiveView(QObject):
         ``to_render`` 22 ms median on the loaded 2-core machine).
         """
         if self.push_states:
-            self.viewport.show_state(state)
+            self.viewport.offer_state(state)
 
     def _on_display_tick(self) -> None:
         state = self.session.latest_state()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
@@ -93,6 +94,7 @@ class AvatarViewportWidget(QWidget):
         self._pending_present = None
         self._pending_capture = None
         self._captures_overwritten = 0
+        self._grab_lock = threading.Lock()  # held while grabFramebuffer renders its state
         self._error: str | None = None
         self.gl_failed.connect(self._on_gl_failed)
         self._frame_rendered.connect(self._on_frame_rendered)
@@ -241,18 +243,39 @@ class AvatarViewportWidget(QWidget):
         """Why OpenGL could not start, or None."""
         return self._error or (self._thread.error_message or None)
 
-    def grabFramebuffer(self, timeout_s: float = 5.0) -> QImage:  # noqa: N802 (QOpenGLWidget's name)
-        """Render the current state now and return it, as a QImage of the rendered size (:func:`view_render_size`).
+    def grabFramebuffer(self, timeout_s: float = 5.0, state: AvatarState | None = None) -> QImage:  # noqa: N802
+        """Render ``state`` (default: the current one) now and return it, a QImage of the rendered size
+        (:func:`view_render_size`); the name is QOpenGLWidget's.
 
         Blocks the calling (GUI) thread until the frame is rendered: for tests and
-        screenshots, not for the display path.
+        screenshots, not for the display path. States offered meanwhile from the
+        pipeline thread (:meth:`offer_state`) are not shown, so the picture is this state's.
         """
-        self._thread.ready.wait(timeout_s)
-        self._sync_size()
-        seq = self._submit(self._state)
-        self._thread.wait_done(seq, timeout_s)
-        img = self._last_image
-        return img.copy() if img is not None else QImage()
+        with self._grab_lock:
+            if state is not None:
+                self._state = state
+            self._thread.ready.wait(timeout_s)
+            self._sync_size()
+            seq = self._submit(self._state)
+            self._thread.wait_done(seq, timeout_s)
+            img = self._last_image
+            return img.copy() if img is not None else QImage()
+
+    def offer_state(self, state: AvatarState) -> bool:
+        """Any thread: render ``state`` next, as :meth:`show_state`, unless a grab is rendering now.
+
+        The window hands each new state over from the pipeline thread with this.
+
+        Returns:
+            False when skipped (a :meth:`grabFramebuffer` was rendering its own state).
+        """
+        if not self._grab_lock.acquire(blocking=False):
+            return False
+        try:
+            self.show_state(state)
+        finally:
+            self._grab_lock.release()
+        return True
 
     def shutdown(self) -> None:
         """Stop the render thread (the window calls this when it closes)."""

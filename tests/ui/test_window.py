@@ -39,10 +39,8 @@ def _save(arr: np.ndarray, name: str) -> None:
 
 
 def _grab(qtbot, window, state=None) -> np.ndarray:
-    if state is not None:
-        window.viewport.show_state(state)
     qtbot.wait(50)
-    return _qimage_to_array(window.viewport.grabFramebuffer())
+    return _qimage_to_array(window.viewport.grabFramebuffer(state=state))
 
 
 @pytest.fixture
