@@ -232,8 +232,9 @@ def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
         win.recording.update_status()
     label = win.recording.record_time_label.text()
     assert label.strip().startswith("● REC") and " · 10 fps" in label, label
-    # the note is issued when the rate first falls (the rate then still counts earlier repeats), then every 5 s
-    assert re.match(r"Recording at [12]\d fps instead of 30: this machine cannot encode 30 fps now",
+    # the note is issued when the rate first falls (under load that may be before this test's frames), then
+    # at most every 5 s
+    assert re.match(r"Recording at \d+ fps instead of 30: this machine cannot encode 30 fps now",
                     win.recording.record_rate_warning), win.recording.record_rate_warning
     assert win.statusBar().currentMessage() == win.recording.record_rate_warning
     assert "c0392b" in win.status_labels["rec"].styleSheet()
