@@ -230,6 +230,7 @@ def record_clip(app, win, tmp: Path, seconds: float) -> dict:
             presented[0] += 1
 
     ctl = win.recording
+    (tmp / "recordings").mkdir(parents=True, exist_ok=True)
     path = ctl.start_recording(tmp / "recordings" / "live_latency.mp4")
     if path is None:
         return {"error": ctl.notifier.last_error or "the recording did not start"}
