@@ -13,6 +13,7 @@ import math
 import threading
 from collections.abc import Callable
 
+from avatar_app.core.blas import limit_blas_threads
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError, InputError
 from avatar_app.core.latency import LatencyStats
@@ -99,6 +100,7 @@ class LivePipeline:
         Raises:
             CaptureError / InputError: the source cannot be opened (the tracker is closed then).
         """
+        limit_blas_threads(1)  # OpenBLAS's idle threads spin between the stages' small calls (core/blas.py)
         try:
             self.source.start()
         except AvatarError:
