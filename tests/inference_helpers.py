@@ -105,3 +105,38 @@ def child_progress(n: int, progress=None) -> int:
     for i in range(n):
         progress(f"step {i}", (i + 1) / n)
     return n
+
+
+def child_report_limits() -> dict:
+    """A job that reports the priority, CPUs and thread caps it runs with (every thread, and a new one)."""
+    import os
+    import threading
+
+    import numpy as np  # loads the BLAS library and its thread pool, as a build does
+
+    def thread_info(tid: int) -> tuple[int, int]:
+        return os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid)
+
+    seen = {}
+
+    def worker():
+        seen["new"] = thread_info(threading.get_native_id())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    out = {
+        "threads": {int(tid): thread_info(int(tid)) for tid in os.listdir("/proc/self/task")},
+        "new_thread": seen["new"],
+        "cpus": len(os.sched_getaffinity(0)),
+        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "AVATAR_APP_ORT_THREADS")},
+        "blas_threads": None,
+        "numpy": np.__version__,
+    }
+    try:
+        from threadpoolctl import threadpool_info
+
+        out["blas_threads"] = [p["num_threads"] for p in threadpool_info()]
+    except ImportError:
+        pass
+    return out

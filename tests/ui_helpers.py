@@ -100,10 +100,9 @@ def grab_view(qtbot, win) -> np.ndarray:
 def render_state(win, state) -> np.ndarray:
     """Render ``state`` in the window's viewport now and return the picture (RGB).
 
-    No events run in between, so the display timer cannot show another state first.
+    The grab renders this state whatever the pipeline thread hands the viewport meanwhile.
     """
-    win.viewport.show_state(state)
-    return qimage_to_array(win.viewport.grabFramebuffer())
+    return qimage_to_array(win.viewport.grabFramebuffer(state=state))
 
 
 def changed_columns(a: np.ndarray, b: np.ndarray, threshold: int = 30) -> np.ndarray:

@@ -24,7 +24,9 @@ class LatencySummary:
         stages: stage name -> (p50_ms, p95_ms), in first-seen order.
         camera_to_screen: (p50_ms, p95_ms) from t_capture_ns to presentation, or None.
         fps: presented frames per second over the window.
-        dropped: frames dropped in total (as reported by the source/pipeline).
+        dropped: camera frames the viewer lost in total: source frames that never reached
+            the screen (gaps between the frame indices presented; see :meth:`LatencyStats.add_frame`).
+            The one drop count the window shows (status bar, overlay, toolbar).
         count: frames in the window.
     """
 
@@ -52,6 +54,14 @@ class LatencyStats:
         window_s: how many seconds of frames to keep (overlay default 5 s;
             plots use 30 s).
 
+    Attributes:
+        dropped: camera frames lost between the camera and the screen so far: for each
+            presented frame with a ``frame_index``, the indices skipped since the previous
+            one (the source's newest-wins slot, the display tick and the render thread's
+            newest-wins all count, once each). An index that does not increase (a source
+            that restarted) starts a new run and counts nothing.
+        presented: frames added so far.
+
     Thread: ``add_frame`` from the processing or GUI thread, ``summary`` from any.
     """
 
@@ -60,12 +70,15 @@ class LatencyStats:
         self._lock = threading.Lock()
         self._frames: deque[tuple[int, dict[str, float], float | None]] = deque()
         self.dropped = 0
+        self.presented = 0
+        self._last_index: int | None = None
 
     def add_frame(
         self,
         stamps: dict[str, tuple[int, int]],
         t_capture_ns: int | None = None,
         t_present_ns: int | None = None,
+        frame_index: int | None = None,
     ) -> None:
         """Add one presented frame.
 
@@ -73,15 +86,31 @@ class LatencyStats:
             stamps: stage -> (start_ns, end_ns).
             t_capture_ns: capture time; with ``t_present_ns`` gives camera-to-screen.
             t_present_ns: presentation time (defaults to now).
+            frame_index: the source frame's index (``AvatarState.frame_index``); the gaps
+                between consecutive indices are the frames the viewer lost (:attr:`dropped`).
         """
         t_present = now_ns() if t_present_ns is None else t_present_ns
         durations = {k: (e - s) / 1e6 for k, (s, e) in stamps.items()}
         c2s = None if t_capture_ns is None else (t_present - t_capture_ns) / 1e6
         with self._lock:
+            self.presented += 1
+            if frame_index is not None:
+                last, self._last_index = self._last_index, int(frame_index)
+                if last is not None and frame_index > last:
+                    self.dropped += int(frame_index) - last - 1
             self._frames.append((t_present, durations, c2s))
             cutoff = t_present - self.window_ns
             while self._frames and self._frames[0][0] < cutoff:
                 self._frames.popleft()
+
+    def add_dropped(self, n: int) -> None:
+        """Count ``n`` more lost frames that no presented index shows (frames a recording lost).
+
+        Args:
+            n: frames, >= 0 (negative values are ignored).
+        """
+        with self._lock:
+            self.dropped += max(0, int(n))
 
     def summary(self) -> LatencySummary:
         """Percentiles (p50, p95) of every stage and of camera-to-screen over the window."""

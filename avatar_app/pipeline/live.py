@@ -13,6 +13,7 @@ import math
 import threading
 from collections.abc import Callable
 
+from avatar_app.core.blas import limit_blas_threads
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError, InputError
 from avatar_app.core.latency import LatencyStats
@@ -99,6 +100,7 @@ class LivePipeline:
         Raises:
             CaptureError / InputError: the source cannot be opened (the tracker is closed then).
         """
+        limit_blas_threads(1)  # OpenBLAS's idle threads spin between the stages' small calls (core/blas.py)
         try:
             self.source.start()
         except AvatarError:
@@ -130,14 +132,17 @@ class LivePipeline:
             return self._state
 
     def presented(self, state: AvatarState, t_present_ns: int | None = None) -> None:
-        """Tell the stats that ``state`` reached the screen (camera-to-screen latency).
+        """Tell the stats that ``state`` reached the screen (camera-to-screen latency, frames lost).
+
+        The drop count (``stats.dropped``) is what the viewer loses: the source frames
+        between two presented states that never reached the screen, wherever they were
+        lost (the source's slot, the display tick, the render thread).
 
         Args:
             state: the state drawn.
             t_present_ns: when it was presented (default now).
         """
-        self.stats.dropped = int(getattr(self.source, "dropped", 0))
-        self.stats.add_frame(state.stamps, state.t_capture_ns, t_present_ns)
+        self.stats.add_frame(state.stamps, state.t_capture_ns, t_present_ns, frame_index=state.frame_index)
 
     def _wait_for_cap(self, last_start_ns: int) -> bool:
         """Sleep to honour the frame-rate cap; False when stopped meanwhile."""

@@ -13,6 +13,7 @@ camera-to-screen latency, and the clip does not drift.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from pathlib import Path
 
 from avatar_app.core.clock import now_ns
@@ -61,6 +62,7 @@ class StudioRecording:
         self.t0_ns = now_ns()
         self.stop_reason = ""
         self._audio_end_ns = int(audio_start_ns)
+        self._rate_samples: deque[tuple[float, int]] = deque()
         self._open_sidecar(audio_start_ns if ring is not None else None)
 
     def _open_sidecar(self, audio_start_ns: int | None) -> None:
@@ -153,13 +155,50 @@ class StudioRecording:
             full = getattr(self.recorder, "dropped_frames", 0)
         return int(full)
 
+    def lost_frames(self) -> int:
+        """Frames shown in the viewport that will not be in the clip (0 when the encoder keeps up).
+
+        The encoder queue's refusals (:meth:`queue_drops`) plus the frames the synced
+        timeline could not place (two in one 1/fps slot, or not after the previous one).
+        Frames the viewport never showed are not counted here: they are the viewer's
+        losses (``LatencyStats.dropped``), counted once for the whole window.
+        """
+        synced = getattr(self.recorder, "recorder", None)
+        return self.queue_drops() + int(getattr(synced, "frames_dropped", 0) or 0)
+
+    def recent_fps(self, window_s: float = 2.0) -> float | None:
+        """Frames encoded per second of clip over about the last ``window_s`` s of clip time.
+
+        Equals :attr:`fps` while the encoder keeps up (repeats included); lower while it
+        is behind, when the synced recorder holds frames on screen instead of encoding
+        them again (the clip's frame rate adapts; record/synced.py). Call it regularly
+        (the window's 5 Hz tick): each call adds one sample.
+
+        Returns:
+            Hz, or None before ``window_s`` of clip was written.
+        """
+        synced = getattr(self.recorder, "recorder", None)
+        dur = getattr(synced, "duration_s", None)
+        if dur is None:
+            return None
+        samples = self._rate_samples
+        samples.append((float(dur), int(getattr(synced, "frames_written", 0) or 0)))
+        while len(samples) > 2 and samples[1][0] <= dur - window_s:
+            samples.popleft()
+        d0, n0 = samples[0]
+        if dur - d0 < 0.5 * window_s:
+            return None
+        return (samples[-1][1] - n0) / (dur - d0)
+
     def finish(self) -> tuple[AvatarError | None, dict]:
         """Close the clip and the track (may block; any thread once stopped).
 
         Returns:
             ``(error or None, {"frames": video frames written, "reason": stop_reason,
             "fps", "format", "duration_s": the clip's length or None, "audio_lost_s": audio
-            that did not reach the file (only a failed write loses any), "sidecar": the track or None})``.
+            that did not reach the file (only a failed write loses any), "sidecar": the track or None,
+            "synced": the synced timeline's counts {"frames_in", "frames_written", "frames_duplicated",
+            "slots_held", "frames_dropped"} (record/synced.py)})``.
         """
         error = None
         try:
@@ -176,4 +215,7 @@ class StudioRecording:
         return error, {"frames": frames, "reason": self.stop_reason, "fps": self.fps, "format": self.fmt,
                        "duration_s": getattr(inner, "duration_s", None),
                        "audio_lost_s": float(getattr(self.recorder, "audio_lost_s", 0.0)),
-                       "sidecar": self.sidecar_path if self.sidecar is not None else None}
+                       "sidecar": self.sidecar_path if self.sidecar is not None else None,
+                       "synced": {k: int(getattr(inner, k, 0) or 0) for k in
+                                  ("frames_in", "frames_written", "frames_duplicated", "slots_held",
+                                   "frames_dropped")}}

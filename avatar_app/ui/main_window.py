@@ -211,7 +211,8 @@ class MainWindow(QMainWindow):
         for key, tip in (("engines", "Active backend and precision per engine"),
                          ("fps", "Frames processed per second"),
                          ("c2s", "Camera-to-screen latency, median over the last 5 s"),
-                         ("dropped", "Camera frames dropped (newest frame wins)"),
+                         ("dropped", "Camera frames you did not see: never shown in the view (newest frame wins), "
+                                     "plus frames a recording lost; the toolbar and the overlay show the same count"),
                          ("face", "Whether the face tracker finds a face in the source")):
             lab = QLabel("")
             lab.setToolTip(tip)

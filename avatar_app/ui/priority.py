@@ -39,6 +39,15 @@ PYTHON_NICE = int(os.environ.get("AVATAR_APP_PYTHON_NICE", "0"))
 #: Name prefixes of threads left alone (kernel name ``/proc/self/task/<tid>/comm`` or Python
 #: thread name): Qt's and GLib's, and the GUI watchdog's monitor.
 KEEP_PREFIXES = ("Q", "gmain", "gdbus", "gui-watchdog")
+#: Kernel-name prefixes of the tracker's own worker threads (MediaPipe's graph runs its
+#: calculators on them while the pipeline thread waits): they get the pipeline thread's
+#: priority, :data:`TRACKER_NICE`, not :data:`WORKER_NICE`. At nice 10 they lost the CPU to
+#: the render thread (nice 0), so a frame's tracking waited for the previous frame's render
+#: (issue 18: "the render thread competing with tracking").
+TRACKER_PREFIXES = ("mediapipe",)
+#: Nice value of the tracker's threads (AVATAR_APP_TRACKER_NICE overrides it; default: the
+#: Python workers', i.e. the pipeline thread's).
+TRACKER_NICE = int(os.environ.get("AVATAR_APP_TRACKER_NICE", str(PYTHON_NICE)))
 _TASKS = "/proc/self/task"
 
 
@@ -175,13 +184,17 @@ class ThreadPriorities:
         n = 0
         names = {t.native_id: t.name for t in threading.enumerate()} if new else {}
         for tid in new:
-            if tid in keep or _comm(tid).startswith(KEEP_PREFIXES) or names.get(tid, "").startswith(KEEP_PREFIXES):
+            comm = _comm(tid)
+            if tid in keep or comm.startswith(KEEP_PREFIXES) or names.get(tid, "").startswith(KEEP_PREFIXES):
                 continue
-            if lower_thread(tid, self.python_nice if tid in names else self.nice):
+            nice = (TRACKER_NICE if comm.startswith(TRACKER_PREFIXES)
+                    else self.python_nice if tid in names else self.nice)
+            if nice > 0 and lower_thread(tid, nice):
                 self.lowered.add(tid)
                 n += 1
         self.lowered &= now
         return n
 
 
-__all__ = ["KEEP_PREFIXES", "ThreadPriorities", "WORKER_NICE", "lower_thread", "supported", "thread_nice"]
+__all__ = ["KEEP_PREFIXES", "TRACKER_NICE", "TRACKER_PREFIXES", "ThreadPriorities", "WORKER_NICE", "lower_thread",
+           "supported", "thread_nice"]

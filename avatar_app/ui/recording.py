@@ -69,6 +69,8 @@ class RecordingController(QObject):
             ("Saved …" or what went wrong).
         record_drop_warning: the last "encoder cannot keep up" warning of the
             running or last recording ("" if none).
+        last_record_info: the last finished recording's ``StudioRecording.finish`` info
+            (frames, synced counts, ...), plus "dropped"; {} before one finished.
         status_label: the status bar's REC label (the window adds it).
 
     Signals:
@@ -86,17 +88,23 @@ class RecordingController(QObject):
         self.viewport = viewport
         self.notifier = notifier
         self.status_label = QLabel("")
-        self.status_label.setToolTip("Recording time, and frames the recording dropped because the encoder "
-                                     "could not keep up")
+        self.status_label.setToolTip("Recording time, the clip's frame rate when the encoder could not keep up "
+                                     "at full rate, and the window's drop count (the same as in the status bar "
+                                     "and the overlay; it includes frames the recording lost)")
         self.audio_rate = int(audio_rate)
         self.record_path: Path | None = None
         self.sidecar_path: Path | None = None
         self.last_record_message = ""
+        self.last_record_info: dict = {}
         self._rec_fps = RECORD_FPS
         self._rec_format = None
-        self._rec_skip0 = 0  # viewport.captures_skipped when the recording started
+        self._rec_lost_pushed = 0  # the recording's losses already added to the window's drop counter
+        self._rec_dropped0 = 0  # the window's drop counter when the recording started
         self._rec_drops_warned = (0, 0.0, False)  # (drops, monotonic time, encoder behind) of the last warning
+        self._rec_rate_warned = -DROP_WARNING_INTERVAL_S  # monotonic time of the last "recording at N fps" note
         self.record_drop_warning = ""
+        #: The last "Recording at N fps instead of 30" note of the running or last recording ("" if none).
+        self.record_rate_warning = ""
         self._recording_closed.connect(self._on_recording_closed)
 
         self.record_button = QPushButton("● Record")
@@ -233,21 +241,29 @@ class RecordingController(QObject):
 
     # ================================================================== drops, REC timer
     def recording_dropped(self) -> int:
-        """Frames of the running recording lost so far (0 without a recording).
+        """Frames the running recording lost so far: shown in the viewport, not in the clip (0 without one).
 
-        Counts frames the encoder queue refused (``AsyncRecorder.dropped_queue_full``:
-        the encoder was behind) plus states the viewport replaced before rendering them
-        for the recording (``AvatarViewportWidget.captures_skipped``). Frames repeated
-        on purpose (same capture time) are not counted.
+        ``StudioRecording.lost_frames``: the encoder queue's refusals (the encoder was
+        behind) and frames the synced timeline could not place. Frames the viewport never
+        showed are the viewer's losses, already in the window's one drop counter
+        (``LatencyStats.dropped``); this count is added to that counter as it grows
+        (:meth:`update_status`), so toolbar, status bar and overlay show one number.
         """
-        return sum(self._recording_drop_counts())
-
-    def _recording_drop_counts(self) -> tuple[int, int]:
-        """(frames the encoder queue refused, states the viewport skipped) of the running recording."""
         rec = self.session.recording
-        if rec is None:
-            return 0, 0
-        return rec.queue_drops(), max(0, self.viewport.captures_skipped - self._rec_skip0)
+        return rec.lost_frames() if rec is not None else 0
+
+    def _push_recording_drops(self) -> None:
+        """Add the running recording's new losses to the window's one drop counter (the pipeline's stats)."""
+        lost = self.recording_dropped()
+        pipe = self.session.pipeline
+        if lost > self._rec_lost_pushed and pipe is not None:
+            pipe.stats.add_dropped(lost - self._rec_lost_pushed)
+        self._rec_lost_pushed = max(lost, self._rec_lost_pushed)
+
+    def window_dropped(self) -> int:
+        """The window's one drop counter: camera frames the viewer lost (status bar, overlay, toolbar)."""
+        pipe = self.session.pipeline
+        return int(pipe.stats.dropped) if pipe is not None else 0
 
     def recording_drop_message(self, dropped: int, fmt=None, encoder: bool = True, audio_lost_s: float = 0.0) -> str:
         """The warning for a recording that dropped ``dropped`` frames, with what to do about it.
@@ -286,26 +302,58 @@ class RecordingController(QObject):
         """Status-bar warning when the running recording drops frames (at most every DROP_WARNING_INTERVAL_S)."""
         last, t_last, was_encoder = self._rec_drops_warned
         now = time.monotonic()
-        encoder = self._recording_drop_counts()[0] > 0
+        encoder = True
         if dropped > last and (last == 0 or now - t_last >= DROP_WARNING_INTERVAL_S or encoder != was_encoder):
             self._rec_drops_warned = (dropped, now, encoder)
             self.record_drop_warning = self.recording_drop_message(dropped, encoder=encoder)
             log.warning("%s", self.record_drop_warning)
             self.notifier.status(self.record_drop_warning, 10000)
 
+    def _warn_recording_rate(self, fps_now: float | None) -> str:
+        """The REC label's rate note, and a status-bar note when the clip's frame rate adapted.
+
+        While the encoder is behind, the synced recorder holds frames instead of encoding
+        repeats (record/synced.py): the clip's frame rate falls to what the machine can
+        encode. The window says so (at most every DROP_WARNING_INTERVAL_S).
+        """
+        fps = self._rec_fps
+        if fps_now is None or fps_now >= 0.9 * fps:
+            return ""
+        now = time.monotonic()
+        if now - self._rec_rate_warned >= DROP_WARNING_INTERVAL_S:
+            self._rec_rate_warned = now
+            self.record_rate_warning = (
+                f"Recording at {fps_now:.0f} fps instead of {fps:.0f}: this machine cannot encode {fps:.0f} fps "
+                f"now, so the clip's frame rate adapts (no frame is repeated) — set a lower frame-rate cap in "
+                f"Output › Performance or close other programs.")
+            log.warning("%s", self.record_rate_warning)
+            self.notifier.status(self.record_rate_warning, 10000)
+        return f" · {fps_now:.0f} fps"
+
     def update_status(self) -> None:
-        """Show the REC timer (seconds since the start) and the frames dropped so far; warn about drops.
+        """Show the REC timer, the clip's frame rate when it adapted, and the window's drop counter.
 
         Called by the window's slow tick (5 Hz); the timer runs whatever the source does.
+        The count shown is the window's one drop counter (:meth:`window_dropped`, the
+        same number as the status bar and the overlay), which includes the frames the
+        recording lost; those also raise the "cannot keep up" warning.
         """
         clip = self.session.recording
         rec = f"● REC {(now_ns() - clip.t0_ns) / 1e9:6.1f} s" if clip is not None else ""
-        dropped = self.recording_dropped()
-        if rec and dropped:
-            rec += f" · recording dropped {dropped}"
-            self._warn_recording_drops(dropped)
+        lost, note = 0, ""
+        if clip is not None:
+            self._push_recording_drops()
+            lost = self.recording_dropped()
+            note = self._warn_recording_rate(clip.recent_fps())
+            rec += note
+            dropped = self.window_dropped() - self._rec_dropped0
+            if dropped:
+                rec += f" · dropped {self.window_dropped()}"
+            if lost:
+                self._warn_recording_drops(lost)
+        bad = bool(rec) and (lost > 0 or bool(note))
         for lab in (self.status_label, self.record_time_label):
-            lab.setStyleSheet("color: #c0392b;" if rec and dropped else "")
+            lab.setStyleSheet("color: #c0392b;" if bad else "")
         self.status_label.setText(rec)
         self.record_time_label.setText(f"  {rec}" if rec else "")
 
@@ -352,9 +400,11 @@ class RecordingController(QObject):
             return None
         self.record_path, self.sidecar_path = path, clip.sidecar_path
         self._rec_fps, self._rec_format = fps, fmt
-        self._rec_skip0 = self.viewport.captures_skipped
+        self._rec_lost_pushed = 0
+        self._rec_dropped0 = self.window_dropped()
         self._rec_drops_warned = (0, 0.0, False)
-        self.record_drop_warning = ""
+        self._rec_rate_warned = -DROP_WARNING_INTERVAL_S
+        self.record_drop_warning = self.record_rate_warning = ""
         self.viewport.capture_components = 4 if clip.frame_shape[2] == 4 else 3
         self.update_capture()
         if clip.ring is not None:
@@ -375,8 +425,9 @@ class RecordingController(QObject):
             wait: finish writing on this thread (True) or on a worker (False: the
                 "Saved" message comes when the file is complete).
         """
-        behind = self._recording_drop_counts()  # final: nothing is written after this
-        dropped = sum(behind)
+        if self.session.recording is not None:
+            self._push_recording_drops()
+        dropped = self.recording_dropped()  # so far; the clip's own count follows when it is closed
         clip = self.session.stop_recording(self.viewport.captured_state)
         self.update_capture()
         self.audio_timer.stop()
@@ -391,7 +442,7 @@ class RecordingController(QObject):
 
         def finish():
             error, info = clip.finish()
-            return error, {**info, "dropped": dropped, "encoder_behind": behind[0] > 0}
+            return error, {**info, "dropped": max(dropped, clip.lost_frames()), "encoder_behind": True}
 
         if wait:
             self._on_recording_closed(path, *finish())
@@ -410,6 +461,7 @@ class RecordingController(QObject):
                 not keep up (see :meth:`recording_dropped`), "format": its RecordingFormat}.
         """
         info = info or {}
+        self.last_record_info = info
         frames = int(info.get("frames", 0))
         dropped = int(info.get("dropped", 0) or 0)
         fps = float(info.get("fps") or RECORD_FPS)

@@ -6,7 +6,8 @@ llvmpipe, the machines without a GPU this app supports) that kept the GUI
 thread busy for 50-200 ms at a time. Here a
 :class:`~avatar_app.render.thread.RenderThread` with the newest-wins policy owns
 an offscreen OpenGL 3.3 context (EGL on Linux) and the Renderer; it renders the
-newest state at the widget's size in device pixels (HiDPI-correct) and reads it
+newest state at the widget's size, in device pixels up to a ratio of
+:data:`VIEW_MAX_DPR` (Qt scales the image up on HiDPI screens beyond it), and reads it
 back; this widget wraps the pixels in a QImage and only draws the image. Frames
 for the recorder are rendered at the recording size on the same thread, so the
 GUI thread never reads pixels back either. Nothing here touches OpenGL.
@@ -14,6 +15,9 @@ GUI thread never reads pixels back either. Nothing here touches OpenGL.
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter
@@ -24,6 +28,30 @@ from avatar_app.core.types import AvatarState
 from avatar_app.pipeline.studio_api import RenderedFrame, RenderPolicy, RenderThread
 
 log = logging.getLogger(__name__)
+
+#: Highest device-pixel ratio the live view renders at (AVATAR_APP_VIEW_DPR overrides it). On a
+#: HiDPI screen (ratio 2) rendering every device pixel costs four times the pixels for a preview;
+#: the software rasteriser's share of a frame is about 60 % of its render time at 658x593 (llvmpipe
+#: 9 of 15.7 ms CPU, benchmarks/live_latency.py), the largest single cost of camera-to-screen.
+#: Recordings and the virtual camera render at their own sizes, unaffected.
+VIEW_MAX_DPR = float(os.environ.get("AVATAR_APP_VIEW_DPR", "1.0"))
+
+
+def view_render_size(width: int, height: int, ratio: float, max_ratio: float = VIEW_MAX_DPR):
+    """Pixels to render a view of ``width`` x ``height`` logical pixels at, and the image's pixel ratio.
+
+    Args:
+        width, height: the widget's size, logical pixels.
+        ratio: the screen's device-pixel ratio (``devicePixelRatioF``).
+        max_ratio: the most device pixels per logical pixel rendered (:data:`VIEW_MAX_DPR`).
+
+    Returns:
+        ``(render_width, render_height, image_ratio)``: Qt scales the image by
+        ``ratio / image_ratio`` when it paints it (none at ratios up to ``max_ratio``).
+    """
+    r = max(min(float(ratio), float(max_ratio)), 0.25)
+    return max(1, round(width * r)), max(1, round(height * r)), r
+
 
 class AvatarViewportWidget(QWidget):
     """Shows the newest AvatarState rendered by the project's moderngl Renderer (on a render thread).
@@ -55,6 +83,8 @@ class AvatarViewportWidget(QWidget):
         #: 3 (RGB) or 4 (RGBA, for recording formats that keep transparency).
         self.capture_components = 3
         self.frames_presented = 0
+        #: GUI-thread CPU time spent in paintEvent so far, ns (benchmarks/live_latency.py reads it).
+        self.paint_cpu_ns = 0
         #: The AvatarState of the newest ``frame_captured`` frame (its ``t_capture_ns``
         #: places the frame in a recording).
         self.captured_state: AvatarState | None = None
@@ -64,6 +94,7 @@ class AvatarViewportWidget(QWidget):
         self._pending_present = None
         self._pending_capture = None
         self._captures_overwritten = 0
+        self._grab_lock = threading.Lock()  # held while grabFramebuffer renders its state
         self._error: str | None = None
         self.gl_failed.connect(self._on_gl_failed)
         self._frame_rendered.connect(self._on_frame_rendered)
@@ -110,7 +141,11 @@ class AvatarViewportWidget(QWidget):
         return self._thread.submit(state, size=(w, h), capture=capture)
 
     def show_state(self, state: AvatarState) -> None:
-        """Render ``state`` next (asynchronously; newest wins)."""
+        """Render ``state`` next (asynchronously; newest wins).
+
+        Thread: any. The window hands each new state over from the pipeline thread as it
+        is published (no wait for a GUI timer); only the render thread's lock is taken.
+        """
         self._state = state
         self._submit(state)
 
@@ -208,18 +243,39 @@ class AvatarViewportWidget(QWidget):
         """Why OpenGL could not start, or None."""
         return self._error or (self._thread.error_message or None)
 
-    def grabFramebuffer(self, timeout_s: float = 5.0) -> QImage:  # noqa: N802 (QOpenGLWidget's name)
-        """Render the current state now and return it, (device-pixel size) QImage.
+    def grabFramebuffer(self, timeout_s: float = 5.0, state: AvatarState | None = None) -> QImage:  # noqa: N802
+        """Render ``state`` (default: the current one) now and return it, a QImage of the rendered size
+        (:func:`view_render_size`); the name is QOpenGLWidget's.
 
         Blocks the calling (GUI) thread until the frame is rendered: for tests and
-        screenshots, not for the display path.
+        screenshots, not for the display path. States offered meanwhile from the
+        pipeline thread (:meth:`offer_state`) are not shown, so the picture is this state's.
         """
-        self._thread.ready.wait(timeout_s)
-        self._sync_size()
-        seq = self._submit(self._state)
-        self._thread.wait_done(seq, timeout_s)
-        img = self._last_image
-        return img.copy() if img is not None else QImage()
+        with self._grab_lock:
+            if state is not None:
+                self._state = state
+            self._thread.ready.wait(timeout_s)
+            self._sync_size()
+            seq = self._submit(self._state)
+            self._thread.wait_done(seq, timeout_s)
+            img = self._last_image
+            return img.copy() if img is not None else QImage()
+
+    def offer_state(self, state: AvatarState) -> bool:
+        """Any thread: render ``state`` next, as :meth:`show_state`, unless a grab is rendering now.
+
+        The window hands each new state over from the pipeline thread with this.
+
+        Returns:
+            False when skipped (a :meth:`grabFramebuffer` was rendering its own state).
+        """
+        if not self._grab_lock.acquire(blocking=False):
+            return False
+        try:
+            self.show_state(state)
+        finally:
+            self._grab_lock.release()
+        return True
 
     def shutdown(self) -> None:
         """Stop the render thread (the window calls this when it closes)."""
@@ -228,8 +284,7 @@ class AvatarViewportWidget(QWidget):
 
     # -- internals ---------------------------------------------------------------------
     def _sync_size(self) -> None:
-        ratio = self.devicePixelRatioF()
-        self._size = (max(1, round(self.width() * ratio)), max(1, round(self.height() * ratio)), ratio)
+        self._size = view_render_size(self.width(), self.height(), self.devicePixelRatioF())
 
     def _on_render_thread_frame(self, frame: RenderedFrame) -> None:
         """Render thread: wrap the pixels in a QImage and hand it to the GUI thread (queued signal)."""
@@ -263,7 +318,8 @@ class AvatarViewportWidget(QWidget):
         if captured is not None and self._pending_capture is not None:
             self._captures_overwritten += 1  # rendered for the recording, replaced before it was handed on
         self._pending_capture = captured
-        self.update()
+        # paint now, not at a later turn of the event loop: the frame is already late by its render
+        self.repaint()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._sync_size()
@@ -277,6 +333,13 @@ class AvatarViewportWidget(QWidget):
         super().showEvent(event)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        t0 = time.thread_time_ns()
+        try:
+            self._paint()
+        finally:
+            self.paint_cpu_ns += time.thread_time_ns() - t0
+
+    def _paint(self) -> None:
         p = QPainter(self)
         rect = self.rect()
         img = self._image

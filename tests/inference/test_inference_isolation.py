@@ -62,3 +62,28 @@ def test_isolated_build_loads_and_verifies_in_child(tiny_models, user_dirs):
     assert entry.manifest.status == "ok" and entry.manifest.load_checked
     assert entry.manifest.verification_result.passed
     assert stages[0].startswith("checking float16") and stages[-1] == "done"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux scheduling policies")
+def test_child_runs_at_lowest_priority_with_capped_threads():
+    """Builds and INT8 calibration never compete with the live view: nice 19, SCHED_IDLE, half the CPUs,
+    thread pools capped."""
+    import os
+
+    from avatar_app.inference.isolation import CHILD_NICE, child_thread_cap
+    from inference_helpers import child_report_limits
+
+    cap = child_thread_cap()
+    parent_env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    got = run_isolated(child_report_limits, label="limits")
+    assert got["threads"] and all(nice == CHILD_NICE and policy == os.SCHED_IDLE
+                                  for nice, policy in got["threads"].values()), got["threads"]
+    assert got["new_thread"] == (CHILD_NICE, os.SCHED_IDLE)  # threads started later inherit both
+    assert got["cpus"] == cap <= max(1, len(os.sched_getaffinity(0)) // 2)
+    assert got["env"] == {k: str(cap) for k in got["env"]}
+    if got["blas_threads"] is not None:
+        assert got["blas_threads"] and max(got["blas_threads"]) <= cap
+    # the parent is untouched: its priority, policy and environment
+    assert os.getpriority(os.PRIO_PROCESS, 0) < CHILD_NICE and os.sched_getscheduler(0) != os.SCHED_IDLE
+    assert {k: os.environ.get(k) for k in parent_env} == parent_env
+    assert child_thread_cap(2) == 1 and child_thread_cap(1) == 1 and child_thread_cap(64) == 4

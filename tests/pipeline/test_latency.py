@@ -59,3 +59,43 @@ def test_fake_camera_delay_is_reported(delay_s):
     s = pipe.stats.summary()
     assert s.stages["capture"][0] >= delay_ms - 1e-3
     assert s.camera_to_screen[0] == pytest.approx(s.stages["capture"][0], abs=1e-3)
+
+
+def test_drop_counter_counts_frame_index_gaps_once():
+    """The window's one drop counter: source frames between two presented ones, plus recording losses."""
+    from avatar_app.core.latency import LatencyStats
+
+    s = LatencyStats()
+    for i in (0, 1, 2, 5, 6, 10):  # 3, 4 and 7, 8, 9 never reached the screen
+        s.add_frame({}, frame_index=i)
+    assert s.dropped == 5 and s.presented == 6
+    s.add_frame({}, frame_index=10)  # the same frame again (a re-render): nothing lost
+    s.add_frame({}, frame_index=0)  # the source restarted: a new run, nothing lost
+    s.add_frame({}, frame_index=2)
+    assert s.dropped == 6
+    s.add_dropped(4)
+    s.add_dropped(-1)
+    summary = s.summary()
+    assert summary.dropped == 10 and "dropped 10" in summary.lines()[0]
+
+
+def test_live_pipeline_caps_openblas_threads(monkeypatch):
+    """OpenBLAS's idle threads busy-wait between the stages' small calls: the live pipeline runs BLAS on one."""
+    import numpy as np
+
+    import avatar_app.core.blas as blas
+
+    if not blas.blas_threads():
+        pytest.skip("numpy here is not linked against a loaded OpenBLAS")
+    monkeypatch.setattr(blas, "_USER_VALUE", None)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    before = blas.blas_threads()
+    try:
+        assert blas.limit_blas_threads(1) >= 1
+        assert blas.blas_threads() and set(blas.blas_threads()) == {1}
+        assert (np.ones((64, 64)) @ np.ones((64, 64)))[0, 0] == 64  # BLAS still works
+        monkeypatch.setattr(blas, "_USER_VALUE", "4")  # the user's own setting is left alone
+        assert blas.limit_blas_threads(1) == 0
+    finally:
+        for path in blas._loaded_openblas():  # the rest of the suite keeps what it had
+            blas._call(blas.ctypes.CDLL(path), "set_num_threads", blas.ctypes.c_int(max(before)))

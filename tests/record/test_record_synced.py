@@ -284,3 +284,42 @@ def test_synced_recording_hits_file_size_limit_and_stays_playable(tmp_path):
     v = [float(p["pts_time"]) for p in info["packets"] if p["stream_index"] == 0]
     a = [float(p["pts_time"]) for p in info["packets"] if p["stream_index"] == 1]
     assert len(v) >= 8 and max(v) > 0.3 and max(a) > 0.3
+
+
+def _distinct_images(path: Path) -> tuple[int, list[float]]:
+    """(frames whose picture differs from the previous one, every frame's time) of the file's video track."""
+    with av.open(str(path)) as c:
+        frames = [(float(f.time), f.to_ndarray(format="gray")) for f in c.decode(video=0)]
+    distinct = 1 + sum(int(np.abs(a[1].astype(int) - b[1].astype(int)).max() > 40)
+                       for a, b in zip(frames, frames[1:]))
+    return distinct, [t for t, _ in frames]
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_slow_frames_fill_the_timeline_whether_repeated_or_held(tmp_path, behind):
+    """8 fps of distinct frames into a 30 fps clip, audio for 3 s: the video track lasts as long as the
+    audio either way; while the encoder is behind the frames are held (fewer encoded, the clip's rate
+    adapts), never lost. Counts frames and slots, not time."""
+    path = tmp_path / f"slow_{behind}.mp4"
+    rec = SyncedRecorder(ClipRecorder(path, W, H, FPS, audio_sample_rate=SR, preset="ultrafast"))
+    rec.behind = lambda: behind
+    seconds, video_fps = 3.0, 8.0
+    n = int(seconds * video_fps)
+    for k in range(int(seconds * SR) // CHUNK):
+        t = k * CHUNK / SR
+        while n and rec.frames_in < n and rec.frames_in / video_fps <= t:
+            i = rec.frames_in
+            img = np.full((H, W, 3), 30 + (i % 2) * 200, np.uint8)  # alternate: each frame differs
+            assert rec.write_video(img, i / video_fps)
+        rec.write_audio(np.zeros(CHUNK, np.float32), t)
+    rec.close()
+    slots = round(rec.duration_s * FPS)
+    assert rec.frames_written + rec.slots_held == slots
+    assert abs(rec.duration_s - seconds) <= 1 / FPS
+    distinct, times = _distinct_images(path)
+    assert distinct == rec.frames_in == n and rec.frames_dropped == 0  # every frame given is in the clip
+    assert abs(times[-1] + 1 / FPS - seconds) <= 1 / FPS  # the track's timeline ends with the audio
+    if behind:  # one encode per frame, plus the clip's last slot
+        assert rec.frames_written == n + 1 and rec.frames_duplicated == 1
+    else:
+        assert rec.frames_written == slots and rec.slots_held == 0
