@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -229,6 +229,18 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geo)
         if state is not None:
             self.restoreState(state)
+            QTimer.singleShot(0, self.hide_stray_tab_bars)
+
+    def hide_stray_tab_bars(self) -> list[QTabBar]:
+        """Hide the window's tab bars that hold no tab; returns them.
+
+        ``restoreState`` (a restart, Ctrl+H twice) leaves the dock areas' previous tab bars shown
+        with no tabs at stale positions: slivers of them showed behind the viewport's edge.
+        """
+        stray = [b for b in self.findChildren(QTabBar) if b.parent() is self and b.count() == 0 and b.isVisible()]
+        for bar in stray:
+            bar.hide()
+        return stray
 
     # ================================================================== menus
     def _on_open_dialog(self) -> None:
@@ -285,6 +297,8 @@ class MainWindow(QMainWindow):
         # menus and toolbar are gone too: say how to get them back
         self.viewport.flash_hint("Press Ctrl+H to show panels" if hide else None, CLEAN_VIEW_HINT_MS)
         self.live.show_no_face(self.live.no_face_shown)
+        self.hide_stray_tab_bars()
+        QTimer.singleShot(0, self.hide_stray_tab_bars)  # the docks' layout runs once more
 
     def front_tabs(self) -> list[str]:
         """Keys of the docks in front of their tab group (one per group of tabbed docks)."""

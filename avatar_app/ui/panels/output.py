@@ -128,8 +128,9 @@ class OutputPanel(Panel):
         og = QGroupBox("Live outputs")
         ol = QFormLayout(og)
         ol.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-        self.vmc = QCheckBox("Send to VMC receivers (VSeeFace, VNyan, Warudo…)")
-        self.vmc.setToolTip("VMC protocol over OSC/UDP: blendshapes, head and eye bones, at the tracking rate")
+        self.vmc = QCheckBox("Send to VMC receivers")  # short: the panel fits a small window's dock
+        self.vmc.setToolTip("VMC protocol over OSC/UDP (VSeeFace, VNyan, Warudo…): blendshapes, head and eye "
+                            "bones, at the tracking rate")
         ol.addRow(self.vmc)
         vrow = QHBoxLayout()
         self.vmc_host = QLineEdit(o.vmc_host)
