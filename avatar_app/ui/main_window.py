@@ -39,7 +39,6 @@ from PySide6.QtWidgets import (
 # imported here, on the GUI thread, before any worker starts (studio_api imports the capture package
 # first: device-listing and opener threads importing it at the same time could see it half initialised)
 import avatar_app.pipeline.studio_api  # noqa: F401,E402
-from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline.session import AUDIO_RATE, StudioSession
 from avatar_app.ui.bridge import SessionBridge
 from avatar_app.ui.live_view import LiveView
@@ -183,6 +182,9 @@ class MainWindow(QMainWindow):
         self.export_action = act("&Export settings…", self._on_export_settings, tip="Save the studio's settings "
                                  "to a file for `avatar-app render --settings FILE`")
         m.addAction(self.export_action)
+        self.import_action = act("&Import settings…", self._on_import_settings, tip="Load a settings file (as "
+                                 "exported, or for `render --settings`) into the studio; applied at once and kept")
+        m.addAction(self.import_action)
         m.addSeparator()
         m.addAction(act("&Quit", self.quit, QKeySequence.StandardKey.Quit))
         t = self.menuBar().addMenu("&Tracking")
@@ -251,22 +253,15 @@ class MainWindow(QMainWindow):
 
     def _on_export_settings(self, path: Path | None = None) -> Path | None:
         """File › Export settings…: write the settings file ``render --settings`` reads; returns its path."""
-        if path is None:
-            start = str(Path(self.settings.value("last_export", str(Path.home() / "studio-settings.json"),
-                                                 type=str)))
-            chosen, _ = QFileDialog.getSaveFileName(self, "Export settings", start, "Settings (*.json)")
-            if not chosen:
-                return None
-            path = Path(chosen)
-        try:
-            written = self.session.export_settings(path)
-        except AvatarError as exc:
-            self.notifier.error(str(exc))
-            return None
-        self.settings.setValue("last_export", str(written))
-        self.notifier.status(f"Settings exported to {written} (use: avatar-app render IN -o OUT.mp4 "
-                             f"--settings {written.name})", 10000)
-        return written
+        from avatar_app.ui.settings_file import export_settings
+
+        return export_settings(self, path)
+
+    def _on_import_settings(self, path: Path | None = None) -> list[str] | None:
+        """File › Import settings…: apply a settings file at once; returns the rejected values (ui/settings_file.py)."""
+        from avatar_app.ui.settings_file import import_settings
+
+        return import_settings(self, path)
 
     def _raise_sources(self) -> None:
         if self.docks["sources"].isVisible():
