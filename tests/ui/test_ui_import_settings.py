@@ -53,7 +53,8 @@ def test_import_applies_at_once_shows_and_persists(qtbot, file_window, tmp_path,
     assert s.settings.expressions.custom == "jawOpen=0.7"
     # the panels show it
     assert not win.panels["tracking"].mirror.isChecked() and win.panels["avatar"].bg_transparent.isChecked()
-    assert win.panels["output"].fps_cap.value() == pytest.approx(24.0) and win.panels["output"].vmc_port.value() == 40000
+    out = win.panels["output"]
+    assert out.fps_cap.value() == pytest.approx(24.0) and out.vmc_port.value() == 40000
     assert win.panels["expressions"].custom_edit.text() == "jawOpen=0.7"
     # persisted: a fresh read of the store has it
     settings.sync()
