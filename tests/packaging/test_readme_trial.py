@@ -12,7 +12,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_readme_says_still_images_are_not_an_input_and_render_refuses_them(testdata, tmp_path):
-    assert re.search(r"still image[^.]*is not an input of `render`", README.replace("\n", " "))
+    assert re.search(r"still image \([^)]*\) is not an input of `render`", README.replace("\n", " "))
     still = testdata / "images" / "grid_lbax4n_frame29.png"
     r = run_cli("render", str(still), "-o", str(tmp_path / "o.mp4"), "-q")
     assert r.returncode == 2 and "still image" in r.stderr and "give a video file" in r.stderr, r.stderr
