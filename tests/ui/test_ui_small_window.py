@@ -71,3 +71,15 @@ def test_no_stray_tab_bars_after_hiding_and_showing_the_panels(qtbot, small_wind
         QApplication.processEvents()
     bars = [b for b in win.findChildren(QTabBar) if b.parent() is win and b.isVisible()]
     assert bars and all(b.count() >= 2 for b in bars), [(b.count(), b.geometry()) for b in bars]
+
+
+def test_the_same_at_200_percent():
+    """Both checks above again in a subprocess with QT_SCALE_FACTOR=2 (the same 1024x640 logical window)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, QT_SCALE_FACTOR="2")
+    r = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", "not 200",
+                        "-o", "addopts="], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
