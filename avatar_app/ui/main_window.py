@@ -149,6 +149,7 @@ class MainWindow(QMainWindow):
             dock.setObjectName(f"{key}_dock")
             dock.setWidget(panel if key in ("preview", "latency") else panel.scroll_wrapped())
             self.addDockWidget(areas.get(key, right), dock)
+            dock.visibilityChanged.connect(lambda _on: QTimer.singleShot(0, self.hide_stray_tab_bars))
             self.docks[key] = dock
         for group in (("sources", "engines", "calibration"), ("tracking", "expressions", "avatar", "output")):
             for key in group[1:]:
@@ -236,8 +237,8 @@ class MainWindow(QMainWindow):
     def hide_stray_tab_bars(self) -> list[QTabBar]:
         """Hide the window's tab bars that hold no tab; returns them.
 
-        ``restoreState`` (a restart, Ctrl+H twice) leaves the dock areas' previous tab bars shown
-        with no tabs at stale positions: slivers of them showed behind the viewport's edge.
+        ``restoreState`` (a restart, Ctrl+H twice) and closing docks leave the dock areas' previous
+        tab bars shown, empty, at stale positions: slivers of them showed behind the viewport's edge.
         """
         stray = [b for b in self.findChildren(QTabBar) if b.parent() is self and b.count() == 0 and b.isVisible()]
         for bar in stray:

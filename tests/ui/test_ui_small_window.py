@@ -71,6 +71,15 @@ def test_no_stray_tab_bars_after_hiding_and_showing_the_panels(qtbot, small_wind
         QApplication.processEvents()
     bars = [b for b in win.findChildren(QTabBar) if b.parent() is win and b.isVisible()]
     assert bars and all(b.count() >= 2 for b in bars), [(b.count(), b.geometry()) for b in bars]
+    for key in ("tracking", "expressions", "avatar"):  # Output alone is left on the right: no tab bar there
+        win.docks[key].close()
+    for _ in range(5):
+        QApplication.processEvents()
+    # Qt keeps the lone Output dock's one-tab bar, off the window: none of fewer than 2 tabs on it
+    bars = [b for b in win.findChildren(QTabBar) if b.parent() is win and b.isVisible()
+            and b.geometry().intersects(win.rect())]
+    assert all(b.count() >= 2 for b in bars), [(b.count(), b.geometry()) for b in bars]
+    assert win.docks["output"].isVisible()
 
 
 def test_the_same_at_200_percent():
