@@ -220,13 +220,19 @@ def _render_options(args):
     Without ``--settings`` the post-processing is a fresh studio's; the options given
     on the command line (``--background``, ``--avatar``) win over the file's.
 
+    Each invalid or out-of-range value of the settings file is rejected (its default used) and
+    named in a ``warning:`` line on stderr.
+
     Raises:
         InputError: the settings file cannot be read.
     """
     from avatar_app.pipeline import RenderOptions
     from avatar_app.pipeline.settings import StudioSettings, load_settings_file
 
-    studio = load_settings_file(args.settings) if args.settings is not None else StudioSettings()
+    report: list[str] = []
+    studio = load_settings_file(args.settings, report) if args.settings is not None else StudioSettings()
+    for line in report:  # rejected values: say each one (the render goes on with the default)
+        print(f"warning: {args.settings}: {line}", file=sys.stderr)
     bg = studio.avatar.background
     background = args.background if args.background is not None else (bg if isinstance(bg, str) else tuple(bg))
     avatar = args.avatar if args.avatar is not None else (Path(studio.avatar.path) if studio.avatar.path else None)
@@ -309,7 +315,8 @@ def _print_report(rep) -> None:
     print(
         f"wrote {rep.output_path} ({rep.frames_out} frames, {rep.duration_s:.2f} s video, "
         f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path.name}; "
-        f"face in {rep.faces_found}/{rep.frames_in} frames ({rep.face_solver or 'geometric solver'}); "
+        f"face in {rep.faces_found}/{rep.frames_in} frames (tracked by {rep.tracker or 'no tracker'}; "
+        f"{rep.face_solver or 'geometric solver'}); "
         f"mouth from {rep.speech_backend or 'the video alone'}; "
         f"{rep.fps:.1f} fps ({stages})"
     )

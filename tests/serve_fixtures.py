@@ -46,9 +46,12 @@ class ServeProcess:
         cache_dir: its AVATAR_APP_CACHE_DIR (engine cache, session file, workspace).
         ports: (grpc, http, metrics); default: free ones.
         args: more command-line arguments.
+        own_group: start it as the leader of a process group of its own (for :meth:`stop_group`).
     """
 
-    def __init__(self, cache_dir: Path, ports: list[int] | None = None, args: tuple[str, ...] = ()):
+    def __init__(self, cache_dir: Path, ports: list[int] | None = None, args: tuple[str, ...] = (),
+                 own_group: bool = False):
+        self.own_group = own_group
         self.cache_dir = Path(cache_dir)
         self.grpc_port, self.http_port, self.metrics_port = ports or free_ports(3)
         self.args = list(args)
@@ -76,7 +79,7 @@ class ServeProcess:
         cmd = [sys.executable, "-m", "avatar_app", "serve", "--grpc-port", str(self.grpc_port),
                "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port), *self.args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, process_group=0 if self.own_group else None)
         ready = threading.Event()
 
         def read(stream, sink):
@@ -107,6 +110,19 @@ class ServeProcess:
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
         self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            return None
+
+
+    def stop_group(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> int | None:
+        """Send ``sig`` to the server's whole process group (as ``timeout`` or a service manager does;
+        needs ``own_group``) and wait for the exit status (None if it did not exit in time, then killed)."""
+        assert self.own_group and self.proc is not None
+        os.killpg(self.proc.pid, sig)
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

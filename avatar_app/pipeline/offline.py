@@ -97,6 +97,9 @@ class RenderReport:
             clip holds only the frames that decoded.
         face_solver: what turned landmarks into blendshapes: ``"geometric solver"`` or the
             learned engine's description (``face_recon.onnx on ort_cpu (fp32)``).
+        tracker: the face tracker that ran (``render --tracker``): its ``describe()``
+            (``ONNX tracker: face_detection.onnx on ort_cpu (fp32) ...``), ``"MediaPipe face mesh"``,
+            or "" when none ran.
         speech_backend: what turned the voice into mouth motion: the speech engine's
             description (``speech2face.onnx on ort_cpu (fp32)``), ``"loudness solver"``
             (its fallback), or "" when no audio drove the mouth.
@@ -125,6 +128,7 @@ class RenderReport:
     interrupted: bool = False
     face_solver: str = ""
     speech_backend: str = ""
+    tracker: str = ""
 
     @property
     def fps(self) -> float:
@@ -381,6 +385,15 @@ def _check_paths(input_path, output_path, options: RenderOptions) -> tuple[Path,
     return input_path, output_path
 
 
+def describe_tracker(tracker: object | None) -> str:
+    """The face tracker, for reports: its ``describe()`` (``"MediaPipe face mesh"``, ``"ONNX tracker: …"``),
+    else its class name; "" for None."""
+    if tracker is None:
+        return ""
+    describe = getattr(tracker, "describe", None)
+    return describe() if callable(describe) else type(tracker).__name__
+
+
 def render_file(
     input_path: str | Path,
     output_path: str | Path,
@@ -433,6 +446,7 @@ def render_file(
                               reconstructor=reconstructor, speech=speech)
         report.face_solver = stages.face_solver
         report.speech_backend = describe_speech(stages.speech)
+        report.tracker = describe_tracker(stages.tracker)
         audio = None
         if rec_audio is not None:
             audio = (rec_audio.samples, max(float(rec_audio.media_time_s), 0.0), rec_audio.sample_rate)

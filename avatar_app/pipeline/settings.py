@@ -128,10 +128,23 @@ class OutputSettings:
     virtual_camera: bool = False
 
 
-def _check(cls, data: dict):
-    """Build ``cls`` from ``data`` field by field, defaults for anything invalid."""
+def _note(report: list | None, key: str, value, why: str, used) -> None:
+    """Log a rejected value and add ``key: value why; using used`` to ``report`` (when given)."""
+    line = f"{key}: {value!r} {why}; using {used!r}"
+    log.warning("settings: %s", line)
+    if report is not None:
+        report.append(line)
+
+
+def _check(cls, data: dict, report: list | None = None, area: str = ""):
+    """Build ``cls`` from ``data`` field by field, defaults for anything invalid (each noted in ``report``)."""
     default = cls()
     kwargs = {}
+    prefix = area or cls.__name__
+    names = {f.name for f in fields(cls)}
+    for key in data:
+        if key not in names and key != "schema":
+            _note(report, f"{prefix}.{key}", data[key], "is not a setting (ignored)", None)
     for f in fields(cls):
         if f.name not in data:
             continue
@@ -143,36 +156,48 @@ def _check(cls, data: dict):
         if ok:
             kwargs[f.name] = value
         else:
-            log.warning("settings: %s.%s has an invalid value %r; using %r", cls.__name__, f.name, value, ref)
-    obj = cls(**kwargs)
-    return obj
+            _note(report, f"{prefix}.{f.name}", value, f"is not a {type(ref).__name__}", ref)
+    return cls(**kwargs)
 
 
-def validate(obj):
-    """Range checks of an area; invalid fields are reset to defaults (logged). Returns obj."""
-    d = type(obj)()
-    if isinstance(obj, SourceSettings) and obj.kind not in ("camera", "file"):
-        obj.kind = d.kind
+#: Allowed values per (area class, field): a tuple of choices or a (low, high) range given as a list.
+_ALLOWED = {
+    (SourceSettings, "kind"): ("camera", "file"),
+    (AvatarSettings, "lighting"): LIGHTING_CHOICES,
+    (AvatarSettings, "msaa"): (0, 2, 4, 8),
+    (OutputSettings, "fps_cap"): [0, 240],
+    (OutputSettings, "cpu_mode"): tuple(CPU_MODES),
+    (OutputSettings, "vmc_port"): [1, 65535],
+    (OutputSettings, "vmc_names"): ("unity", "arkit"),
+}
+
+
+def validate(obj, report: list | None = None, area: str = ""):
+    """Range checks of an area; invalid fields are reset to defaults (logged, noted in ``report``). Returns obj."""
+    d, prefix = type(obj)(), area or type(obj).__name__
+    for (cls, name), allowed in _ALLOWED.items():
+        if not isinstance(obj, cls):
+            continue
+        value = getattr(obj, name)
+        if isinstance(allowed, list) and not allowed[0] <= value <= allowed[1]:
+            _note(report, f"{prefix}.{name}", value, f"is out of range {allowed[0]}..{allowed[1]} (rejected)",
+                  getattr(d, name))
+            setattr(obj, name, getattr(d, name))
+        elif isinstance(allowed, tuple) and value not in allowed:
+            _note(report, f"{prefix}.{name}", value, f"is not one of {', '.join(map(str, allowed))}",
+                  getattr(d, name))
+            setattr(obj, name, getattr(d, name))
     if isinstance(obj, AvatarSettings):
         bg = obj.background
         if not (bg == "transparent" or (isinstance(bg, list) and len(bg) == 3
                                         and all(isinstance(c, int) and 0 <= c <= 255 for c in bg))):
-            log.warning("settings: background %r is invalid", bg)
+            _note(report, f"{prefix}.background", bg, "is neither \"transparent\" nor [R, G, B] bytes",
+                  d.background)
             obj.background = d.background
-        if obj.lighting not in LIGHTING_CHOICES:
-            obj.lighting = d.lighting
-        if obj.msaa not in (0, 2, 4, 8):
-            obj.msaa = d.msaa
-    if isinstance(obj, OutputSettings):
-        if not 0 <= obj.fps_cap <= 240:
-            obj.fps_cap = d.fps_cap
-        if obj.cpu_mode not in CPU_MODES:
-            obj.cpu_mode = d.cpu_mode
-        if not 1 <= obj.vmc_port <= 65535:
-            obj.vmc_port = d.vmc_port
-        if obj.vmc_names not in ("unity", "arkit"):
-            obj.vmc_names = d.vmc_names
     if isinstance(obj, ExpressionSettings):
+        for k, m in obj.modes.items():
+            if m not in ("toggle", "hold"):
+                _note(report, f"{prefix}.modes.{k}", m, "is not toggle or hold", "toggle")
         obj.hotkeys = {k: str(obj.hotkeys.get(k, d.hotkeys[k])) for k in EXPRESSION_NAMES}
         obj.modes = {k: obj.modes.get(k) if obj.modes.get(k) in ("toggle", "hold") else "toggle"
                      for k in EXPRESSION_NAMES}
@@ -223,8 +248,11 @@ def tuning_to_json(s: TuningSettings) -> dict:
             "idle_motion": s.idle_motion}
 
 
-def tuning_from_json(data: dict) -> TuningSettings:
-    """Inverse of :func:`tuning_to_json`; invalid entries are skipped (logged).
+def tuning_from_json(data: dict, report: list | None = None) -> TuningSettings:
+    """Inverse of :func:`tuning_to_json`; invalid entries are skipped (logged, each noted in ``report``).
+
+    Ranges: smoothing 0..1 per region of fusion.tuning.REGIONS, sensitivity 0..5 per ARKit shape,
+    remap [low, high] with 0 <= low < high - 0.009 <= 1.
 
     Raises:
         InputError: never for bad values (they are skipped); only if ``data`` is not a dict.
@@ -232,19 +260,35 @@ def tuning_from_json(data: dict) -> TuningSettings:
     if not isinstance(data, dict):
         raise InputError("tracking settings must be a JSON object")
     s = TuningSettings()
-    for region, v in dict(data.get("smoothing", {})).items():
-        if region in REGIONS and isinstance(v, (int, float)) and 0 <= v <= 1:
-            s.smoothing[region] = float(v)
-    for name, v in dict(data.get("sensitivity", {})).items():
-        if name in BLENDSHAPE_NAMES and isinstance(v, (int, float)) and 0 <= v <= 5:
-            s.sensitivity[Blendshape[name]] = float(v)
-    for name, v in dict(data.get("remap", {})).items():
-        if name in BLENDSHAPE_NAMES and isinstance(v, list) and len(v) == 2 \
-                and all(isinstance(x, (int, float)) for x in v) and 0 <= v[0] < v[1] - 0.009 <= 1:
-            s.remap_min[Blendshape[name]], s.remap_max[Blendshape[name]] = float(v[0]), float(v[1])
+
+    def number(v, lo, hi) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+
+    for group, ok, why in (("smoothing", lambda k, v: k in REGIONS and number(v, 0, 1),
+                            "is not a region's smoothing (a region of " + ", ".join(REGIONS) + ", 0..1)"),
+                           ("sensitivity", lambda k, v: k in BLENDSHAPE_NAMES and number(v, 0, 5),
+                            "is not a shape's sensitivity (an ARKit name, 0..5)"),
+                           ("remap", lambda k, v: k in BLENDSHAPE_NAMES and isinstance(v, list) and len(v) == 2
+                            and all(number(x, 0, 1) for x in v) and v[0] < v[1] - 0.009,
+                            "is not a shape's remap (an ARKit name, [low, high] in 0..1)")):
+        entries = data.get(group, {})
+        if not isinstance(entries, dict):
+            _note(report, f"tuning.{group}", entries, "is not an object", None)
+            continue
+        for name, v in entries.items():
+            if not ok(name, v):
+                _note(report, f"tuning.{group}.{name}", v, why + " (rejected)", "the default")
+            elif group == "smoothing":
+                s.smoothing[name] = float(v)
+            elif group == "sensitivity":
+                s.sensitivity[Blendshape[name]] = float(v)
+            else:
+                s.remap_min[Blendshape[name]], s.remap_max[Blendshape[name]] = float(v[0]), float(v[1])
     for key in ("link_eyes", "mirror", "auto_blink", "idle_motion"):
         if isinstance(data.get(key), bool):
             setattr(s, key, data[key])
+        elif key in data:
+            _note(report, f"tuning.{key}", data[key], "is not true or false", getattr(s, key))
     for region in DEFAULT_SMOOTHING:
         s.smoothing.setdefault(region, DEFAULT_SMOOTHING[region])
     return s
@@ -353,14 +397,18 @@ def _fusion_to_json(f: FusionSettings) -> dict:
     return {"schema": SCHEMA_VERSION, "audio_mix": f.audio_mix, "mouth_covered": f.mouth_covered}
 
 
-def _fusion_from_json(data) -> FusionSettings:
+def _fusion_from_json(data, report: list | None = None) -> FusionSettings:
     f = FusionSettings(smoothing=False)
     if isinstance(data, dict):
         mix = data.get("audio_mix")
         if isinstance(mix, (int, float)) and not isinstance(mix, bool) and 0 <= mix <= 1:
             f.audio_mix = float(mix)
+        elif "audio_mix" in data:
+            _note(report, "fusion.audio_mix", mix, "is not a number in 0..1 (rejected)", f.audio_mix)
         if isinstance(data.get("mouth_covered"), bool):
             f.mouth_covered = data["mouth_covered"]
+        elif "mouth_covered" in data:
+            _note(report, "fusion.mouth_covered", data["mouth_covered"], "is not true or false", f.mouth_covered)
     return f
 
 
@@ -381,23 +429,35 @@ def settings_to_json(s: StudioSettings) -> dict:
             "fusion": _fusion_to_json(s.fusion)}
 
 
-def settings_from_json(data: dict) -> StudioSettings:
+def settings_from_json(data: dict, report: list | None = None) -> StudioSettings:
     """Inverse of :func:`settings_to_json`; invalid fields take their defaults (logged).
+
+    Args:
+        data: the settings file's JSON object.
+        report: when given, one line per rejected key is appended (``key: value why; using X``),
+            for ``render --settings`` and File › Import settings… to show.
 
     Raises:
         InputError: ``data`` is not a settings object.
     """
     if not isinstance(data, dict) or data.get("kind") != SETTINGS_FILE_KIND:
         raise InputError("not an avatar_app studio settings file (export one with File › Export settings…)")
+    if data.get("schema") != SCHEMA_VERSION:
+        _note(report, "schema", data.get("schema"), f"is not {SCHEMA_VERSION} (reading what still fits)",
+              SCHEMA_VERSION)
     out = StudioSettings()
     for name, cls in (("source", SourceSettings), ("engines", EngineChoice), ("expressions", ExpressionSettings),
                       ("avatar", AvatarSettings), ("output", OutputSettings)):
         area = data.get(name)
         if isinstance(area, dict):
-            setattr(out, name, validate(_check(cls, area)))
+            setattr(out, name, validate(_check(cls, area, report, name), report, name))
+        elif name in data:
+            _note(report, name, area, "is not an object", None)
     if isinstance(data.get("tuning"), dict):
-        out.tuning = tuning_from_json(data["tuning"])
-    out.fusion = _fusion_from_json(data.get("fusion"))
+        out.tuning = tuning_from_json(data["tuning"], report)
+    elif "tuning" in data:
+        _note(report, "tuning", data["tuning"], "is not an object", None)
+    out.fusion = _fusion_from_json(data.get("fusion"), report)
     return out
 
 
@@ -416,8 +476,11 @@ def save_settings_file(path: Path, s: StudioSettings) -> Path:
     return path
 
 
-def load_settings_file(path: Path) -> StudioSettings:
+def load_settings_file(path: Path, report: list | None = None) -> StudioSettings:
     """Read a settings file written by :func:`save_settings_file`.
+
+    Values that are invalid or out of range take their defaults; each is appended to ``report``
+    (when given) as one line naming the key and the value.
 
     Raises:
         InputError: the file is missing, not JSON or not a studio settings file.
@@ -430,6 +493,6 @@ def load_settings_file(path: Path) -> StudioSettings:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"Cannot read the settings file {path}: {exc}", path) from exc
     try:
-        return settings_from_json(data)
+        return settings_from_json(data, report)
     except InputError as exc:
         raise InputError(f"{path}: {exc}", path) from None

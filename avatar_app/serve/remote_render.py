@@ -57,6 +57,26 @@ def switch_warning(ev: SwitchEvent, frame: int, fps: float, local: str) -> str:
     return f"{ev.model}: {ev.reason}; switched back to the server {where}"
 
 
+def finished_locally(report, runner, clock: _FrameClock, fps: float, url: str) -> str:
+    """After a switch to the local engine that lasted to the end, make the report name that engine.
+
+    The report's ``speech_backend`` or ``face_solver`` (whichever names ``runner``'s model)
+    described the server as the stages were built; it becomes the local engine that finished
+    the render, with when it took over. Returns the new text ("" when the server finished).
+    """
+    final = runner.events[-1] if runner.events else None
+    if final is None or final.to != "local":
+        return ""
+    frame = clock.frame_at(final.t_ns)
+    text = (f"{runner.local.describe()} (local, from {final.clock()}, frame {frame}, {frame / fps:.2f} s into "
+            f"the clip; before that the server {url})")
+    if final.model in report.speech_backend:
+        report.speech_backend = text
+    elif final.model in report.face_solver:
+        report.face_solver = text
+    return text
+
+
 def render_file_remote(url: str, input_path, output_path, options=None, progress=None, stop=None):
     """:func:`~avatar_app.pipeline.render_file` with the engines on the server at ``url``.
 
@@ -95,6 +115,8 @@ def render_file_remote(url: str, input_path, output_path, options=None, progress
         local = r.local.describe().split(" on ", 1)[-1]
         for ev in r.events:
             report.warnings.append(switch_warning(ev, clock.frame_at(ev.t_ns), fps, local))
+    for r in runners:
+        finished_locally(report, r, clock, fps, url)
     if not runners:
         report.warnings.append(f"no engine of this render runs on the server {url} (the geometric solver "
                                "and the loudness solver need none; AVATAR_APP_FACE_ENGINE=1 opts in to the "

@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +142,32 @@ def _write_private(path: Path, text: str) -> None:
 WORKSPACE_PREFIX = "avatar-serve-"
 
 
+@contextmanager
+def own_process_group():
+    """While active, pytriton starts ``tritonserver`` in a process group of its own.
+
+    A SIGTERM or Ctrl+C sent to the serve command's process group (``kill -TERM -PGID``,
+    ``timeout``, a service manager, the terminal) then reaches only this process, which
+    stops Triton in order (:meth:`EngineServer.stop`: SIGINT, in-flight requests finished,
+    pytriton's tensor stores closed). Before, the Python-backend stubs got the signal too and
+    died holding pytriton's shared memory: Python's resource tracker then printed "There appear
+    to be 2 leaked shared_memory objects" per stub. ``tritonserver`` still dies with this process
+    (pytriton sets its parent-death signal).
+
+    pytriton starts the binary with the ``sh`` package, whose per-call default ``new_group``
+    is set here and restored on exit.
+    """
+    import sh
+
+    defaults = sh.Command._call_args
+    before = defaults.get("new_group", False)
+    defaults["new_group"] = True
+    try:
+        yield
+    finally:
+        defaults["new_group"] = before
+
+
 def _remove_stale_workspaces(root: Path) -> None:
     """Delete this user's ``avatar-serve-PID-*`` folders of servers that are no longer running."""
     from avatar_app.inference.triton_client import _pid_alive
@@ -241,7 +268,8 @@ class EngineServer:
         self._triton = triton
         try:
             bind_all(triton, self.engines, o.max_queue_delay_us, __version__)
-            triton.run()
+            with own_process_group():
+                triton.run()
         except Exception as exc:  # noqa: BLE001 - pytriton raises TimeoutError, RuntimeError, its own
             self.stop()
             tail = self.log_tail()

@@ -258,6 +258,10 @@ class FaceTracker:
         self._check_open()
         self._forget()  # the graphs keep no state between frames
 
+    def describe(self) -> str:
+        """What tracks the face, for reports (``render``'s summary line): ``"MediaPipe face mesh"``."""
+        return "MediaPipe face mesh"
+
     def close(self) -> None:
         """Release the MediaPipe graphs. Idempotent."""
         if not self._closed:

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -39,7 +39,6 @@ from PySide6.QtWidgets import (
 # imported here, on the GUI thread, before any worker starts (studio_api imports the capture package
 # first: device-listing and opener threads importing it at the same time could see it half initialised)
 import avatar_app.pipeline.studio_api  # noqa: F401,E402
-from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline.session import AUDIO_RATE, StudioSession
 from avatar_app.ui.bridge import SessionBridge
 from avatar_app.ui.live_view import LiveView
@@ -150,6 +149,7 @@ class MainWindow(QMainWindow):
             dock.setObjectName(f"{key}_dock")
             dock.setWidget(panel if key in ("preview", "latency") else panel.scroll_wrapped())
             self.addDockWidget(areas.get(key, right), dock)
+            dock.visibilityChanged.connect(lambda _on: QTimer.singleShot(0, self.hide_stray_tab_bars))
             self.docks[key] = dock
         for group in (("sources", "engines", "calibration"), ("tracking", "expressions", "avatar", "output")):
             for key in group[1:]:
@@ -183,6 +183,9 @@ class MainWindow(QMainWindow):
         self.export_action = act("&Export settings…", self._on_export_settings, tip="Save the studio's settings "
                                  "to a file for `avatar-app render --settings FILE`")
         m.addAction(self.export_action)
+        self.import_action = act("&Import settings…", self._on_import_settings, tip="Load a settings file (as "
+                                 "exported, or for `render --settings`) into the studio; applied at once and kept")
+        m.addAction(self.import_action)
         m.addSeparator()
         m.addAction(act("&Quit", self.quit, QKeySequence.StandardKey.Quit))
         t = self.menuBar().addMenu("&Tracking")
@@ -230,6 +233,18 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geo)
         if state is not None:
             self.restoreState(state)
+            QTimer.singleShot(0, self.hide_stray_tab_bars)
+
+    def hide_stray_tab_bars(self) -> list[QTabBar]:
+        """Hide the window's tab bars that hold no tab; returns them.
+
+        ``restoreState`` (a restart, Ctrl+H twice) and closing docks leave the dock areas' previous
+        tab bars shown, empty, at stale positions: slivers of them showed behind the viewport's edge.
+        """
+        stray = [b for b in self.findChildren(QTabBar) if b.parent() is self and b.count() == 0 and b.isVisible()]
+        for bar in stray:
+            bar.hide()
+        return stray
 
     # ================================================================== menus
     def _on_open_dialog(self) -> None:
@@ -240,22 +255,15 @@ class MainWindow(QMainWindow):
 
     def _on_export_settings(self, path: Path | None = None) -> Path | None:
         """File › Export settings…: write the settings file ``render --settings`` reads; returns its path."""
-        if path is None:
-            start = str(Path(self.settings.value("last_export", str(Path.home() / "studio-settings.json"),
-                                                 type=str)))
-            chosen, _ = QFileDialog.getSaveFileName(self, "Export settings", start, "Settings (*.json)")
-            if not chosen:
-                return None
-            path = Path(chosen)
-        try:
-            written = self.session.export_settings(path)
-        except AvatarError as exc:
-            self.notifier.error(str(exc))
-            return None
-        self.settings.setValue("last_export", str(written))
-        self.notifier.status(f"Settings exported to {written} (use: avatar-app render IN -o OUT.mp4 "
-                             f"--settings {written.name})", 10000)
-        return written
+        from avatar_app.ui.settings_file import export_settings
+
+        return export_settings(self, path)
+
+    def _on_import_settings(self, path: Path | None = None) -> list[str] | None:
+        """File › Import settings…: apply a settings file at once; returns the rejected values (ui/settings_file.py)."""
+        from avatar_app.ui.settings_file import import_settings
+
+        return import_settings(self, path)
 
     def _raise_sources(self) -> None:
         if self.docks["sources"].isVisible():
@@ -286,6 +294,8 @@ class MainWindow(QMainWindow):
         # menus and toolbar are gone too: say how to get them back
         self.viewport.flash_hint("Press Ctrl+H to show panels" if hide else None, CLEAN_VIEW_HINT_MS)
         self.live.show_no_face(self.live.no_face_shown)
+        self.hide_stray_tab_bars()
+        QTimer.singleShot(0, self.hide_stray_tab_bars)  # the docks' layout runs once more
 
     def front_tabs(self) -> list[str]:
         """Keys of the docks in front of their tab group (one per group of tabbed docks)."""

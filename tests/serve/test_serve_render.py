@@ -72,6 +72,9 @@ def test_render_remote_equals_local_and_survives_a_killed_server(tmp_path, monke
     assert cut.frames_out == local.frames_out and cut.faces_found == local.faces_found
     switches = [w for w in cut.warnings if "switched to the local engine" in w]
     assert {w.split(":")[0] for w in switches} == {"face_recon", "speech2face"}, cut.warnings
+    # the summary names the local engines that finished, not the server (issue 21, trial fixes 4)
+    for finished in (cut.face_solver, cut.speech_backend):
+        assert " (local, from " in finished and "on remote" not in finished.split(" (local")[0], finished
     for w in switches:
         m = re.search(r"at (\d\d):(\d\d):(\d\d)\.(\d{3}) \(frame (\d+), (\d+\.\d\d) s into the clip\)", w)
         assert m, w

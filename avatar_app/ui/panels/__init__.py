@@ -176,13 +176,26 @@ class Panel(QWidget):
         self.notifier = notifier
 
     def scroll_wrapped(self) -> QScrollArea:
-        """This panel inside a frameless, vertically scrolling area (nothing clips when the dock is small)."""
+        """This panel inside a frameless scrolling area: nothing clips when the dock is small.
+
+        The panel is resized to the area (widgetResizable) but never below its minimum size; when the
+        dock is narrower or shorter than that, a scroll bar reaches the rest (both directions: with
+        the horizontal bar off, a panel wider than a small window's dock was cut at its right edge).
+        """
         area = QScrollArea()
         area.setWidget(self)
         area.setWidgetResizable(True)
         area.setFrameShape(QFrame.Shape.NoFrame)
-        area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        for combo in self.findChildren(QComboBox):  # a combo's longest item no longer sets the panel's width
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(COMBO_MIN_CHARS)
         return area
+
+
+#: Characters a panel's combo box shows at least (its popup shows whole items).
+COMBO_MIN_CHARS = 10
 
 
 def hint(text: str) -> QLabel:

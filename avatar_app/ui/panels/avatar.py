@@ -96,7 +96,14 @@ class AvatarPanel(Panel):
         lay.addWidget(rg)
         lay.addStretch(1)
 
-        self._colour = list(a.background) if isinstance(a.background, list) else CHROMA_GREEN
+        self.show_settings(a)
+        self.bg_group.idToggled.connect(lambda _i, on: on and self._changed())
+        self.lighting.currentIndexChanged.connect(self._changed)
+        self.msaa.currentIndexChanged.connect(self._changed)
+
+    def show_settings(self, a: store.AvatarSettings) -> None:
+        """Show background, lighting and MSAA of ``a`` (does not apply them; the path is the session's)."""
+        self._colour = list(a.background) if isinstance(a.background, list) else list(CHROMA_GREEN)
         self._loading = True
         if a.background == "transparent":
             self.bg_transparent.setChecked(True)
@@ -108,9 +115,6 @@ class AvatarPanel(Panel):
         self.msaa.setCurrentIndex(max(0, self.msaa.findData(a.msaa)))
         self._loading = False
         self._update_swatch()
-        self.bg_group.idToggled.connect(lambda _i, on: on and self._changed())
-        self.lighting.currentIndexChanged.connect(self._changed)
-        self.msaa.currentIndexChanged.connect(self._changed)
 
     def _update_swatch(self) -> None:
         r, g, b = self._colour

@@ -71,10 +71,10 @@ class CalibrationPanel(Panel):
         l1.addWidget(self.neutral_label)
         lay.addWidget(g1)
 
-        g2 = QGroupBox(f"2. Record {self.target} samples of your face and voice")
+        g2 = QGroupBox(f"2. Record {self.target} samples")  # short: the panel fits a small window's dock
         l2 = QVBoxLayout(g2)
-        l2.addWidget(hint("Used to calibrate the INT8 engines to you. The recordings stay on this "
-                          "computer and can be deleted below."))
+        l2.addWidget(hint("Samples of your face and voice, used to calibrate the INT8 engines to you. "
+                          "The recordings stay on this computer and can be deleted below."))
         self.record_button = QPushButton("Start recording samples")
         self.record_button.setCheckable(True)
         self.record_button.toggled.connect(self._on_record_toggled)

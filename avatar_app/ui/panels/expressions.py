@@ -101,6 +101,18 @@ class ExpressionsPanel(Panel):
             modes={n: mc.currentData() for n, mc in self.mode_combos.items()},
             custom=self.custom_edit.text())
 
+    def show_settings(self, e: store.ExpressionSettings) -> None:
+        """Show hotkeys, modes and the custom mix of ``e`` (does not apply them)."""
+        for name, ke in self.key_edits.items():
+            ke.blockSignals(True)
+            ke.setKeySequence(QKeySequence(e.hotkeys.get(name, "")))
+            ke.blockSignals(False)
+        for name, mc in self.mode_combos.items():
+            mc.blockSignals(True)
+            mc.setCurrentIndex(max(0, mc.findData(e.modes.get(name, "toggle"))))
+            mc.blockSignals(False)
+        self.custom_edit.setText(e.custom)
+
     def _changed(self, *_):
         e = self.current()
         try:

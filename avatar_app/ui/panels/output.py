@@ -128,8 +128,9 @@ class OutputPanel(Panel):
         og = QGroupBox("Live outputs")
         ol = QFormLayout(og)
         ol.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-        self.vmc = QCheckBox("Send to VMC receivers (VSeeFace, VNyan, Warudo…)")
-        self.vmc.setToolTip("VMC protocol over OSC/UDP: blendshapes, head and eye bones, at the tracking rate")
+        self.vmc = QCheckBox("Send to VMC receivers")  # short: the panel fits a small window's dock
+        self.vmc.setToolTip("VMC protocol over OSC/UDP (VSeeFace, VNyan, Warudo…): blendshapes, head and eye "
+                            "bones, at the tracking rate")
         ol.addRow(self.vmc)
         vrow = QHBoxLayout()
         self.vmc_host = QLineEdit(o.vmc_host)
@@ -152,19 +153,25 @@ class OutputPanel(Panel):
         ol.addRow(self.vcam_status)
         return og
 
-    def _load(self, o) -> None:
-        """Show OutputSettings ``o`` and connect the controls."""
+    def show_settings(self, o: store.OutputSettings) -> None:
+        """Show OutputSettings ``o`` (does not apply them)."""
         self._loading = True
         self.format.setCurrentIndex(max(0, self.format.findData(o.format)))
         self.overlay.setChecked(o.overlay_in_recording)
         self.fps_cap.setValue(o.fps_cap)
         self.cpu_mode.setCurrentIndex(max(0, self.cpu_mode.findData(o.cpu_mode)))
         self.vmc.setChecked(o.vmc_enabled)
+        self.vmc_host.setText(o.vmc_host)
+        self.vmc_port.setValue(o.vmc_port)
         self.vmc_names.setCurrentIndex(max(0, self.vmc_names.findData(o.vmc_names)))
         self.vcam.setChecked(o.virtual_camera)
-        self.vcam.setEnabled(False)  # until the probe says a backend exists
         self.show_cap_in_force()
         self._loading = False
+
+    def _load(self, o) -> None:
+        """Show OutputSettings ``o`` and connect the controls."""
+        self.show_settings(o)
+        self.vcam.setEnabled(False)  # until the probe says a backend exists
         self.format.currentIndexChanged.connect(self._changed)
         self.overlay.toggled.connect(self._changed)
         self.fps_cap.valueChanged.connect(self._changed)

@@ -1,0 +1,63 @@
+"""Invalid values in a settings file are named, not silently replaced (issue 21, trial fixes 3)."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+from avatar_app import cli
+from avatar_app.pipeline.settings import StudioSettings, load_settings_file, save_settings_file
+
+#: (dotted key, how to set it in the file's JSON, the value) of each case the trial found.
+BAD = (("schema", lambda d: d.__setitem__("schema", 99), "99"),
+       ("tuning.smoothing.mouth", lambda d: d["tuning"]["smoothing"].__setitem__("mouth", "abc"), "'abc'"),
+       ("tuning.sensitivity.noSuchShape", lambda d: d["tuning"]["sensitivity"].__setitem__("noSuchShape", 2.0),
+        "2.0"),
+       ("fusion.audio_mix", lambda d: d["fusion"].__setitem__("audio_mix", 5), "5"),
+       ("avatar.msaa", lambda d: d["avatar"].__setitem__("msaa", 3), "3"))
+
+
+def _bad_file(tmp_path):
+    path = save_settings_file(tmp_path / "s.json", StudioSettings())
+    data = json.loads(path.read_text())
+    for _key, edit, _value in BAD:
+        edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_each_rejected_key_and_value_is_reported(tmp_path):
+    report: list[str] = []
+    s = load_settings_file(_bad_file(tmp_path), report)
+    for key, _edit, value in BAD:
+        assert any(line.startswith(f"{key}: {value} ") for line in report), (key, report)
+    assert s.fusion.audio_mix == 0.5 and s.avatar.msaa == 0  # the defaults, and said so
+    assert any("out of range" in line or "0..1" in line for line in report if line.startswith("fusion.audio_mix"))
+    assert len(report) == len(BAD)
+
+
+def test_a_valid_file_reports_nothing(tmp_path):
+    report: list[str] = []
+    load_settings_file(save_settings_file(tmp_path / "ok.json", StudioSettings()), report)
+    assert report == []
+
+
+def test_render_warns_on_stderr_and_exits_0(tmp_path, testdata):
+    clip = tmp_path / "short.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
+                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
+    from tests.helpers import run_cli
+
+    r = run_cli("render", str(clip), "-o", str(tmp_path / "out.mp4"), "--settings", str(_bad_file(tmp_path)),
+                "--size", "96x64", "-q")
+    assert r.returncode == 0, r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    for key, _edit, value in BAD:
+        assert any(f": {key}: {value} " in line for line in warnings), (key, r.stderr)
+
+
+def test_malformed_json_still_exits_2(tmp_path, capsys):
+    bad = tmp_path / "broken.json"
+    bad.write_text("{ not json")
+    assert cli.main(["render", str(tmp_path / "missing_is_not_reached.mp4"), "-o", str(tmp_path / "o.mp4"),
+                     "--settings", str(bad)]) == 2
+    assert "broken.json" in capsys.readouterr().err

@@ -1,0 +1,40 @@
+"""`avatar-app serve` stopped by SIGTERM to its process group after serving: a clean stop, no shared
+memory leaked or reported leaked (issue 21, trial fixes 5)."""
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from serve_fixtures import ServeProcess, needs_pytriton
+
+pytestmark = [pytest.mark.slow, pytest.mark.gl, needs_pytriton]
+
+
+def _segments() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.iterdir()} if shm.is_dir() else set()
+
+
+def test_sigterm_to_the_group_stops_cleanly_without_leaked_shared_memory(tmp_path, monkeypatch, testdata):
+    from avatar_app.serve.remote_render import render_file_remote
+    from avatar_app.pipeline import RenderOptions
+
+    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")  # both engines serve requests (both use shared memory)
+    clip = tmp_path / "short.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
+                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
+    before = _segments()
+    server = ServeProcess(tmp_path / "cache", args=("--backend", "ort_cpu"), own_group=True).start()
+    try:
+        monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(server.cache_dir))
+        rep = render_file_remote(server.url, clip, tmp_path / "out.mp4", RenderOptions(size=(96, 64)))
+        assert "on remote" in rep.speech_backend and rep.frames_out > 0
+    finally:
+        status = server.stop_group(signal.SIGTERM)
+    out = "\n".join(server.lines + server.errors)
+    assert status == 0, out
+    assert "leaked shared_memory" not in out and "resource_tracker" not in out, out
+    assert "stopping" in out
+    assert not (_segments() - before), _segments() - before
