@@ -41,7 +41,6 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -183,19 +182,15 @@ class AvatarApp(_Timed):
 
     def __init__(self, speech_samples: np.ndarray, speech_offset_s: float):
         super().__init__("avatar_app")
-        from avatar_app.fusion import Fusion
-        from avatar_app.pipeline import SPEECH_RATE, audio_window
-        from avatar_app.reconstruction.engine import create_face_reconstructor
-        from avatar_app.speech.engine_animator import create_speech_animator
-        from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+        from avatar_app.pipeline import SPEECH_RATE, StageChoice, audio_window, build_stages
 
         self._audio_window = audio_window
         self._rate = SPEECH_RATE
-        self.tracker = FaceTracker(RunningMode.VIDEO)
-        self.reconstructor = create_face_reconstructor()
-        self.speech = create_speech_animator()
+        # the stages `avatar-app render` builds (the one stage factory), the MediaPipe tracker
+        self.built = build_stages(StageChoice(live=False, audio=True, tracker="mediapipe"))
+        self.tracker, self.reconstructor, self.speech = self.built.tracker, self.built.reconstructor, self.built.speech
         self.proc = frame_processor_class()(self.tracker, self.reconstructor, self.speech, live=False,
-                                            fusion=Fusion())
+                                            chain=self.built.chain)
         self.proc.speech_lookahead_s = float(getattr(self.speech, "offline_lookahead_s", 0.0) or 0.0)
         self.context_s = float(getattr(self.speech, "context_s", 0.1))
         self.samples, self.offset = speech_samples, speech_offset_s
@@ -209,7 +204,7 @@ class AvatarApp(_Timed):
         return d
 
     def step(self, frame) -> None:
-        f = replace(frame, stamps={})
+        f = frame  # frozen: the processor fills a new stage-timing record per call
         window = self._audio_window(self.samples, self._rate,
                                     f.media_time_s - self.offset + self.proc.speech_lookahead_s, self.context_s)
         state = self.time(self.proc.process, f, window)

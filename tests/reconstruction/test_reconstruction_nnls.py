@@ -31,3 +31,23 @@ def test_nnls_rejects_mismatched_shapes():
 def test_nnls_zero_when_everything_points_away():
     a = np.eye(3)
     assert np.array_equal(nnls(a, -np.ones(3)), np.zeros(3))
+
+
+def test_region_fit_is_the_same_with_and_without_scipy(monkeypatch):
+    """The bundle (no scipy) fits the same weights as a pip install (scipy's NNLS)."""
+    import avatar_app.reconstruction.shape_fit as SF
+    from avatar_app.avatar.face_model import load_face_model
+
+    fit = SF.make_region_fit(SF.MOUTH_SHAPES, SF.MOUTH_POINTS)
+    model = load_face_model()
+    rng = np.random.default_rng(3)
+    deltas = []
+    for _ in range(20):  # a few shapes at random weights, plus MediaPipe-sized noise (1.5 mm)
+        w = np.zeros(model.blendshapes.shape[0])
+        w[rng.choice(len(w), 3, replace=False)] = rng.random(3)
+        deltas.append(np.tensordot(w, model.blendshapes, 1) + rng.normal(0, 0.0015, (478, 3)))
+    with_scipy = [fit.solve(d) for d in deltas]
+    monkeypatch.setattr(SF, "_NNLS", SF.nnls)
+    without = [fit.solve(d) for d in deltas]
+    assert any(w.max() > 0.05 for w in with_scipy)  # the fit found something to fit
+    np.testing.assert_allclose(np.array(without), np.array(with_scipy), atol=1e-9)
