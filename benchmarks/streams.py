@@ -55,13 +55,13 @@ MODELS = ("face_recon", "speech2face")
 # --------------------------------------------------------------------------- recorded inputs
 def record_feeds(clip: Path, work: Path) -> dict[str, list[dict[str, np.ndarray]]]:
     """The engine inputs a local render of ``clip`` makes, in call order, per model (batch 1 each)."""
-    os.environ["AVATAR_APP_FACE_ENGINE"] = "1"
-    from avatar_app.pipeline import RenderOptions, render_file
-    from avatar_app.reconstruction.engine import create_face_reconstructor
-    from avatar_app.speech.engine_animator import create_speech_animator
+    from avatar_app.pipeline import RenderOptions, StageChoice, render_file
+    from avatar_app.pipeline.stages import build_reconstructor, build_speech
+    from avatar_app.reconstruction.engine import default_model_path
 
-    recon = create_face_reconstructor()
-    speech = create_speech_animator()
+    # the stage factory's engines (the face engine named explicitly: it is not the default path)
+    choice = StageChoice(live=False, audio=True, face_model=default_model_path())
+    recon, speech = build_reconstructor(choice), build_speech(choice)
     calls: dict[str, list] = {m: [] for m in MODELS}
     for name, solver in (("face_recon", recon), ("speech2face", speech)):
         slot = solver.slot
