@@ -236,6 +236,10 @@ def _render_options(args):
     bg = studio.avatar.background
     background = args.background if args.background is not None else (bg if isinstance(bg, str) else tuple(bg))
     avatar = args.avatar if args.avatar is not None else (Path(studio.avatar.path) if studio.avatar.path else None)
+    if args.avatar is None and avatar is not None and not avatar.is_file():  # exported on another PC
+        print(f"warning: {args.settings}: avatar.path: {str(avatar)!r} does not exist here; using the default head",
+              file=sys.stderr)
+        avatar = None
     return RenderOptions(
         size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=background,
         audio_path=getattr(args, "audio", None), use_audio=not getattr(args, "no_audio", False),

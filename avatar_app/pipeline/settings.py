@@ -129,11 +129,33 @@ class OutputSettings:
 
 
 def _note(report: list | None, key: str, value, why: str, used) -> None:
-    """Log a rejected value and add ``key: value why; using used`` to ``report`` (when given)."""
-    line = f"{key}: {value!r} {why}; using {used!r}"
+    """Log a rejected value and add ``key: value why; using used`` to ``report`` (when given; ``used``
+    None: the value is ignored, nothing stands in for it)."""
+    line = f"{key}: {value!r} {why}" + ("" if used is None else f"; using {used!r}")
     log.warning("settings: %s", line)
     if report is not None:
         report.append(line)
+
+
+#: How a rejected value's expected type is named in the report.
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a text", bool: "true or false", list: "a list",
+               dict: "an object"}
+#: Modifier names of a key sequence (QKeySequence.toString(), portable text).
+_MODIFIERS = ("Ctrl", "Alt", "Shift", "Meta")
+
+
+def key_sequence_ok(text: str) -> bool:
+    """Whether ``text`` is one key chord in QKeySequence's portable text ("" = no hotkey).
+
+    A chord is zero or more of Ctrl, Alt, Shift, Meta and exactly one other key, joined by
+    "+" (e.g. "Ctrl+Alt+F5"; "Ctrl++" is Ctrl and the plus key). Checked without Qt, so
+    render and the studio reject the same files.
+    """
+    if text == "":
+        return True
+    parts = text[:-2].split("+") + ["+"] if text.endswith("++") else text.split("+")
+    *mods, key = parts
+    return bool(key) and key not in _MODIFIERS and all(m in _MODIFIERS for m in mods) and len(set(mods)) == len(mods)
 
 
 def _check(cls, data: dict, report: list | None = None, area: str = ""):
@@ -156,7 +178,8 @@ def _check(cls, data: dict, report: list | None = None, area: str = ""):
         if ok:
             kwargs[f.name] = value
         else:
-            _note(report, f"{prefix}.{f.name}", value, f"is not a {type(ref).__name__}", ref)
+            _note(report, f"{prefix}.{f.name}", value, f"is not {_KIND_NAMES.get(type(ref), type(ref).__name__)}",
+                  ref)
     return cls(**kwargs)
 
 
@@ -195,13 +218,36 @@ def validate(obj, report: list | None = None, area: str = ""):
                   d.background)
             obj.background = d.background
     if isinstance(obj, ExpressionSettings):
-        for k, m in obj.modes.items():
-            if m not in ("toggle", "hold"):
-                _note(report, f"{prefix}.modes.{k}", m, "is not toggle or hold", "toggle")
-        obj.hotkeys = {k: str(obj.hotkeys.get(k, d.hotkeys[k])) for k in EXPRESSION_NAMES}
-        obj.modes = {k: obj.modes.get(k) if obj.modes.get(k) in ("toggle", "hold") else "toggle"
-                     for k in EXPRESSION_NAMES}
+        _validate_expressions(obj, d, report, prefix)
+    if isinstance(obj, OutputSettings):
+        from avatar_app.record.formats import KNOWN_FORMATS
+
+        keys = [f.key for f in KNOWN_FORMATS]
+        if obj.format not in keys:
+            _note(report, f"{prefix}.format", obj.format, f"is not one of {', '.join(keys)}", d.format)
+            obj.format = d.format
     return obj
+
+
+def _validate_expressions(obj: ExpressionSettings, d: ExpressionSettings, report: list | None, prefix: str) -> None:
+    """Hotkeys (known expressions, one key chord each), modes and the custom mix of the Expressions area."""
+    for k, m in obj.modes.items():
+        if m not in ("toggle", "hold"):
+            _note(report, f"{prefix}.modes.{k}", m, "is not toggle or hold", "toggle")
+    for k, v in obj.hotkeys.items():
+        if k not in EXPRESSION_NAMES:
+            _note(report, f"{prefix}.hotkeys.{k}", v, "is not an expression (ignored)", None)
+        elif not isinstance(v, str) or not key_sequence_ok(v):
+            _note(report, f"{prefix}.hotkeys.{k}", v, "is not one key with Ctrl/Alt/Shift/Meta", d.hotkeys[k])
+            obj.hotkeys[k] = d.hotkeys[k]
+    try:
+        parse_mix(obj.custom)
+    except AvatarError as exc:
+        _note(report, f"{prefix}.custom", obj.custom, f"is not a mix ({exc})", d.custom)
+        obj.custom = d.custom
+    obj.hotkeys = {k: str(obj.hotkeys.get(k, d.hotkeys[k])) for k in EXPRESSION_NAMES}
+    obj.modes = {k: obj.modes.get(k) if obj.modes.get(k) in ("toggle", "hold") else "toggle"
+                 for k in EXPRESSION_NAMES}
 
 
 def load_area(settings, cls):
@@ -277,7 +323,10 @@ def tuning_from_json(data: dict, report: list | None = None) -> TuningSettings:
             continue
         for name, v in entries.items():
             if not ok(name, v):
-                _note(report, f"tuning.{group}.{name}", v, why + " (rejected)", "the default")
+                known = name in (REGIONS if group == "smoothing" else BLENDSHAPE_NAMES)
+                default = {"smoothing": DEFAULT_SMOOTHING.get(name), "sensitivity": 1.0, "remap": [0.0, 1.0]}[group]
+                _note(report, f"tuning.{group}.{name}", v, why + (" (rejected)" if known else " (ignored)"),
+                      default if known else None)
             elif group == "smoothing":
                 s.smoothing[name] = float(v)
             elif group == "sensitivity":
@@ -443,8 +492,12 @@ def settings_from_json(data: dict, report: list | None = None) -> StudioSettings
     if not isinstance(data, dict) or data.get("kind") != SETTINGS_FILE_KIND:
         raise InputError("not an avatar_app studio settings file (export one with File › Export settings…)")
     if data.get("schema") != SCHEMA_VERSION:
-        _note(report, "schema", data.get("schema"), f"is not {SCHEMA_VERSION} (reading what still fits)",
-              SCHEMA_VERSION)
+        _note(report, "schema", data.get("schema"),
+              f"is not this version's schema {SCHEMA_VERSION} (reading what still fits)", SCHEMA_VERSION)
+    known = ("kind", "schema", "source", "engines", "expressions", "avatar", "output", "tuning", "fusion")
+    for key in data:
+        if key not in known:
+            _note(report, key, data[key], "is not a settings area (ignored)", None)
     out = StudioSettings()
     for name, cls in (("source", SourceSettings), ("engines", EngineChoice), ("expressions", ExpressionSettings),
                       ("avatar", AvatarSettings), ("output", OutputSettings)):

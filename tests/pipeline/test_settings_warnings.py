@@ -61,3 +61,56 @@ def test_malformed_json_still_exits_2(tmp_path, capsys):
     assert cli.main(["render", str(tmp_path / "missing_is_not_reached.mp4"), "-o", str(tmp_path / "o.mp4"),
                      "--settings", str(bad)]) == 2
     assert "broken.json" in capsys.readouterr().err
+
+
+#: The second trial's cases: values the first round of checks let through.
+BAD_2 = (("extra_key", lambda d: d.__setitem__("extra_key", 1), "1", None),
+         ("output.format", lambda d: d["output"].__setitem__("format", "gif"), "'gif'", "h264-mp4"),
+         ("expressions.hotkeys.happy", lambda d: d["expressions"]["hotkeys"].__setitem__("happy", "Ctrl+Alt+Q+Z"),
+          "'Ctrl+Alt+Q+Z'", "F5"),
+         ("expressions.custom", lambda d: d["expressions"].__setitem__("custom", "foo=bar, jawOpen=7"),
+          "'foo=bar, jawOpen=7'", StudioSettings().expressions.custom))
+
+
+def test_unknown_areas_formats_hotkeys_and_custom_mixes_are_rejected(tmp_path):
+    path = save_settings_file(tmp_path / "s.json", StudioSettings())
+    data = json.loads(path.read_text())
+    for _key, edit, _value, _used in BAD_2:
+        edit(data)
+    data["avatar"]["msaa"] = 1e9
+    path.write_text(json.dumps(data))
+    report: list[str] = []
+    s = load_settings_file(path, report)
+    for key, _edit, value, used in BAD_2:
+        line = next((x for x in report if x.startswith(f"{key}: {value} ")), None)
+        assert line is not None, (key, report)
+        assert (f"; using {used!r}" in line) if used is not None else "using" not in line, line
+    assert "avatar.msaa: 1000000000.0 is not an integer; using 0" in report
+    assert s.output.format == "h264-mp4" and s.expressions.hotkeys["happy"] == "F5"
+    assert s.expressions.custom == StudioSettings().expressions.custom and s.custom_mix()  # F9 still works
+    assert not any("the default" in x or " a int" in x for x in report), report
+
+
+def test_key_sequences():
+    from avatar_app.pipeline.settings import key_sequence_ok
+
+    for ok in ("", "F5", "Ctrl+F8", "Ctrl+Shift+A", "Ctrl++", "Meta+Alt+1"):
+        assert key_sequence_ok(ok), ok
+    for bad in ("Ctrl+Alt+Q+Z", "Ctrl+", "Shift", "Ctrl+Ctrl+A", "Hyper+A"):
+        assert not key_sequence_ok(bad), bad
+
+
+def test_render_uses_the_default_head_when_the_settings_avatar_is_missing(tmp_path, testdata):
+    clip = tmp_path / "short.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
+                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
+    s = StudioSettings()
+    s.avatar.path = str(tmp_path / "elsewhere" / "robot.vrm")  # exported on another PC
+    settings = save_settings_file(tmp_path / "s.json", s)
+    from tests.helpers import run_cli
+
+    r = run_cli("render", str(clip), "-o", str(tmp_path / "out.mp4"), "--settings", str(settings),
+                "--size", "96x64", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "robot.vrm" in r.stderr and "default head" in r.stderr, r.stderr
+    assert (tmp_path / "out.mp4").stat().st_size > 1000
