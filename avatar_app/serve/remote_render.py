@@ -68,8 +68,11 @@ def finished_locally(report, runner, clock: _FrameClock, fps: float, url: str) -
     if final is None or final.to != "local":
         return ""
     frame = clock.frame_at(final.t_ns)
-    text = (f"{runner.local.describe()} (local, from {final.clock()}, frame {frame}, {frame / fps:.2f} s into "
-            f"the clip; before that the server {url})")
+    if getattr(runner, "remote_calls", 1) == 0:  # the server never answered (refused, unresolvable)
+        text = f"{runner.local.describe()} (local: the server {url} never answered)"
+    else:
+        text = (f"{runner.local.describe()} (local, from {final.clock()}, frame {frame}, {frame / fps:.2f} s "
+                f"into the clip; before that the server {url})")
     if final.model in report.speech_backend:
         report.speech_backend = text
     elif final.model in report.face_solver:

@@ -248,3 +248,20 @@ def test_serve_refuses_remote_and_unknown_backends():
     with pytest.raises(BackendUnavailableError, match="unknown backend"):
         cli._options(_serve_args(engine=["face_recon=nope"]))
     assert cli._options(_serve_args(precision="fp16")).default == EngineChoice(None, Precision.FP16.value)
+
+
+def test_summary_of_a_server_that_never_answered_does_not_claim_it_served():
+    """A refused or unresolvable server: the summary says it never answered (second new-user trial)."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from avatar_app.inference.remote import SwitchEvent
+    from avatar_app.serve.remote_render import _FrameClock, finished_locally
+
+    ev = SwitchEvent("local", 0, _time.time(), "connection refused", "speech2face")
+    local = SimpleNamespace(describe=lambda: "speech2face.onnx on ort_cpu (fp32)")
+    for calls, want, unwanted in ((0, "never answered", "before that"), (12, "before that the server", "never")):
+        report = SimpleNamespace(speech_backend="speech2face.onnx on remote grpc://127.0.0.1:9", face_solver="solver")
+        runner = SimpleNamespace(events=[ev], local=local, remote_calls=calls)
+        text = finished_locally(report, runner, _FrameClock(None), 25.0, "grpc://127.0.0.1:9")
+        assert want in text and unwanted not in text and report.speech_backend == text, text
