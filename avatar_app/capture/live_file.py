@@ -68,6 +68,8 @@ class LiveFileSource:
         self.block_s = float(block_s)
         self.granted: tuple[int, int, float] = (self.info.width, self.info.height, self.info.fps)
         self.error: BaseException | None = None
+        #: a warning about the file found while playing (e.g. it decodes far fewer frames than it says)
+        self.notice: str | None = None
         self.timestamp_source = "delivery"
         self._slot: LatestSlot[Frame] = LatestSlot()
         self._stop = threading.Event()
@@ -141,9 +143,19 @@ class LiveFileSource:
                               media_time_s=(shift / _NS_PER_S) + fr.media_time_s, t_delivered_ns=t)
                 self._slot.put(frame)
                 index += 1
+            if n_loop == 0:
+                self._check_decoded(index)
             if not self.loop:
                 return
             n_loop += 1
+
+    def _check_decoded(self, frames: int) -> None:
+        """After the first pass: a file that decodes far fewer frames than it says it holds gets a notice."""
+        expected = int(self.info.frame_count)  # the container's count where it has one
+        if expected >= 10 and frames < 0.9 * expected:
+            self.notice = (f"only {frames} of about {expected} frames of '{self.path.name}' could be decoded "
+                           f"(the file is damaged or cut short); playing what decodes")
+            logger.warning("%s", self.notice)
 
     def _play_audio(self) -> None:
         rate = self.sample_rate

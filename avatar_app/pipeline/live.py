@@ -59,6 +59,7 @@ class LivePipeline:
                                         chain=stages.chain)
         self.stats = LatencyStats(window_s=5.0)
         self.error: str | None = None
+        self._noticed = False
         self.frames_processed = 0
         self._state: AvatarState | None = None
         self._lock = threading.Lock()
@@ -160,6 +161,9 @@ class LivePipeline:
             self.error = str(src_error)
             log.warning("source stopped: %s", src_error)
             return False
+        notice = getattr(self.source, "notice", None)
+        if notice and not self._noticed:  # once: the session shows it like a frame's error
+            self._noticed, self.error = True, notice
         frame = self.source.get_latest(0.05)
         if frame is None or frame.index == last_index:
             return False if getattr(self.source, "finished", False) else None

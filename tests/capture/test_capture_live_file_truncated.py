@@ -1,0 +1,35 @@
+"""A damaged file played live says so (second new-user trial): it loops what decodes, with a notice."""
+import time
+
+import pytest
+
+from avatar_app.capture.live_file import LiveFileSource
+from avatar_app.core.errors import AvatarError
+
+
+def _wait_for(cond, seconds=30.0):
+    end = time.monotonic() + seconds  # a hang guard, not a timing claim
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.05)
+    return cond()
+
+
+def test_a_truncated_file_gets_a_notice_naming_what_decoded(tmp_path, testdata):
+    src = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(src[:60000])
+    try:
+        s = LiveFileSource(cut, loop=True)
+    except AvatarError:
+        pytest.fail("the damaged file should open (it has frames that decode)")
+    with s:
+        s.start()
+        assert _wait_for(lambda: s.notice is not None), "no notice after the first pass"
+    assert "cut.mp4" in s.notice and "could be decoded" in s.notice and "of about 75 frames" in s.notice
+
+
+def test_a_whole_file_gets_no_notice(testdata):
+    with LiveFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4", loop=False) as s:
+        s.start()
+        assert _wait_for(lambda: s.finished or s.error is not None, 60.0)
+    assert s.error is None and s.notice is None
