@@ -135,8 +135,9 @@ def _spin(app, seconds: float, until=None) -> None:
         time.sleep(0.002)
 
 
-def measure(args, tmp: Path) -> dict:
-    """Open the window, warm up, measure; returns the JSON document."""
+def open_studio(args, tmp: Path):
+    """The studio window on ``args.source`` (or the looping GRID file), with its caches, settings and
+    recordings under ``tmp``, shown at the default size; returns ``(app, window, engines, source)``."""
     os.environ.setdefault("AVATAR_APP_CACHE_DIR", str(tmp / "cache"))
     os.environ.setdefault("AVATAR_APP_DATA_DIR", str(tmp / "data"))
     from PySide6.QtCore import QSettings
@@ -154,6 +155,12 @@ def measure(args, tmp: Path) -> dict:
                                calibration_root=tmp / "calibration")
     win = MainWindow(source=source, settings=settings, engines=engines)
     win.show()
+    return app, win, engines, source
+
+
+def measure(args, tmp: Path) -> dict:
+    """Open the window, warm up, measure; returns the JSON document."""
+    app, win, engines, source = open_studio(args, tmp)
     frames: list[tuple[int, dict]] = []
     measuring = [False]
 

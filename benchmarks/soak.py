@@ -35,7 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from live_latency import ROOT, _spin, make_source  # noqa: E402 (a sibling script, not a package)
+from live_latency import ROOT, _spin, open_studio  # noqa: E402 (a sibling script, not a package)
 
 #: Issue 18's soak bars.
 RSS_GROWTH_BAR_MB = 20.0
@@ -114,22 +114,7 @@ def plot(samples: list[dict], path: Path, title: str) -> bool:
 
 def soak(args, tmp: Path) -> dict:
     """Open the window, warm up, sample every interval for the run; returns the JSON document."""
-    os.environ.setdefault("AVATAR_APP_CACHE_DIR", str(tmp / "cache"))
-    os.environ.setdefault("AVATAR_APP_DATA_DIR", str(tmp / "data"))
-    from PySide6.QtCore import QSettings
-    from PySide6.QtWidgets import QApplication
-
-    from avatar_app.inference import EngineCache
-    from avatar_app.pipeline.engines import EngineController
-    from avatar_app.ui.main_window import MainWindow
-
-    source = args.source or make_source(args.testdata, tmp / "grid_640x480_30fps.mp4")
-    app = QApplication.instance() or QApplication([])
-    settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
-    engines = EngineController(isolate=True, cache=EngineCache(tmp / "engine_cache"),
-                               calibration_root=tmp / "calibration")
-    win = MainWindow(source=source, settings=settings, engines=engines)
-    win.show()
+    app, win, engines, source = open_studio(args, tmp)
     c2s: list[float] = []
 
     def on_presented(state, t_ns):
