@@ -33,7 +33,7 @@ Usage::
     python3 benchmarks/gpu_streams.py run --recording streams.npz --precision fp16 --channels-last \\
         --detect-every 30 --streams 1,768,1024,1280 --max-batch 2048 -o a.json
     python3 benchmarks/gpu_streams.py run --recording streams.npz --precision fp16 --detect-every 30 \\
-        --concurrent --compile 1 --streams 1 --max-batch 1 --engine-times --engine-batches 1 -o f.json
+        --concurrent --channels-last --compile 1 --streams 1 --max-batch 1 --engine-times --engine-batches 1 -o g.json
 
 JSON out: per backend/precision and stream count N: step time p50/p95/mean (ms),
 per-frame time (mean step / N), frames/s, and ``streams_held_30fps`` (the largest N
