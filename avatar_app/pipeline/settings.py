@@ -280,7 +280,8 @@ def validate_tracker(t: dict, report: list | None, prefix: str) -> dict:
             _note(report, f"{prefix}.tracker.{key}", value, "is not a setting (ignored)", None)
         elif value not in allowed[key] or isinstance(value, bool):
             names = ", ".join("null" if v is None else v for v in allowed[key])
-            _note(report, f"{prefix}.tracker.{key}", value, f"is not one of {names}", out[key])
+            _note(report, f"{prefix}.tracker.{key}", value, f"is not one of {names}"
+                  + ("; using the backend's default" if out[key] is None else ""), out[key])
         else:
             out[key] = value
     return out
