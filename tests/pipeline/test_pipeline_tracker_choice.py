@@ -154,3 +154,30 @@ def test_studio_offline_mode_and_render_settings_agree_with_the_onnx_tracker(tmp
     assert len(rendered) == len(studio) and sum(s.face_found for s in studio) >= 70
     worst = max(float(np.abs(np.asarray(a.weights, np.float64) - b.weights).max()) for a, b in zip(studio, rendered))
     assert worst <= PARITY_TOL, worst
+
+
+def test_a_precision_that_fails_verification_is_named_with_what_serves(playing, monkeypatch):
+    """FP16 asked for, the detector's FP16 engine rejected by verification: FP32 serves and the row says so."""
+    from avatar_app.inference.manager import Attempt, OpenResult
+    from avatar_app.pipeline import stage_swaps
+
+    real = stage_swaps.build_tracker
+    rejected = "fp16 REJECTED: max 2.61e-02 (tol 5e-03)"
+
+    def fp16_rejected(choice):  # the real ONNX tracker on FP32, with the detector's record of a rejected FP16
+        assert choice.tracker_precision == "fp16"
+        choice.tracker_precision = "fp32"
+        tracker = real(choice)
+        det = tracker.engines.slots[0]
+        det._result = OpenResult(det.active, [Attempt("ort_cpu", "fp16", False, rejected),
+                                              Attempt("ort_cpu", "fp32", True)])
+        return tracker
+
+    monkeypatch.setattr(stage_swaps, "build_tracker", fp16_rejected)
+    said = []
+    playing.events.status.connect(lambda text, ms: said.append(text))
+    assert playing.set_tracker_choice("onnx", "ort_cpu", "fp16").result(timeout=120) is not None
+    notice = playing.trackers.notice
+    assert f"FP16 detector not verified, FP32 serves: {rejected}" in notice, notice
+    assert not playing.trackers.error and not playing.trackers.building
+    assert any(t.startswith("Tracking: FP16 detector not verified") for t in said), said

@@ -112,3 +112,28 @@ def test_export_and_import_carry_the_tracker_and_a_bad_value_is_named(qtbot, fil
     assert any("engines.tracker.kind: 'openface'" in line for line in report), report
     assert box.tracker.currentData() == "auto"
     assert win.session.settings.engines.tracker == {"kind": "auto", "backend": "ort_cpu", "precision": "fp32"}
+
+
+def test_an_onnx_tracker_that_cannot_load_is_greyed_out_and_said(qtbot, file_window, monkeypatch, tmp_path):
+    from avatar_app.tracking import onnx_tracker
+
+    monkeypatch.setattr(onnx_tracker, "model_paths", lambda: (tmp_path / "face_detection.onnx",
+                                                              tmp_path / "face_landmark.onnx"))
+    win = file_window
+    box = win.panels["engines"].tracker_box
+    box.refresh()
+    i = box.tracker.findData("onnx")
+    assert not item_enabled(box.tracker, i)
+    assert box.tracker.model().item(i).toolTip().startswith("landmark models not installed (face_detection.onnx")
+    n = win.session.pipeline.frames_processed
+    box.select("onnx", "ort_cpu", None)  # chosen all the same (an old settings file): it fails, MediaPipe stays
+    qtbot.waitUntil(lambda: bool(box.message.text()), timeout=30000)
+    assert "The ONNX tracker could not be loaded" in box.message.text(), box.message.text()
+    assert "MediaPipe (CPU) keeps tracking" in box.message.text() and box.message.isVisible()
+    assert "color: #c0392b" in box.message.styleSheet()
+    assert _kind(win) == "mediapipe" and box.serving.text() == "MediaPipe (CPU)"
+    win.docks["engines"].raise_()
+    win.docks["engines"].widget().ensureWidgetVisible(box.message, 0, 0)
+    qtbot.wait(200)
+    save_shot(win.docks["engines"], "engines_panel_tracking_failed")
+    qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= n + 10, timeout=20000)
