@@ -36,7 +36,9 @@ class LivePipeline:
         ring: an AudioRing for speech (microphone); defaults to ``source.ring``.
 
     Attributes:
-        processor: the FrameProcessor (its ``reconstructor``/``speech`` may be swapped).
+        processor: the FrameProcessor (its ``reconstructor``/``speech`` may be swapped; its
+            ``tracker`` through :meth:`replace_tracker`).
+        tracker_swaps: trackers swapped in by :meth:`replace_tracker`.
         stats: LatencyStats the overlay reads (camera-to-screen is added by the
             presenter through :meth:`presented`).
         error: the last error of the source or a stage, as a user message, or None.

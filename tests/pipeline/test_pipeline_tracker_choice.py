@@ -181,3 +181,44 @@ def test_a_precision_that_fails_verification_is_named_with_what_serves(playing, 
     assert f"FP16 detector not verified, FP32 serves: {rejected}" in notice, notice
     assert not playing.trackers.error and not playing.trackers.building
     assert any(t.startswith("Tracking: FP16 detector not verified") for t in said), said
+
+
+class _Tracker:
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+class _IdleSource:
+    """A source that never delivers a frame."""
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def get_latest(self, timeout_s):
+        time.sleep(timeout_s)
+        return None
+
+
+def test_trackers_waiting_for_a_frame_are_retired_or_closed_with_the_pipeline():
+    from avatar_app.fusion.chain import PostChain
+    from avatar_app.pipeline.live import LivePipeline
+    from avatar_app.pipeline.stages import Stages
+    from avatar_app.reconstruction.geometric import GeometricSolver
+
+    first, a, b = _Tracker(), _Tracker(), _Tracker()
+    pipe = LivePipeline(_IdleSource(), Stages(first, GeometricSolver(), None, PostChain()))
+    pipe.start()
+    try:
+        pipe.replace_tracker(a)
+        assert pipe.tracker is a and pipe.processor.tracker is first  # swapped only at the next frame
+        pipe.replace_tracker(b)  # supersedes a, which is retired unused
+        assert a.closed and not b.closed and pipe.tracker is b
+    finally:
+        pipe.stop()
+    assert b.closed and first.closed and pipe.tracker_swaps == 0  # no frame came: the waiting one is closed too
