@@ -164,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("input", type=Path, help="video file with a face")
     r.add_argument("--audio", type=Path, default=None, help="use this audio instead of the video's own")
     r.add_argument("--no-audio", action="store_true", help="ignore audio (silent clip, mouth from video only)")
-    r.add_argument("--tracker", choices=("auto", "onnx", "mediapipe"), default="auto",
-                   help="face landmarks from MediaPipe or from its models as engines (default auto: onnx "
-                        "where an NVIDIA GPU backend runs, else mediapipe)")
+    r.add_argument("--tracker", choices=("auto", "onnx", "mediapipe"), default=None,
+                   help="face landmarks from MediaPipe or from its models as engines (default: the settings "
+                        "file's Tracking choice, else auto: onnx where an NVIDIA GPU backend runs, else mediapipe)")
     r.add_argument("--remote", metavar="grpc://HOST:PORT", default=None,
                    help="run the engines on an 'avatar-app serve' server (local engines when it does not answer)")
     common(r)
@@ -218,7 +218,10 @@ def _render_options(args):
     """RenderOptions from the command line and the studio's settings file (``--settings``).
 
     Without ``--settings`` the post-processing is a fresh studio's; the options given
-    on the command line (``--background``, ``--avatar``) win over the file's.
+    on the command line (``--background``, ``--avatar``, ``--tracker``) win over the file's.
+    The face tracker is the file's Tracking row (with its ONNX backend and precision)
+    unless ``--tracker`` names one; the file's backend and precision apply whenever the
+    ONNX tracker runs.
 
     Each invalid or out-of-range value of the settings file is rejected (its default used) and
     named in a ``warning:`` line on stderr.
@@ -244,7 +247,8 @@ def _render_options(args):
         size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=background,
         audio_path=getattr(args, "audio", None), use_audio=not getattr(args, "no_audio", False),
         avatar_path=avatar, lighting=studio.avatar.lighting, settings=studio.chain(),
-        tracker=getattr(args, "tracker", "auto"),
+        tracker=getattr(args, "tracker", None) or studio.engines.tracker["kind"],
+        tracker_backend=studio.engines.tracker["backend"], tracker_precision=studio.engines.tracker["precision"],
     )
 
 

@@ -36,7 +36,9 @@ class LivePipeline:
         ring: an AudioRing for speech (microphone); defaults to ``source.ring``.
 
     Attributes:
-        processor: the FrameProcessor (its ``reconstructor``/``speech`` may be swapped).
+        processor: the FrameProcessor (its ``reconstructor``/``speech`` may be swapped; its
+            ``tracker`` through :meth:`replace_tracker`).
+        tracker_swaps: trackers swapped in by :meth:`replace_tracker`.
         stats: LatencyStats the overlay reads (camera-to-screen is added by the
             presenter through :meth:`presented`).
         error: the last error of the source or a stage, as a user message, or None.
@@ -68,6 +70,8 @@ class LivePipeline:
         self.on_state: Callable[[AvatarState], None] | None = None
         self.last_frame: Frame | None = None
         self._max_fps = 0.0
+        self._next_tracker: tuple | None = None  # (tracker, retire) waiting for the next frame
+        self.tracker_swaps = 0
 
     @property
     def chain(self):
@@ -95,6 +99,45 @@ class LivePipeline:
         """The processing-rate cap in Hz (0 = uncapped)."""
         return self._max_fps
 
+    @property
+    def tracker(self):
+        """The face tracker of the next frame: one waiting to be swapped in, else the one serving."""
+        waiting = self._next_tracker
+        return waiting[0] if waiting is not None else self.processor.tracker
+
+    def replace_tracker(self, tracker, retire: Callable[[object], None] | None = None) -> None:
+        """Use ``tracker`` from the next frame on (a tracker switch; the current one serves until then).
+
+        The processing thread swaps it in between two frames and hands the old tracker
+        to ``retire`` (default: closed there); a later call before the swap replaces the
+        waiting tracker, which is retired unused. A tracker still waiting when the pipeline
+        stops is closed by :meth:`stop`.
+
+        Args:
+            tracker: a started FaceTracker in the live running mode (owned by the pipeline from now).
+            retire: ``retire(old_tracker)``, called on the processing thread; it must close it
+                (e.g. on a worker: closing MediaPipe's graphs takes a moment).
+
+        Thread: any.
+        """
+        retire = retire or (lambda t: t.close())
+        with self._lock:
+            waiting, self._next_tracker = self._next_tracker, (tracker, retire)
+        if waiting is not None:
+            waiting[1](waiting[0])
+
+    def _swap_tracker(self) -> None:
+        """Put a waiting tracker in (processing thread, between two frames)."""
+        with self._lock:
+            waiting, self._next_tracker = self._next_tracker, None
+        if waiting is None:
+            return
+        tracker, retire = waiting
+        old, self.processor.tracker, self.stages.tracker = self.processor.tracker, tracker, tracker
+        self.tracker_swaps += 1
+        if old is not None and old is not tracker:
+            retire(old)
+
     def start(self) -> None:
         """Start the source and the processing thread.
 
@@ -117,10 +160,14 @@ class LivePipeline:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        with self._lock:
+            waiting, self._next_tracker = self._next_tracker, None
         try:
             self.source.stop()
         finally:
             self.stages.close()
+            if waiting is not None and waiting[0] is not self.stages.tracker:
+                waiting[0].close()
 
     @property
     def running(self) -> bool:
@@ -181,6 +228,8 @@ class LivePipeline:
             if frame is None:
                 continue
             last_index = frame.index
+            if self._next_tracker is not None:
+                self._swap_tracker()
             last_start_ns = now_ns()
             stamps = frame.capture_stamps()
             if frame.t_delivered_ns:

@@ -62,6 +62,8 @@ class RenderOptions:
             a fresh studio's by default, or the studio's own settings file
             (:func:`avatar_app.pipeline.settings.load_settings_file`, ``render --settings``).
         tracker: ``auto``, ``onnx`` or ``mediapipe`` (``render --tracker``; tracking.select).
+        tracker_backend / tracker_precision: the ONNX tracker's engine (the settings file's
+            Tracking row; None or "auto": the fastest verified engine).
     """
 
     size: tuple[int, int] = (1280, 720)
@@ -75,6 +77,8 @@ class RenderOptions:
     lighting: str = "studio"
     settings: ChainSettings = field(default_factory=ChainSettings)
     tracker: str = "auto"
+    tracker_backend: str | None = None
+    tracker_precision: str | None = None
 
 
 @dataclass
@@ -297,7 +301,8 @@ class OfflineRun:
 
 def offline_states(path: Path, settings: ChainSettings | None = None,
                    on_state: Callable[[AvatarState], None] | None = None,
-                   stop: threading.Event | None = None) -> list[AvatarState]:
+                   stop: threading.Event | None = None,
+                   tracker: tuple[str, str | None, str | None] = ("auto", None, None)) -> list[AvatarState]:
     """The states :func:`render_file` renders, without rendering: every frame of ``path`` in media time.
 
     The video's own audio track drives speech, as in ``render`` without ``--audio``.
@@ -307,6 +312,8 @@ def offline_states(path: Path, settings: ChainSettings | None = None,
         settings: the post-processing chain's settings (default: a fresh studio's).
         on_state: called with each state, in order.
         stop: ends the run before the next frame when set.
+        tracker: ``(kind, backend, precision)`` of the face tracker, as RenderOptions'
+            ``tracker``, ``tracker_backend`` and ``tracker_precision``.
 
     Returns:
         One AvatarState per decoded frame.
@@ -320,7 +327,9 @@ def offline_states(path: Path, settings: ChainSettings | None = None,
     out: list[AvatarState] = []
     with VideoFileSource(path) as src:
         _, speech_audio = open_audio(src, Path(path), options, RenderReport(Path(path), sidecar_path_for(path)))
-        stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings))
+        kind, backend, precision = tracker
+        stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings,
+                                          tracker=kind, tracker_backend=backend, tracker_precision=precision))
         try:
             for state in OfflineRun(src, make_offline_processor(stages), speech_audio, stop):
                 out.append(state)
@@ -442,7 +451,9 @@ def render_file(
         fps_out = float(options.fps or info.fps or 30.0)
         avatar = load_avatar_option(options, report)
         stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings,
-                                          on_fallback=report.warnings.append, tracker=options.tracker),
+                                          on_fallback=report.warnings.append, tracker=options.tracker,
+                                          tracker_backend=options.tracker_backend,
+                                          tracker_precision=options.tracker_precision),
                               reconstructor=reconstructor, speech=speech)
         report.face_solver = stages.face_solver
         report.speech_backend = describe_speech(stages.speech)

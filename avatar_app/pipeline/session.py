@@ -7,7 +7,8 @@
 - the live pipeline (:class:`~avatar_app.pipeline.live.LivePipeline`), built by
   :func:`~avatar_app.pipeline.stages.build_stages` with the engine controller's
   slots, and its post-processing chain (fusion, tuning, expressions);
-- the engine choice and swaps (:class:`~avatar_app.pipeline.engines.EngineController`);
+- the engine choice and swaps (:class:`~avatar_app.pipeline.engines.EngineController`) and
+  the face tracker's (:class:`~avatar_app.pipeline.stage_swaps.TrackerController`);
 - the output fan-out (:class:`~avatar_app.pipeline.outputs.LiveOutputs`: VMC, the
   virtual camera, calibration samples; :class:`~avatar_app.pipeline.recording.StudioRecording`:
   the clip, its audio and blendshape track from the view's rendered frames);
@@ -41,12 +42,8 @@ from avatar_app.fusion.expressions import ExpressionLayer, parse_mix
 from avatar_app.pipeline import settings as store
 from avatar_app.pipeline.outputs import LiveOutputs
 from avatar_app.pipeline.session_events import SessionEvents, SourceInfo, sentence  # noqa: F401
-from avatar_app.pipeline.stages import (
-    StageChoice,
-    build_reconstructor,
-    build_speech,
-    build_stages,
-)
+from avatar_app.pipeline.stage_swaps import TrackerController, attach_engines
+from avatar_app.pipeline.stages import StageChoice, build_stages
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +126,7 @@ class StudioSession:
         self.engines = engines or EngineController()
         self.engines.changed.connect(lambda name: self.dispatch(lambda: self._on_engine_changed(name)))
         self.engines.statuses_ready.connect(lambda: self.dispatch(self.events.statuses_ready.emit))
+        self.trackers = TrackerController(self)
         self.outputs = LiveOutputs(self)
         self.frame_rendered.connect(self.outputs.on_frame_rendered)
 
@@ -136,6 +134,7 @@ class StudioSession:
         """Open the engines, the live outputs and the first source (a file, the camera, or the last one)."""
         choices = {k: dict(v) for k, v in self.settings.engines.choices.items()}
         self.engines.start(choices)
+        self.trackers.start()
         self.outputs.apply(self.settings.output)
         last = self.store.value("last_file", "", type=str)
         if source is not None:
@@ -146,14 +145,16 @@ class StudioSession:
             self.open_camera(camera if camera is not None else self.store.value("camera", 0, type=int))
 
     # ================================================================== sources
-    def _slots(self) -> dict:
+    def slots(self) -> dict:
+        """Engine name -> the controller's open EngineSlot or None (the stage factory's ``slots``)."""
         return {n: self.engines.slot(n) for n in ("face_recon", "speech2face")}
 
     def _make_pipeline(self, source, ring):
         """A started LivePipeline on ``source`` (stages from the stage factory, the session's chain)."""
         from avatar_app.pipeline.live import LivePipeline
 
-        choice = StageChoice(live=True, audio=ring is not None, slots=self._slots())
+        choice = StageChoice(live=True, audio=ring is not None, slots=self.slots(), **self.trackers.stage_fields(),
+                             on_fallback=self.trackers.note_fallback)
         recon = self.reconstructor_factory(self.engines) if self.reconstructor_factory is not None else None
         speech = self.speech_factory(self.engines) if self.speech_factory is not None and ring is not None else None
         stages = build_stages(choice, reconstructor=recon, speech=speech, chain=self.chain)
@@ -474,47 +475,15 @@ class StudioSession:
         self.events.engine_changed.emit(name)
         self._attach_engines()
 
-    def _attach_engines(self) -> None:
-        """Give the running pipeline an engine whose slot has just opened (swapped between two frames).
+    def set_tracker_choice(self, kind: str, backend: str = "auto", precision: str | None = None) -> Future:
+        """Switch the face tracker (built in the background, swapped between two frames; persisted).
 
-        The wrapper (EngineReconstructor / EngineSpeechAnimator) is built on the
-        session's worker thread and assigned to the pipeline's processor there: the
-        processing thread reads it once per frame. The slot object stays the same
-        across backend/precision switches, so this happens once per pipeline and
-        engine; the neutral face is carried over.
+        See :meth:`~avatar_app.pipeline.stage_swaps.TrackerController.request`.
         """
-        pipe = self.pipeline
-        if pipe is None:
-            return
-        speech_slot, face_slot = self.engines.slot("speech2face"), self.engines.slot("face_recon")
-        want_speech = (speech_slot is not None and pipe.ring is not None
-                       and getattr(pipe.processor.speech, "slot", None) is not speech_slot)
-        want_face = face_slot is not None and getattr(pipe.processor.reconstructor, "slot", None) is not face_slot
-        if want_speech or want_face:
-            self.worker.submit(self._attach, pipe, want_speech, want_face, self.neutral_landmarks)
+        return self.trackers.request(kind, backend, precision)
 
-    def _attach(self, pipe, want_speech: bool, want_face: bool, neutral) -> None:
-        if self.pipeline is not pipe:
-            return
-        choice = StageChoice(live=True, slots=self._slots())
-        if want_speech:
-            try:
-                f = self.speech_factory
-                speech = f(self.engines) if f is not None else build_speech(choice)
-                if speech is not None:
-                    pipe.processor.speech = speech
-            except AvatarError as exc:
-                log.warning("speech engine not attached: %s", exc)
-        if want_face:
-            try:
-                f = self.reconstructor_factory
-                recon = f(self.engines) if f is not None else build_reconstructor(choice)
-                if recon is not None:
-                    if neutral is not None:
-                        recon.calibrate_neutral(neutral)
-                    pipe.processor.reconstructor = recon
-            except AvatarError as exc:
-                log.warning("face reconstruction engine not attached: %s", exc)
+    def _attach_engines(self) -> None:
+        attach_engines(self)
 
     # ================================================================== settings
     def set_tuning(self, s) -> None:
@@ -662,7 +631,7 @@ class StudioSession:
                     stop=None) -> list[AvatarState]:
         """Every frame of a video in media time through the studio's stages and chain (no drops).
 
-        The same stage factory, processor and chain settings as ``avatar-app render
+        The same stage factory, tracker choice, processor and chain settings as ``avatar-app render
         --settings`` with this session's exported settings
         (:func:`~avatar_app.pipeline.offline.offline_states`), so both give the same states.
 
@@ -680,7 +649,9 @@ class StudioSession:
         from avatar_app.pipeline.offline import offline_states
 
         self.settings.tuning = self.chain.tuner.settings
-        return offline_states(Path(path), self.settings.chain(), on_state, stop)
+        t = self.settings.engines.tracker
+        return offline_states(Path(path), self.settings.chain(), on_state, stop,
+                              tracker=(t["kind"], t["backend"], t["precision"]))
 
     # ================================================================== close
     def close(self) -> None:
@@ -693,6 +664,7 @@ class StudioSession:
         self._opener.shutdown(wait=True, cancel_futures=True)
         self.worker.shutdown(wait=True, cancel_futures=True)
         self._audio_opener.shutdown(wait=True, cancel_futures=True)
+        self.trackers.close()
         for objs in list(self._retired):  # their stop was cancelled with the opener's queue
             self._stop_retired(objs)
         self.stop_pipeline()

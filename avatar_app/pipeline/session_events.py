@@ -51,7 +51,8 @@ class SessionEvents:
         source_lost(message, camera): the running source stopped (a camera is looked for again).
         mic_changed(text): what the microphone is now.
         state(state): a new AvatarState (pipeline thread).
-        engine_changed(name): an engine's slot, build or error changed.
+        engine_changed(name): an engine's slot, build or error changed (``"tracker"``: the face
+            tracker's choice, build or error, :class:`~avatar_app.pipeline.stage_swaps.TrackerController`).
         statuses_ready(): the backend probe finished.
         neutral_calibrated(): the neutral face was taken.
         status(text, ms): a short message for the status bar.

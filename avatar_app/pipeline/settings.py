@@ -65,11 +65,28 @@ class SourceSettings:
     microphone: str = ""
 
 
+#: Face trackers of the Engines panel's Tracking row (``render --tracker``; tracking.select).
+TRACKER_KINDS = ("auto", "mediapipe", "onnx")
+
+
+def default_tracker() -> dict:
+    """The Tracking row's default: ``{"kind": "auto", "backend": "auto", "precision": None}``."""
+    return {"kind": "auto", "backend": "auto", "precision": None}
+
+
 @dataclass
 class EngineChoice:
-    """Engines panel: the user's (backend, precision) per engine; None = Auto."""
+    """Engines panel.
+
+    Attributes:
+        choices: the user's ``{"backend", "precision"}`` per engine (None = Auto).
+        tracker: the Tracking row: ``kind`` (a name of :data:`TRACKER_KINDS`) and, for the ONNX
+            tracker, its engine-layer ``backend`` ("auto" or a backend name) and ``precision``
+            (None = the backend's default, "fp32", "fp16", "int8").
+    """
 
     choices: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    tracker: dict = field(default_factory=default_tracker)
 
 
 @dataclass
@@ -219,6 +236,8 @@ def validate(obj, report: list | None = None, area: str = ""):
             obj.background = d.background
     if isinstance(obj, ExpressionSettings):
         _validate_expressions(obj, d, report, prefix)
+    if isinstance(obj, EngineChoice):
+        obj.tracker = validate_tracker(obj.tracker, report, prefix)
     if isinstance(obj, OutputSettings):
         from avatar_app.record.formats import KNOWN_FORMATS
 
@@ -248,6 +267,24 @@ def _validate_expressions(obj: ExpressionSettings, d: ExpressionSettings, report
     obj.hotkeys = {k: str(obj.hotkeys.get(k, d.hotkeys[k])) for k in EXPRESSION_NAMES}
     obj.modes = {k: obj.modes.get(k) if obj.modes.get(k) in ("toggle", "hold") else "toggle"
                  for k in EXPRESSION_NAMES}
+
+
+def validate_tracker(t: dict, report: list | None, prefix: str) -> dict:
+    """The Tracking row's choice with every bad value (named in ``report``) at its default."""
+    from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
+
+    out = default_tracker()
+    allowed = {"kind": TRACKER_KINDS, "backend": tuple(BACKEND_LABELS), "precision": (None, *PRECISIONS)}
+    for key, value in t.items():
+        if key not in allowed:
+            _note(report, f"{prefix}.tracker.{key}", value, "is not a setting (ignored)", None)
+        elif value not in allowed[key] or isinstance(value, bool):
+            names = ", ".join("null" if v is None else v for v in allowed[key])
+            _note(report, f"{prefix}.tracker.{key}", value, f"is not one of {names}"
+                  + ("; using the backend's default" if out[key] is None else ""), out[key])
+        else:
+            out[key] = value
+    return out
 
 
 def load_area(settings, cls):

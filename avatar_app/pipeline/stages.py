@@ -73,6 +73,10 @@ class StageChoice:
             :mod:`avatar_app.inference.remote`).
         track: build a face tracker (False: vision comes from elsewhere, the demo).
         tracker: which one: ``auto``, ``onnx`` or ``mediapipe`` (:mod:`avatar_app.tracking.select`).
+        tracker_backend / tracker_precision: the ONNX tracker's engine-layer backend and
+            precision (None or ``"auto"``: the fastest verified engine; ignored for MediaPipe).
+        tracker_fallback: when the ONNX tracker cannot load, run MediaPipe's (``on_fallback``
+            hears why) instead of raising (the studio; ``render --tracker onnx`` raises).
         chain: the post-processing settings (default: a fresh studio's).
         on_fallback: hears a sentence for the user when an engine that was asked for
             could not be used and its solver stands in.
@@ -87,6 +91,9 @@ class StageChoice:
     backend: str | None = None
     track: bool = True
     tracker: str = "auto"
+    tracker_backend: str | None = None
+    tracker_precision: str | None = None
+    tracker_fallback: bool = False
     chain: ChainSettings = field(default_factory=ChainSettings)
     on_fallback: Callable[[str], None] | None = None
 
@@ -184,6 +191,41 @@ def build_speech(choice: StageChoice):
     return _speech(choice)
 
 
+def build_tracker(choice: StageChoice):
+    """Only the face tracker of :func:`build_stages` (a tracker switch in the studio).
+
+    Returns:
+        A FaceTracker (MediaPipe's or the ONNX tracker) in the choice's running mode.
+
+    Raises:
+        InputError: an unknown tracker name.
+        AvatarError: the tracker cannot start (an ONNX tracker that does not load only
+            without ``choice.tracker_fallback``; with it, MediaPipe's serves instead).
+    """
+    from avatar_app.tracking.face_mesh import RunningMode
+    from avatar_app.tracking.select import make_tracker, resolve_tracker
+
+    mode = RunningMode.LIVE if choice.live else RunningMode.VIDEO
+    backend = None if choice.tracker_backend in (None, "auto") else choice.tracker_backend
+    kind = resolve_tracker(choice.tracker)
+    if kind == "mediapipe":
+        return make_tracker("mediapipe", mode)
+    try:
+        return make_tracker("onnx", mode, backend=backend, precision=choice.tracker_precision,
+                            manager=choice.manager)
+    except AvatarError as exc:
+        if not choice.tracker_fallback:
+            raise
+        log.warning("ONNX tracker unavailable (%s); using MediaPipe's", exc)
+        _tell(choice, f"the ONNX tracker cannot be used ({_bare(exc)}); MediaPipe tracks the face instead")
+        return make_tracker("mediapipe", mode)
+
+
+def _bare(exc: BaseException) -> str:
+    """An error's text without its trailing full stop (for embedding in a sentence)."""
+    return str(exc).strip().rstrip(".")
+
+
 def build_stages(choice: StageChoice | None = None, expressions=None, reconstructor=None,
                  speech=None, chain: PostChain | None = None) -> Stages:
     """Build the stages of one stream (see the module docstring for the policy).
@@ -205,10 +247,5 @@ def build_stages(choice: StageChoice | None = None, expressions=None, reconstruc
     choice = choice or StageChoice()
     recon = reconstructor if reconstructor is not None else _face(choice)
     speech = speech if speech is not None else _speech(choice)
-    tracker = None
-    if choice.track:
-        from avatar_app.tracking.face_mesh import RunningMode
-        from avatar_app.tracking.select import make_tracker
-
-        tracker = make_tracker(choice.tracker, RunningMode.LIVE if choice.live else RunningMode.VIDEO)
+    tracker = build_tracker(choice) if choice.track else None
     return Stages(tracker, recon, speech, chain if chain is not None else PostChain(choice.chain, expressions))

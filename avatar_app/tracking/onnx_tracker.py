@@ -218,6 +218,8 @@ class OnnxFaceTracker(FaceTracker):
         engines: the :class:`LandmarkEngines` to use (shared, not closed by the
             tracker); default: made from ``backend``/``precision`` and closed with it.
         backend / precision: engine choice when ``engines`` is None.
+        manager: the :class:`~avatar_app.inference.EngineManager` that opens them when
+            ``engines`` is None (default: a new one; the studio passes its own, for its cache).
 
     Raises:
         InputError: a parameter out of range.
@@ -225,9 +227,9 @@ class OnnxFaceTracker(FaceTracker):
     """
 
     def __init__(self, mode: RunningMode = RunningMode.VIDEO, *, engines: LandmarkEngines | None = None,
-                 backend: str | None = None, precision: str | None = None, **kwargs) -> None:
+                 backend: str | None = None, precision: str | None = None, manager=None, **kwargs) -> None:
         self._own_engines = engines is None
-        self._engines = engines if engines is not None else LandmarkEngines(backend, precision)
+        self._engines = engines if engines is not None else LandmarkEngines(backend, precision, manager=manager)
         self._state = StreamState()
         try:
             super().__init__(mode, **kwargs)

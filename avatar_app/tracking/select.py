@@ -32,6 +32,21 @@ def gpu_backend() -> str | None:
     return None
 
 
+def auto_tracker(gpu: str | None) -> str:
+    """What ``auto`` resolves to given the first runnable GPU backend (None: no GPU backend runs here)."""
+    return "onnx" if ONNX_FASTER_ON_CPU or gpu is not None else "mediapipe"
+
+
+def tracker_kind(tracker: object | None) -> str:
+    """``"onnx"`` for an :class:`~avatar_app.tracking.onnx_tracker.OnnxFaceTracker`, ``"mediapipe"`` for
+    MediaPipe's :class:`FaceTracker`, ``""`` for None (the kind of a running tracker, not of a choice)."""
+    if tracker is None:
+        return ""
+    from avatar_app.tracking.onnx_tracker import OnnxFaceTracker
+
+    return "onnx" if isinstance(tracker, OnnxFaceTracker) else "mediapipe"
+
+
 def resolve_tracker(name: str = "auto") -> str:
     """``"onnx"`` or ``"mediapipe"`` for a ``--tracker`` value.
 
@@ -43,7 +58,7 @@ def resolve_tracker(name: str = "auto") -> str:
         raise InputError(f"unknown tracker {name!r}; choose one of {', '.join(TRACKERS)}")
     if name != "auto":
         return name
-    return "onnx" if ONNX_FASTER_ON_CPU or gpu_backend() is not None else "mediapipe"
+    return auto_tracker(None if ONNX_FASTER_ON_CPU else gpu_backend())
 
 
 def make_tracker(name: str = "auto", mode: RunningMode = RunningMode.VIDEO, **kwargs) -> FaceTracker:
@@ -53,7 +68,7 @@ def make_tracker(name: str = "auto", mode: RunningMode = RunningMode.VIDEO, **kw
         name: ``auto``, ``onnx`` or ``mediapipe``.
         mode: the running mode.
         **kwargs: passed to the tracker (FaceTracker's options; ``backend``/``precision``
-            for the ONNX tracker).
+            and ``manager`` for the ONNX tracker).
 
     Raises:
         InputError: an unknown name or option.
@@ -61,7 +76,7 @@ def make_tracker(name: str = "auto", mode: RunningMode = RunningMode.VIDEO, **kw
     """
     kind = resolve_tracker(name)
     if kind == "mediapipe":
-        kwargs.pop("backend", None), kwargs.pop("precision", None)
+        kwargs.pop("backend", None), kwargs.pop("precision", None), kwargs.pop("manager", None)
         return FaceTracker(mode, **kwargs)
     from avatar_app.tracking.onnx_tracker import OnnxFaceTracker
 

@@ -129,6 +129,7 @@ class LiveView(QObject):
         self.notifier.status(info.label, 5000)
         self.panels["sources"].on_source_changed()
         self.recording.update_enabled()
+        self.update_engine_status()  # the new pipeline's tracker
 
     def _on_source_failed(self, info, nothing_runs: bool) -> None:
         error = plain_error(info.error)
@@ -171,7 +172,8 @@ class LiveView(QObject):
         engines = self.session.engines
         short = {"face_recon": "Face", "speech2face": "Speech"}
         self.status_labels["engines"].setText(
-            "   ".join(f"{short.get(n, n)}: {engines.describe(n)}" for n in engines.entries))
+            "   ".join([f"{short.get(n, n)}: {engines.describe(n)}" for n in engines.entries]
+                       + [f"Tracking: {self.session.trackers.short()}"]))
 
     def _on_output_status(self, kind: str, text: str) -> None:
         out = self.panels["output"]

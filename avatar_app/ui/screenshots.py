@@ -3,11 +3,12 @@
 Usage (under a display or Xvfb; the 200% set needs a screen large enough for
 the window at twice its size, e.g. Xvfb ``-screen 0 3840x2160x24``)::
 
-    python -m avatar_app.ui.screenshots docs/screenshots --source VIDEO [--suffix @2x]
+    python -m avatar_app.ui.screenshots docs/screenshots --source VIDEO [--suffix @2x] [--panels engines]
     QT_SCALE_FACTOR=2 python -m avatar_app.ui.screenshots docs/screenshots --source VIDEO --suffix @2x
 
-Writes ``studio-<panel><suffix>.png`` for every tabbed panel and
-``studio-clean<suffix>.png`` (panels hidden). Settings go to a temporary
+Writes ``studio-<panel><suffix>.png`` for every tabbed panel (or those of ``--panels``) and
+``studio-clean<suffix>.png`` (panels hidden; not with ``--panels``). A panel taller than its dock
+is scrolled to the part named in :data:`SHOWN` (the Engines panel: its Tracking row). Settings go to a temporary
 QSettings file, so the user's own settings are neither used nor changed.
 """
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 from pathlib import Path
 
 TABBED = ("sources", "engines", "calibration", "tracking", "expressions", "avatar", "output")
+#: Panel -> the attribute of the part its screenshot scrolls to.
+SHOWN = {"engines": "tracker_box"}
 
 
 def _wait(app, seconds: float) -> None:
@@ -34,8 +37,20 @@ def _save(pixmap, path: Path) -> None:
     pixmap.save(str(path), "PNG", 0)
 
 
-def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900)) -> list[Path]:
+def _scroll_to(win, key: str) -> None:
+    """Scroll panel ``key``'s dock so that its :data:`SHOWN` part is in view."""
+    from PySide6.QtWidgets import QScrollArea
+
+    area, part = win.docks[key].widget(), getattr(win.panels[key], SHOWN.get(key, ""), None)
+    if isinstance(area, QScrollArea) and part is not None:
+        area.ensureWidgetVisible(part, 0, 0)
+
+
+def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900), panels=TABBED) -> list[Path]:
     """Open the window on ``source``, then save one screenshot per panel into ``out_dir``.
+
+    Args:
+        panels: the panels to take (default all, then the clean view).
 
     Returns:
         The PNG paths written.
@@ -57,18 +72,21 @@ def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900)) -> lis
             _wait(app, 0.1)
         _wait(app, 2.0)
         written = []
-        for key in TABBED:
+        for key in panels:
             win.docks[key].raise_()
             _wait(app, 1.0)
+            _scroll_to(win, key)
+            _wait(app, 0.3)
             p = out_dir / f"studio-{key}{suffix}.png"
             _save(win.grab(), p)
             written.append(p)
-        win.toggle_panels(True)
-        _wait(app, 1.0)
-        p = out_dir / f"studio-clean{suffix}.png"
-        _save(win.grab(), p)
-        written.append(p)
-        win.toggle_panels(False)
+        if tuple(panels) == TABBED:
+            win.toggle_panels(True)
+            _wait(app, 1.0)
+            p = out_dir / f"studio-clean{suffix}.png"
+            _save(win.grab(), p)
+            written.append(p)
+            win.toggle_panels(False)
         win.close()
         win.deleteLater()
         _wait(app, 0.5)
@@ -81,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--source", type=Path, required=True, help="a video with a face to play")
     ap.add_argument("--suffix", default="", help="file name suffix, e.g. @2x")
+    ap.add_argument("--panels", nargs="+", choices=TABBED, default=list(TABBED), help="only these panels")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    for p in take(args.out_dir, args.source, args.suffix):
+    for p in take(args.out_dir, args.source, args.suffix, panels=tuple(args.panels)):
         print(p)
     return 0
 

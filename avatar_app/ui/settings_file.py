@@ -4,8 +4,8 @@ The file is the one ``avatar-app render --settings FILE`` reads
 (:func:`avatar_app.pipeline.settings.save_settings_file` / ``load_settings_file``).
 Importing reads and validates the whole file first: a missing, unreadable or
 malformed file is refused with its reason and nothing changes. A valid file is
-applied at once (tracking, expressions, avatar look, output, engines, microphone,
-mouth fusion), shown in the panels and persisted; values it holds that are
+applied at once (tracking, expressions, avatar look, output, engines, the face
+tracker, microphone, mouth fusion), shown in the panels and persisted; values it holds that are
 invalid or out of range take their defaults and are named in a warning.
 The camera and the playing file are not switched (the Sources panel does that).
 
@@ -106,6 +106,9 @@ def apply_settings(win, new: store.StudioSettings) -> None:
         box = p["engines"].boxes.get(name)
         if box is not None and isinstance(choice, dict) and choice.get("backend"):
             box.select(choice["backend"], choice.get("precision"))
+    t = new.engines.tracker
+    if t != s.settings.engines.tracker:  # the Tracking row: the tracker switches in the background
+        p["engines"].tracker_box.select(t["kind"], t["backend"], t["precision"])
     if new.source.microphone != s.settings.source.microphone:
         s.set_microphone(new.source.microphone)
     s.settings.source = replace(new.source, kind=s.settings.source.kind)

@@ -125,8 +125,107 @@ class _EngineBox(QGroupBox):
                                if item_enabled(self.precision, i)]}
 
 
+class _TrackerBox(QGroupBox):
+    """The Tracking row: which face tracker runs (Auto, MediaPipe, the ONNX engines with backend and precision).
+
+    The choice goes to the session's TrackerController: the new tracker is built in the
+    background while the current one keeps tracking.
+    """
+
+    TRACKERS = ("auto", "mediapipe", "onnx")
+
+    def __init__(self, panel: "EnginesPanel"):
+        super().__init__("Tracking")
+        self.panel = panel
+        form = QFormLayout(self)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.tracker = QComboBox()
+        for kind in self.TRACKERS:
+            self.tracker.addItem(kind, kind)
+        self.backend = QComboBox()
+        for key, text in BACKEND_LABELS.items():
+            self.backend.addItem(text, key)
+        self.precision = QComboBox()
+        self.precision.addItem("Default", None)
+        for p in PRECISIONS:
+            self.precision.addItem(p.upper(), p)
+        form.addRow("Tracker", self.tracker)
+        form.addRow("Backend", self.backend)
+        form.addRow("Precision", self.precision)
+        self.build_label = QLabel("")
+        self.build_label.setWordWrap(True)
+        form.addRow(self.build_label)
+        self.serving = QLabel("")
+        self.serving.setWordWrap(True)
+        form.addRow("Serving", self.serving)
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        form.addRow(self.message)
+        self._updating = False
+        for combo in (self.tracker, self.backend, self.precision):
+            combo.activated.connect(self._on_choice)
+
+    def _on_choice(self, *_):
+        if self._updating:
+            return
+        self.panel.session.set_tracker_choice(self.tracker.currentData(), self.backend.currentData(),
+                                              self.precision.currentData())
+        self.refresh()
+
+    def select(self, kind: str, backend: str = "auto", precision: str | None = None) -> None:
+        """Choose a tracker as the user would (settings import, tests)."""
+        self._updating = True
+        for combo, value in ((self.tracker, kind), (self.backend, backend), (self.precision, precision)):
+            combo.setCurrentIndex(max(0, combo.findData(value)))
+        self._updating = False
+        self._on_choice()
+
+    def refresh(self) -> None:
+        ctl = self.panel.session.trackers
+        c = ctl.choice
+        self._updating = True
+        try:
+            for combo, value in ((self.tracker, c["kind"]), (self.backend, c["backend"]),
+                                 (self.precision, c["precision"])):
+                combo.setCurrentIndex(max(0, combo.findData(value)))
+            for i, kind in enumerate(self.TRACKERS):
+                self.tracker.setItemText(i, ctl.label(kind))
+                why = ctl.kind_reason(kind)
+                set_item_enabled(self.tracker, i, why is None, why or "")
+            for i in range(self.backend.count()):
+                why = ctl.backend_reason(self.backend.itemData(i))
+                set_item_enabled(self.backend, i, why is None, why or "")
+            cur = self.backend.currentData()
+            for i in range(1, self.precision.count()):
+                why = ctl.precision_reason(cur, self.precision.itemData(i))
+                set_item_enabled(self.precision, i, why is None, why or "")
+        finally:
+            self._updating = False
+        onnx = c["kind"] == "onnx" or (c["kind"] == "auto" and ctl.auto_kind() == "onnx")
+        self.backend.setEnabled(c["kind"] == "onnx")
+        self.precision.setEnabled(c["kind"] == "onnx")
+        tip = "" if c["kind"] == "onnx" else "choose ONNX engines to pick the landmark engines' backend and precision"
+        self.backend.setToolTip(tip)
+        self.precision.setToolTip(tip)
+        self.build_label.setVisible(ctl.building)
+        self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker")
+                                 + "; the current tracker keeps running.")
+        self.serving.setText(ctl.serving() or "no source")
+        text = "\n".join(t for t in (ctl.error, ctl.notice) if t)
+        self.message.setText(text)
+        self.message.setVisible(bool(text))
+        self.message.setStyleSheet("color: #c0392b;" if text else "")
+
+    def enabled_options(self) -> dict[str, list[str]]:
+        """Which trackers, backends and precisions are enabled now (for tests and screenshots)."""
+        return {name: [combo.itemData(i) for i in range(start, combo.count()) if item_enabled(combo, i)]
+                for name, combo, start in (("trackers", self.tracker, 0), ("backends", self.backend, 0),
+                                           ("precisions", self.precision, 1))}
+
+
 class EnginesPanel(Panel):
-    """Per engine (face reconstruction, speech): backend and precision, build progress, verification.
+    """Per engine (face reconstruction, speech): backend and precision, build progress, verification;
+    and the Tracking row (the face tracker: Auto, MediaPipe or the ONNX landmark engines).
 
     Options this machine cannot run are disabled with the reason as their tooltip.
     A switch builds and verifies the new engine in the background while the
@@ -144,13 +243,18 @@ class EnginesPanel(Panel):
             box = _EngineBox(self, name, e.label)
             self.boxes[name] = box
             lay.addWidget(box)
+        self.tracker_box = _TrackerBox(self)
+        lay.addWidget(self.tracker_box)
         lay.addStretch(1)
         bridge.statuses_ready.connect(self.refresh)
         bridge.engine_changed.connect(self.refresh)
+        bridge.source_changed.connect(lambda _info: self.tracker_box.refresh())  # a new pipeline's tracker
         self.refresh()
 
     def refresh(self, name: str | None = None) -> None:
-        """Update one engine's controls (or all)."""
+        """Update one engine's controls (``"tracker"``: the Tracking row; None: all)."""
         for n, box in self.boxes.items():
             if name is None or n == name:
                 box.refresh()
+        if name is None or name == "tracker":
+            self.tracker_box.refresh()

@@ -1,0 +1,334 @@
+"""Swapping stages of the studio's running pipeline: the engine wrappers and the face tracker.
+
+- :func:`attach_engines` gives the running pipeline the face/speech wrapper of an
+  engine slot that has just opened (the slot itself swaps backends and precisions).
+- :class:`TrackerController` is the Engines panel's Tracking row without Qt: the
+  user's tracker (Auto, MediaPipe, the ONNX landmark engines with a backend and a
+  precision), what Auto resolves to here, why an option cannot be chosen, and
+  the switch: the new tracker is built on the controller's own thread while the
+  current one keeps tracking, then handed to the pipeline, which swaps it in
+  between two frames (:meth:`~avatar_app.pipeline.live.LivePipeline.replace_tracker`).
+  An ONNX tracker that does not load leaves the current tracker running (a new
+  source falls back to MediaPipe's) and says why; a precision that did not pass
+  verification is named with what serves instead.
+
+Thread: call from the session's controlling thread; builds run on the
+"tracker-builder" thread, results come back through the session's ``dispatch``.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from avatar_app.core.errors import AvatarError
+from avatar_app.pipeline import settings as store
+from avatar_app.pipeline.stages import StageChoice, build_reconstructor, build_speech, build_tracker
+
+log = logging.getLogger(__name__)
+
+#: Labels of the Tracking row's trackers (``auto``'s gets what it resolves to).
+TRACKER_LABELS = {"auto": "Auto", "mediapipe": "MediaPipe", "onnx": "ONNX engines"}
+#: Short names of the ONNX tracker's engines, in LandmarkEngines' order.
+_ENGINE_NAMES = ("detector", "mesh")
+
+
+# ---------------------------------------------------------------------------- engine wrappers
+def attach_engines(session) -> None:
+    """Give the running pipeline an engine whose slot has just opened (swapped between two frames).
+
+    The wrapper (EngineReconstructor / EngineSpeechAnimator) is built on the
+    session's worker thread and assigned to the pipeline's processor there: the
+    processing thread reads it once per frame. The slot object stays the same
+    across backend/precision switches, so this happens once per pipeline and
+    engine; the neutral face is carried over.
+    """
+    pipe = session.pipeline
+    if pipe is None:
+        return
+    speech_slot, face_slot = session.engines.slot("speech2face"), session.engines.slot("face_recon")
+    want_speech = (speech_slot is not None and pipe.ring is not None
+                   and getattr(pipe.processor.speech, "slot", None) is not speech_slot)
+    want_face = face_slot is not None and getattr(pipe.processor.reconstructor, "slot", None) is not face_slot
+    if want_speech or want_face:
+        session.worker.submit(_attach, session, pipe, want_speech, want_face, session.neutral_landmarks)
+
+
+def _attach(session, pipe, want_speech: bool, want_face: bool, neutral) -> None:
+    if session.pipeline is not pipe:
+        return
+    choice = StageChoice(live=True, slots=session.slots())
+    if want_speech:
+        try:
+            f = session.speech_factory
+            speech = f(session.engines) if f is not None else build_speech(choice)
+            if speech is not None:
+                pipe.processor.speech = speech
+        except AvatarError as exc:
+            log.warning("speech engine not attached: %s", exc)
+    if want_face:
+        try:
+            f = session.reconstructor_factory
+            recon = f(session.engines) if f is not None else build_reconstructor(choice)
+            if recon is not None:
+                if neutral is not None:
+                    recon.calibrate_neutral(neutral)
+                pipe.processor.reconstructor = recon
+        except AvatarError as exc:
+            log.warning("face reconstruction engine not attached: %s", exc)
+
+
+# ---------------------------------------------------------------------------- the tracker
+class TrackerController:
+    """The Tracking row of the Engines panel (see the module docstring).
+
+    Args:
+        session: the :class:`~avatar_app.pipeline.session.StudioSession` (its settings,
+            engines, pipeline, events and dispatch).
+
+    Attributes:
+        error: why the last ONNX tracker did not load, as the user should read it ("" when none).
+        notice: which asked-for precision did not pass verification and what serves instead ("").
+        building: a tracker is being built (the current one keeps tracking).
+        swaps: trackers handed to a running pipeline.
+
+    Events: ``session.events.engine_changed("tracker")`` after every change (controlling thread).
+    """
+
+    NAME = "tracker"
+
+    def __init__(self, session):
+        self.session = session
+        self.error = ""
+        self.notice = ""
+        self.building = False
+        self.swaps = 0
+        self._generation = 0
+        self._infos: dict[str, object] | None = None  # model stem -> ModelInfo, read on the builder
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-builder")
+
+    # -- the choice ------------------------------------------------------------------
+    @property
+    def choice(self) -> dict:
+        """The persisted choice: ``{"kind", "backend", "precision"}`` (settings.EngineChoice.tracker)."""
+        return self.session.settings.engines.tracker
+
+    def start(self) -> Future:
+        """Read the landmark models' metadata (allowed precisions) in the background."""
+        return self._pool.submit(self._read_infos)
+
+    def _read_infos(self) -> None:
+        from avatar_app.tracking.onnx_tracker import model_paths
+
+        infos = {}
+        for path in model_paths():
+            if path.is_file():
+                try:
+                    infos[path.stem] = self.session.engines.manager.model_info(path)
+                except AvatarError as exc:
+                    log.warning("landmark model %s unreadable: %s", path.name, exc)
+        self._infos = infos
+        self._changed()
+
+    def stage_fields(self) -> dict:
+        """The :class:`StageChoice` fields of the choice (an ONNX tracker that failed: MediaPipe's)."""
+        c = self.choice
+        kind = "mediapipe" if c["kind"] == "onnx" and self.error else c["kind"]
+        return {"tracker": kind, "tracker_backend": c["backend"], "tracker_precision": c["precision"],
+                "tracker_fallback": True, "manager": self.session.engines.manager}
+
+    # -- what the panel shows -----------------------------------------------------------
+    def auto_kind(self) -> str | None:
+        """What Auto resolves to here (``"onnx"``/``"mediapipe"``), None until the backend probe ends."""
+        from avatar_app.tracking.select import GPU_BACKENDS, auto_tracker
+
+        statuses = self.session.engines.statuses
+        if statuses is None:
+            return None
+        gpu = next((n for n in GPU_BACKENDS if n in statuses and statuses[n].can_run), None)
+        return auto_tracker(gpu)
+
+    def label(self, kind: str) -> str:
+        """The row's text for ``kind``: ``Auto (MediaPipe on this CPU)``, ``MediaPipe``, ``ONNX engines``."""
+        if kind != "auto":
+            return TRACKER_LABELS[kind]
+        auto = self.auto_kind()
+        if auto is None:
+            return "Auto (checking this machine…)"
+        return "Auto (ONNX engines on the GPU)" if auto == "onnx" else "Auto (MediaPipe on this CPU)"
+
+    def kind_reason(self, kind: str) -> str | None:
+        """Why tracker ``kind`` cannot be chosen here, or None."""
+        if kind != "onnx":
+            return None
+        from avatar_app.tracking.onnx_tracker import model_paths
+
+        missing = [p.name for p in model_paths() if not p.is_file()]
+        return f"landmark models not installed ({', '.join(missing)})" if missing else None
+
+    def backend_reason(self, backend: str) -> str | None:
+        """Why the ONNX tracker cannot run on ``backend`` here, or None."""
+        from avatar_app.pipeline.engines import BACKEND_LABELS
+
+        why = self.kind_reason("onnx")
+        statuses = self.session.engines.statuses
+        if why or backend == "auto":
+            return why
+        if statuses is None:
+            return "checking what this machine can run…"
+        st = statuses.get(backend)
+        if st is None:
+            return f"{BACKEND_LABELS.get(backend, backend)} is not part of this installation"
+        return None if st.can_run else (st.reason or "cannot run on this machine")
+
+    def precision_reason(self, backend: str, precision: str) -> str | None:
+        """Why the ONNX tracker cannot run in ``precision`` on ``backend``, or None."""
+        from avatar_app.inference import Precision
+
+        why = self.backend_reason(backend)
+        if why:
+            return why
+        for info in (self._infos or {}).values():
+            if Precision.parse(precision) not in info.precisions:
+                return f"{info.path.name} is not made for {precision.upper()}"
+        statuses = self.session.engines.statuses or {}
+        names = [backend] if backend != "auto" else [n for n, s in statuses.items() if s.can_run]
+        reasons = [statuses[b].precisions.get(precision) for b in names if b in statuses]
+        if not reasons or any(not r for r in reasons):
+            return None
+        return reasons[0]
+
+    def serving(self) -> str:
+        """What tracks the running pipeline's faces: ``MediaPipe (CPU)``,
+        ``ONNX engines: ONNX Runtime CPU (detector FP32, mesh FP16)``, or "" without a pipeline."""
+        from avatar_app.pipeline.engines import BACKEND_LABELS
+        from avatar_app.tracking.select import tracker_kind
+
+        pipe = self.session.pipeline
+        tracker = pipe.tracker if pipe is not None else None
+        kind = tracker_kind(tracker)
+        if kind != "onnx":
+            return "MediaPipe (CPU)" if kind else ""
+        try:
+            runners = [s.active for s in tracker.engines.slots]
+        except AvatarError:
+            return "ONNX engines (closed)"
+        backends = sorted({BACKEND_LABELS.get(r.backend, r.backend) for r in runners})
+        parts = ", ".join(f"{n} {r.precision.value.upper()}" for n, r in zip(_ENGINE_NAMES, runners))
+        return f"ONNX engines: {' / '.join(backends)} ({parts})"
+
+    def short(self) -> str:
+        """For the status bar: ``MediaPipe`` or ``ONNX FP32``."""
+        text = self.serving()
+        if not text.startswith("ONNX"):
+            return text.split(" (")[0] or "none"
+        precisions = {w.rstrip(",)") for w in text.split("(")[-1].split() if w.rstrip(",)").isupper()}
+        return "ONNX " + "/".join(sorted(precisions))
+
+    # -- the switch ---------------------------------------------------------------------
+    def request(self, kind: str, backend: str = "auto", precision: str | None = None) -> Future:
+        """Choose the tracker (persisted) and switch the running pipeline to it in the background.
+
+        Args:
+            kind: ``auto``, ``mediapipe`` or ``onnx``.
+            backend: the ONNX tracker's engine-layer backend ("auto" = fastest verified).
+            precision: its precision (None = the backend's default).
+
+        Returns:
+            A Future resolving to the tracker handed to the pipeline (None: none runs, or a
+            later request superseded this one); errors are kept in :attr:`error`, not raised.
+
+        Raises:
+            InputError: a value that is not a choice of the row (named).
+        """
+        from avatar_app.core.errors import InputError
+
+        report: list[str] = []
+        chosen = store.validate_tracker({"kind": kind, "backend": backend, "precision": precision}, report,
+                                        "tracker")
+        if report:
+            raise InputError("; ".join(report))
+        self.session.settings.engines.tracker = chosen
+        store.save_area(self.session.store, self.session.settings.engines)
+        self._generation += 1
+        self.error = self.notice = ""
+        self.building = True
+        self._changed()
+        return self._pool.submit(self._build, self._generation, dict(chosen), self.session.pipeline)
+
+    def _build(self, gen: int, chosen: dict, pipe):
+        """Build the chosen tracker and hand it to ``pipe`` (builder thread)."""
+        if gen != self._generation:
+            return None
+        choice = StageChoice(live=True, tracker=chosen["kind"], tracker_backend=chosen["backend"],
+                             tracker_precision=chosen["precision"], manager=self.session.engines.manager)
+        try:
+            tracker = build_tracker(choice)
+        except AvatarError as exc:
+            log.warning("tracker %s not loaded: %s", chosen, exc)
+            self.session.dispatch(lambda e=exc: self._failed(gen, e, pipe))
+            return None
+        if gen != self._generation or pipe is None or self.session.pipeline is not pipe or not pipe.running:
+            tracker.close()
+            self.session.dispatch(lambda: self._done(gen, ""))
+            return None
+        pipe.replace_tracker(tracker, retire=self._retire)
+        self.swaps += 1
+        self.session.dispatch(lambda: self._done(gen, self._fell_back(tracker, chosen)))
+        return tracker
+
+    def _retire(self, old) -> None:
+        """Close a replaced tracker on the builder thread (processing thread: must not raise)."""
+        try:
+            self._pool.submit(old.close)
+        except RuntimeError:  # the builder is shut down (the session closes)
+            old.close()
+
+    @staticmethod
+    def _fell_back(tracker, chosen: dict) -> str:
+        """Which asked-for precision did not pass verification, and why ("" when all did)."""
+        if chosen["kind"] == "mediapipe" or chosen["precision"] in (None, "fp32"):
+            return ""
+        lines = []
+        for name, slot in zip(_ENGINE_NAMES, getattr(getattr(tracker, "engines", None), "slots", ())):
+            res = slot.result
+            runner = slot.active
+            if res is not None and runner.precision.value != chosen["precision"]:
+                why = next((a.reason for a in res.attempts if not a.ok and a.precision == chosen["precision"]), "")
+                lines.append(f"{chosen['precision'].upper()} {name} not verified, {runner.precision.value.upper()} "
+                             f"serves" + (f": {why}" if why else ""))
+        return "\n".join(lines)
+
+    def _failed(self, gen: int, exc: Exception, pipe) -> None:
+        if gen != self._generation:
+            return
+        self.building = False
+        running = self.serving() or "MediaPipe"
+        self.error = f"The ONNX tracker could not be loaded ({str(exc).rstrip('.')}); {running} keeps tracking."
+        self.session.events.status.emit(self.error, 10000)
+        self._changed()
+
+    def _done(self, gen: int, notice: str) -> None:
+        if gen != self._generation:
+            return
+        self.building, self.notice = False, notice
+        if notice:
+            self.session.events.status.emit(f"Tracking: {notice.splitlines()[0]}", 10000)
+        self._changed()
+
+    def note_fallback(self, message: str) -> None:
+        """A new pipeline's ONNX tracker did not load and MediaPipe's runs (any thread)."""
+        text = message[:1].upper() + message[1:]
+        self.session.dispatch(lambda: self._fallback(text))
+
+    def _fallback(self, text: str) -> None:
+        self.error = text.rstrip(".") + "."
+        self.session.events.status.emit(self.error, 10000)
+        self._changed()
+
+    def _changed(self) -> None:
+        self.session.dispatch(lambda: self.session.events.engine_changed.emit(self.NAME))
+
+    def close(self) -> None:
+        """Stop the builder (waits for a running build; its tracker is closed unused)."""
+        self._generation += 1
+        self._pool.shutdown(wait=True, cancel_futures=True)

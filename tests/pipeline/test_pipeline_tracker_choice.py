@@ -1,0 +1,224 @@
+"""The studio session's tracker choice without Qt (issue 19 item 3): switching the live pipeline's face tracker
+between MediaPipe and the ONNX landmark engines while frames flow, failures that leave a tracker running, the
+settings that carry the choice, and the studio's offline mode against `render --settings` with the ONNX tracker."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from avatar_app.pipeline.settings import MemoryStore, StudioSettings, load_settings_file, save_settings_file
+
+VIDEO = "video/grid_s1_bbaf2n.mp4"
+#: Per-frame agreement asked of the studio's offline mode and `render --settings` (as for MediaPipe).
+PARITY_TOL = 1e-5
+
+
+def _session(tmp_path, monkeypatch, store=None):
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.pipeline.session import StudioSession
+
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AVATAR_APP_DATA_DIR", str(tmp_path / "data"))
+    return StudioSession(store if store is not None else MemoryStore(),
+                         engines=EngineController(models={"face_recon": None, "speech2face": None}))
+
+
+def _wait(pred, timeout_s: float = 60.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def playing(tmp_path, monkeypatch, testdata):
+    """A session playing the GRID clip live (MediaPipe tracks: the default on this CPU)."""
+    session = _session(tmp_path, monkeypatch)
+    session.start(source=testdata / VIDEO)
+    _wait(lambda: session.pipeline is not None and session.pipeline.frames_processed >= 5)
+    yield session
+    session.close()
+
+
+def test_switching_to_onnx_and_back_while_frames_flow(playing):
+    from avatar_app.tracking.select import tracker_kind
+
+    s = playing
+    pipe = s.pipeline
+    first = pipe.processor.tracker
+    assert tracker_kind(first) == "mediapipe"
+    assert s.trackers.serving() == "MediaPipe (CPU)"
+    fut = s.set_tracker_choice("onnx", "ort_cpu", "fp32")
+    assert s.trackers.building  # built on the builder thread; the current tracker keeps running
+    tracker = fut.result(timeout=120)
+    assert tracker_kind(tracker) == "onnx" and not s.trackers.error, s.trackers.error
+    _wait(lambda: pipe.processor.tracker is tracker)  # swapped in between two frames
+    n = pipe.frames_processed
+    _wait(lambda: pipe.frames_processed >= n + 10)  # frames keep flowing on the new tracker
+    assert s.pipeline is pipe and pipe.running and pipe.tracker_swaps == 1
+    assert pipe.error is None, pipe.error
+    assert pipe.latest_state().face_found  # the ONNX tracker finds the face
+    assert s.trackers.serving() == "ONNX engines: ONNX Runtime CPU (detector FP32, mesh FP32)"
+    assert s.settings.engines.tracker == {"kind": "onnx", "backend": "ort_cpu", "precision": "fp32"}
+    assert '"kind": "onnx"' in s.store.value("studio/EngineChoice")  # persisted
+    _wait(lambda: first._closed)  # the replaced tracker is closed (on the builder thread)
+    back = s.set_tracker_choice("mediapipe").result(timeout=60)
+    _wait(lambda: pipe.processor.tracker is back)
+    assert tracker_kind(pipe.processor.tracker) == "mediapipe"
+    with pytest.raises(Exception, match="openface"):
+        s.set_tracker_choice("openface")
+
+
+def test_an_onnx_tracker_that_does_not_load_leaves_mediapipe_tracking(playing, monkeypatch, tmp_path):
+    from avatar_app.tracking import onnx_tracker
+    from avatar_app.tracking.select import tracker_kind
+
+    s = playing
+    missing = (tmp_path / "nowhere" / "face_detection.onnx", tmp_path / "nowhere" / "face_landmark.onnx")
+    monkeypatch.setattr(onnx_tracker, "model_paths", lambda: missing)
+    pipe = s.pipeline
+    assert s.set_tracker_choice("onnx", "ort_cpu", None).result(timeout=60) is None
+    assert "could not be loaded" in s.trackers.error and "landmark model not found" in s.trackers.error
+    assert "MediaPipe (CPU) keeps tracking" in s.trackers.error
+    assert tracker_kind(pipe.processor.tracker) == "mediapipe" and pipe.tracker_swaps == 0
+    n = pipe.frames_processed
+    _wait(lambda: pipe.frames_processed >= n + 5)
+    assert s.trackers.stage_fields()["tracker"] == "mediapipe"  # a new source starts on MediaPipe
+    assert s.trackers.kind_reason("onnx").startswith("landmark models not installed")
+
+
+def test_a_new_source_with_a_broken_onnx_choice_falls_back_to_mediapipe(tmp_path, monkeypatch, testdata):
+    from avatar_app.tracking import onnx_tracker
+    from avatar_app.tracking.select import tracker_kind
+
+    store = MemoryStore()
+    chosen = StudioSettings()
+    chosen.engines.tracker = {"kind": "onnx", "backend": "ort_cpu", "precision": None}
+    chosen.save(store)
+    monkeypatch.setattr(onnx_tracker, "model_paths", lambda: (tmp_path / "a.onnx", tmp_path / "b.onnx"))
+    s = _session(tmp_path, monkeypatch, store)
+    try:
+        s.start(source=testdata / VIDEO)
+        _wait(lambda: s.pipeline is not None and s.pipeline.frames_processed >= 3)
+        assert tracker_kind(s.pipeline.processor.tracker) == "mediapipe"
+        assert "The ONNX tracker cannot be used" in s.trackers.error and "MediaPipe" in s.trackers.error
+    finally:
+        s.close()
+
+
+def test_the_settings_file_carries_the_tracker_and_names_bad_values(tmp_path):
+    s = StudioSettings()
+    s.engines.tracker = {"kind": "onnx", "backend": "ort_cuda", "precision": "fp16"}
+    path = save_settings_file(tmp_path / "studio.json", s)
+    assert load_settings_file(path).engines.tracker == s.engines.tracker
+    text = path.read_text().replace('"ort_cuda"', '"warp_drive"').replace('"fp16"', '"fp4"')
+    path.write_text(text.replace('"kind": "onnx"', '"kind": "openface"'))
+    report: list[str] = []
+    back = load_settings_file(path, report)
+    assert back.engines.tracker == {"kind": "auto", "backend": "auto", "precision": None}
+    joined = "\n".join(report)
+    for bad in ("engines.tracker.kind: 'openface'", "engines.tracker.backend: 'warp_drive'",
+                "engines.tracker.precision: 'fp4'"):
+        assert bad in joined, joined
+    store = MemoryStore()
+    s.save(store)
+    assert StudioSettings.load(store).engines.tracker == s.engines.tracker  # the QSettings path too
+
+
+def test_studio_offline_mode_and_render_settings_agree_with_the_onnx_tracker(tmp_path, testdata, monkeypatch):
+    """The parity bar of issue 16 with the Tracking row on ONNX engines: the studio's offline mode and
+    `render --settings` of its exported file run the same ONNX tracker and give the same states."""
+    from avatar_app import cli
+    from avatar_app.record import sidecar as sidecar_mod
+
+    video = testdata / VIDEO
+    session = _session(tmp_path, monkeypatch)
+    try:
+        session.settings.engines.tracker = {"kind": "onnx", "backend": "ort_cpu", "precision": "fp32"}
+        settings_file = session.export_settings(tmp_path / "studio.json")
+        studio = session.run_offline(video)
+    finally:
+        session.close()
+    rendered = []
+    write = sidecar_mod.SidecarWriter.write
+    monkeypatch.setattr(sidecar_mod.SidecarWriter, "write",
+                        lambda self, state, media_time_s=None: (rendered.append(state), write(self, state,
+                                                                                            media_time_s))[1])
+    summary = []
+    monkeypatch.setattr(cli, "_print_report", lambda rep: summary.append(rep))
+    assert cli.main(["render", str(video), "-o", str(tmp_path / "r.mp4"), "--settings", str(settings_file),
+                     "--size", "96x64", "-q"]) == 0
+    assert summary[0].tracker.startswith("ONNX tracker: face_detection.onnx on ort_cpu (fp32)"), summary[0].tracker
+    assert len(rendered) == len(studio) and sum(s.face_found for s in studio) >= 70
+    worst = max(float(np.abs(np.asarray(a.weights, np.float64) - b.weights).max()) for a, b in zip(studio, rendered))
+    assert worst <= PARITY_TOL, worst
+
+
+def test_a_precision_that_fails_verification_is_named_with_what_serves(playing, monkeypatch):
+    """FP16 asked for, the detector's FP16 engine rejected by verification: FP32 serves and the row says so."""
+    from avatar_app.inference.manager import Attempt, OpenResult
+    from avatar_app.pipeline import stage_swaps
+
+    real = stage_swaps.build_tracker
+    rejected = "fp16 REJECTED: max 2.61e-02 (tol 5e-03)"
+
+    def fp16_rejected(choice):  # the real ONNX tracker on FP32, with the detector's record of a rejected FP16
+        assert choice.tracker_precision == "fp16"
+        choice.tracker_precision = "fp32"
+        tracker = real(choice)
+        det = tracker.engines.slots[0]
+        det._result = OpenResult(det.active, [Attempt("ort_cpu", "fp16", False, rejected),
+                                              Attempt("ort_cpu", "fp32", True)])
+        return tracker
+
+    monkeypatch.setattr(stage_swaps, "build_tracker", fp16_rejected)
+    said = []
+    playing.events.status.connect(lambda text, ms: said.append(text))
+    assert playing.set_tracker_choice("onnx", "ort_cpu", "fp16").result(timeout=120) is not None
+    notice = playing.trackers.notice
+    assert f"FP16 detector not verified, FP32 serves: {rejected}" in notice, notice
+    assert not playing.trackers.error and not playing.trackers.building
+    assert any(t.startswith("Tracking: FP16 detector not verified") for t in said), said
+
+
+class _Tracker:
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+class _IdleSource:
+    """A source that never delivers a frame."""
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def get_latest(self, timeout_s):
+        time.sleep(timeout_s)
+        return None
+
+
+def test_trackers_waiting_for_a_frame_are_retired_or_closed_with_the_pipeline():
+    from avatar_app.fusion.chain import PostChain
+    from avatar_app.pipeline.live import LivePipeline
+    from avatar_app.pipeline.stages import Stages
+    from avatar_app.reconstruction.geometric import GeometricSolver
+
+    first, a, b = _Tracker(), _Tracker(), _Tracker()
+    pipe = LivePipeline(_IdleSource(), Stages(first, GeometricSolver(), None, PostChain()))
+    pipe.start()
+    try:
+        pipe.replace_tracker(a)
+        assert pipe.tracker is a and pipe.processor.tracker is first  # swapped only at the next frame
+        pipe.replace_tracker(b)  # supersedes a, which is retired unused
+        assert a.closed and not b.closed and pipe.tracker is b
+    finally:
+        pipe.stop()
+    assert b.closed and first.closed and pipe.tracker_swaps == 0  # no frame came: the waiting one is closed too
