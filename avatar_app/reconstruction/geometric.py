@@ -118,6 +118,15 @@ _CLOSED_MOUTH_FEATURES = np.array(
     dtype=np.intp,
 )
 
+_B = Blendshape
+_EYES = np.array([Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L], np.intp)
+_IRIS = np.array([[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]], np.intp)
+_BLINK_OUT = np.array([_B.eyeBlinkRight, _B.eyeBlinkLeft], np.intp)
+_WIDE_OUT = np.array([_B.eyeWideRight, _B.eyeWideLeft], np.intp)
+# targets of clip([yaw_R, yaw_L, -yaw_R, -yaw_L, pitch_R, pitch_L, -pitch_R, -pitch_L] / full range)
+_LOOK_OUT = np.array([_B.eyeLookInRight, _B.eyeLookOutLeft, _B.eyeLookOutRight, _B.eyeLookInLeft,
+                      _B.eyeLookUpRight, _B.eyeLookUpLeft, _B.eyeLookDownRight, _B.eyeLookDownLeft], np.intp)
+
 
 @dataclass(frozen=True)
 class GeometricSolverConfig:
@@ -346,6 +355,8 @@ class GeometricSolver:
         self._auto_region.reset()
         self._auto_region_closed.reset()
         self._explicit_region: np.ndarray | None = None
+        self._ref: np.ndarray | None = None  # the automatic rest values, until a sample is kept
+        self._region_ref: np.ndarray | None = None  # ... and rest positions of the fitted points
         self._last_t_s: float | None = None
         self._eye_angles = np.zeros((2, 2))  # (yaw, pitch) x (right eye, left eye), radians
         self._asym_since: float | None = None  # when one eye began to be clearly more closed
@@ -433,10 +444,12 @@ class GeometricSolver:
     def _auto_reference(self, feats: np.ndarray, t: float) -> np.ndarray:
         """Rest values from the running percentiles (automatic calibration)."""
         c = self.config
-        self._auto.update(feats, t)
-        ref = self._auto.value.copy()
+        kept = self._auto.update(feats, t)
         if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
-            self._auto_closed.update(feats[_CLOSED_MOUTH_FEATURES], t)
+            kept = self._auto_closed.update(feats[_CLOSED_MOUTH_FEATURES], t) or kept
+        if not kept and self._ref is not None:
+            return self._ref  # no new sample: the rest values are those of the last frame
+        ref = self._auto.value.copy()
         if self._auto_closed.value is not None:
             ref[_CLOSED_MOUTH_FEATURES] = self._auto_closed.value
         # Touching lips have no gap, whoever the user is: a mouth open from the
@@ -445,9 +458,9 @@ class GeometricSolver:
         # An eye that was shut through much of the first seconds (a wink, a squint) must
         # not become "open": a person's two eyes open about equally wide, and no open eye
         # is narrower than eye_open_min (London neutral photos: 0.25 +- 0.03, here -2 sd).
-        eyes = [Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]
-        e = ref[eyes]
-        ref[eyes] = np.maximum(np.maximum(e, c.eye_ref_symmetry * e[::-1]), c.eye_open_min)
+        e = ref[_EYES]
+        ref[_EYES] = np.maximum(np.maximum(e, c.eye_ref_symmetry * e[::-1]), c.eye_open_min)
+        self._ref = ref
         return ref
 
     # -- the fitted regions -------------------------------------------------
@@ -488,10 +501,12 @@ class GeometricSolver:
         """
         c = self.config
         n = self._n_mouth
-        self._auto_region.update(pts.reshape(-1), t)
-        ref = self._auto_region.value.reshape(-1, 3).copy()
+        kept = self._auto_region.update(pts.reshape(-1), t)
         if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
-            self._auto_region_closed.update(pts[:n].reshape(-1), t)
+            kept = self._auto_region_closed.update(pts[:n].reshape(-1), t) or kept
+        if not kept and self._region_ref is not None:
+            return self._region_ref  # no new sample: the rest positions are those of the last frame
+        ref = self._auto_region.value.reshape(-1, 3).copy()
         if self._auto_region_closed.value is not None:
             ref[:n] = self._auto_region_closed.value.reshape(-1, 3)
         else:
@@ -499,6 +514,7 @@ class GeometricSolver:
             ref[r.lip_lo, 1] = ref[r.lip_up, 1]  # an opening jaw drops the lower lip; the upper one stays
         if c.corner_prior_samples > 0:
             self._corner_prior(ref, self._auto_region_closed.count)
+        self._region_ref = ref
         return ref
 
     def _corner_prior(self, ref: np.ndarray, n_closed: int) -> None:
@@ -542,70 +558,63 @@ class GeometricSolver:
         return c.blink_link
 
     def _solve(self, f: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(52,) float32 weights and (2,) float32 gaze from the features and their rest values.
+
+        With ``fit_shapes`` the mouth and brow weights are left to :meth:`_fit_regions`
+        (which replaces every one of them), except jawOpen: the chin's, the fit's lower bound.
+        """
         c = self.config
         d = f - ref
         w = np.zeros(NUM_BLENDSHAPES, dtype=np.float64)
-        B = Blendshape
 
         # Eyes: aperture relative to the open eye.
-        ratio = f[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]] / np.maximum(
-            ref[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]], 1e-6
-        )
-        blink = _clip01((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
+        ratio = f[_EYES] / np.maximum(ref[_EYES], 1e-6)
+        blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
         linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
-        w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
-        wide = _clip01((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
-        w[B.eyeWideRight], w[B.eyeWideLeft] = wide
+        w[_BLINK_OUT] = linked
+        w[_WIDE_OUT] = np.clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid
         # hides the iris, so each eye keeps its previous angles in proportion
         # to its blink weight.
-        s = 1.0 / EYEBALL_RADIUS_M
-        meas = np.arcsin(
-            np.clip(
-                d[[[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]]] * s,
-                -1.0,
-                1.0,
-            )
-        )  # (2 [yaw, pitch], 2 [right eye, left eye])
+        meas = np.arcsin(np.clip(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0))  # (yaw, pitch) x (R, L)
         angles = (1.0 - linked) * meas + linked * self._eye_angles
         self._eye_angles = angles
-        yaw, pitch = angles
         gaze = angles.mean(axis=1).astype(np.float32)
-        hy = yaw / c.gaze_yaw_full_rad
-        vp = pitch / c.gaze_pitch_full_rad
+        hy = angles[0] / c.gaze_yaw_full_rad
+        vp = angles[1] / c.gaze_pitch_full_rad
         # +yaw = toward the subject's left: "out" for the left eye, "in" for the right eye.
-        w[B.eyeLookOutLeft], w[B.eyeLookInLeft] = _clip01(hy[1]), _clip01(-hy[1])
-        w[B.eyeLookInRight], w[B.eyeLookOutRight] = _clip01(hy[0]), _clip01(-hy[0])
-        w[B.eyeLookUpRight], w[B.eyeLookDownRight] = _clip01(vp[0]), _clip01(-vp[0])
-        w[B.eyeLookUpLeft], w[B.eyeLookDownLeft] = _clip01(vp[1]), _clip01(-vp[1])
+        w[_LOOK_OUT] = np.clip(np.concatenate([hy, -hy, vp, -vp]), 0.0, 1.0)
 
-        # Jaw and lips.
-        jaw = _clip01(d[Feature.CHIN] / c.jaw_range_m)
+        # Jaw and lips (scalars: Python floats, the same IEEE arithmetic as numpy's, without its
+        # per-call cost).
+        dl = d.tolist()
+        jaw = _clip01(dl[Feature.CHIN] / c.jaw_range_m)
+        w[Blendshape.jawOpen] = jaw
+        if not c.fit_shapes:
+            self._solve_mouth_brows(dl, float(ref[Feature.MOUTH_WIDTH]), jaw, w)
+        return w.astype(np.float32), gaze
+
+    def _solve_mouth_brows(self, d: list[float], ref_width: float, jaw: float, w: np.ndarray) -> None:
+        """The mouth and brow weights from single features (``fit_shapes`` off), into ``w``."""
+        c = self.config
+        B = Blendshape
         lips_open = _clip01(d[Feature.LIP_GAP] / c.lip_range_m)
-        w[B.jawOpen] = jaw
         w[B.mouthClose] = _clip01(jaw - lips_open)
-        narrow = _clip01(
-            (-d[Feature.MOUTH_WIDTH] / max(ref[Feature.MOUTH_WIDTH], 1e-6) - c.narrow_start)
-            / c.narrow_range
-        )
+        narrow = _clip01((-d[Feature.MOUTH_WIDTH] / max(ref_width, 1e-6) - c.narrow_start) / c.narrow_range)
         rounded = _clip01(d[Feature.LIP_GAP] / c.funnel_gap_m)
         w[B.mouthFunnel] = narrow * rounded
         w[B.mouthPucker] = narrow * (1.0 - rounded)
-        for side, smile, frown in (
-            ("R", B.mouthSmileRight, B.mouthFrownRight),
-            ("L", B.mouthSmileLeft, B.mouthFrownLeft),
+        for lift_f, pull_f, smile, frown in (
+            (Feature.CORNER_Y_R, Feature.CORNER_X_R, B.mouthSmileRight, B.mouthFrownRight),
+            (Feature.CORNER_Y_L, Feature.CORNER_X_L, B.mouthSmileLeft, B.mouthFrownLeft),
         ):
-            lift = d[Feature[f"CORNER_Y_{side}"]]
-            pull = d[Feature[f"CORNER_X_{side}"]]
+            lift, pull = d[lift_f], d[pull_f]
             w[smile] = _clip01((lift + 0.5 * pull) / c.smile_range_m)
             w[frown] = _clip01(-lift / c.frown_range_m)
-
-        # Brows.
         inner = 0.5 * (d[Feature.BROW_INNER_R] + d[Feature.BROW_INNER_L])
         w[B.browInnerUp] = _clip01(inner / c.brow_up_range_m)
         w[B.browDownRight] = _clip01(-d[Feature.BROW_R] / c.brow_down_range_m)
         w[B.browDownLeft] = _clip01(-d[Feature.BROW_L] / c.brow_down_range_m)
         w[B.browOuterUpRight] = _clip01(d[Feature.BROW_OUTER_R] / c.brow_up_range_m)
         w[B.browOuterUpLeft] = _clip01(d[Feature.BROW_OUTER_L] / c.brow_up_range_m)
-        return w.astype(np.float32), gaze
