@@ -34,17 +34,7 @@ _FLAT_BAND = (_FREQS >= 80.0) & (_FREQS <= 4000.0)
 _LOW = (_FREQS >= 200.0) & (_FREQS < 1000.0)
 _MID = (_FREQS >= 1000.0) & (_FREQS <= 3000.0)
 
-
-def _bins(mask: np.ndarray) -> slice:
-    """The contiguous FFT bins of a band mask as a slice (a view, where the mask indexing copied)."""
-    idx = np.flatnonzero(mask)
-    if not len(idx) or idx[-1] - idx[0] + 1 != len(idx):
-        raise ValueError("a feature band must be a contiguous, non-empty range of FFT bins")
-    return slice(int(idx[0]), int(idx[-1]) + 1)
-
-
-_BAND_BINS, _FLAT_BINS, _LOW_BINS, _MID_BINS = (_bins(m) for m in (_BAND, _FLAT_BAND, _LOW, _MID))
-_N_FLAT = _FLAT_BINS.stop - _FLAT_BINS.start
+_N_FLAT = int(_FLAT_BAND.sum())
 # Mean square of the band-limited frame from the one-sided power spectrum (Parseval):
 # sum_k 2|X_k|^2 / (N_FFT * sum(w^2)).
 _POWER_SCALE = 2.0 / (N_FFT * float(np.sum(_WINDOW.astype(np.float64) ** 2)))
@@ -83,10 +73,10 @@ def analyse_frames(frames: np.ndarray) -> FrameFeatures:
     """
     spec = np.fft.rfft(frames * _WINDOW, N_FFT, axis=-1)
     power = spec.real**2 + spec.imag**2 + _EPS
-    band_power = power[:, _BAND_BINS].sum(axis=1)
+    band_power = power[:, _BAND].sum(axis=1)
     level_db = np.maximum(10.0 * np.log10(band_power * _POWER_SCALE + _EPS), MIN_LEVEL_DB)
-    flat = power[:, _FLAT_BINS]
+    flat = power[:, _FLAT_BAND]
     # geometric over arithmetic mean (sums / count: what ndarray.mean computes, without its overhead)
     flatness = np.exp(np.log(flat).sum(axis=1) / _N_FLAT) / (flat.sum(axis=1) / _N_FLAT)
-    tilt_db = 10.0 * np.log10(power[:, _MID_BINS].sum(axis=1) / power[:, _LOW_BINS].sum(axis=1))
+    tilt_db = 10.0 * np.log10(power[:, _MID].sum(axis=1) / power[:, _LOW].sum(axis=1))
     return FrameFeatures(level_db=level_db, flatness=flatness, tilt_db=tilt_db)
