@@ -232,13 +232,14 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     gaps = np.linalg.norm(p[ix.lid_up] - p[ix.lid_lo], axis=1)
     seg = np.linalg.norm(p[ix.seg_a] - p[ix.seg_b], axis=1)  # eye widths R, L; chin; mouth width
     n = ix.n_lid_r
-    f[Feature.EYE_APERTURE_R] = gaps[:n].mean() / max(seg[0], 1e-9)
-    f[Feature.EYE_APERTURE_L] = gaps[n:].mean() / max(seg[1], 1e-9)
+    # (sums / counts: what ndarray.mean computes, without its per-call cost)
+    f[Feature.EYE_APERTURE_R] = gaps[:n].sum() / n / max(seg[0], 1e-9)
+    f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (len(gaps) - n) / max(seg[1], 1e-9)
     off = p[ix.iris] - 0.5 * (p[ix.seg_a[:2]] + p[ix.seg_b[:2]])  # (2 eyes R, L, 3)
     f[[Feature.IRIS_X_R, Feature.IRIS_Y_R]] = off[0, :2]
     f[[Feature.IRIS_X_L, Feature.IRIS_Y_L]] = off[1, :2]
     f[Feature.CHIN] = seg[2]
-    f[Feature.LIP_GAP] = np.linalg.norm(p[ix.gap_up] - p[ix.gap_lo], axis=1).mean()
+    f[Feature.LIP_GAP] = np.linalg.norm(p[ix.gap_up] - p[ix.gap_lo], axis=1).sum() / len(ix.gap_up)
     f[Feature.MOUTH_WIDTH] = seg[3]
     # The corners sit about midway between the lips as the jaw opens, so their
     # height above that midpoint changes with smiles and frowns, not with jawOpen.
@@ -480,7 +481,7 @@ class GeometricSolver:
         d = pts - ref
         # Measured from the nose ridge: the forehead and the bridge between the brows, part of
         # the head-pose fit, move with the brows and shift the whole head frame a little.
-        d = d[:-r.n_anchor] - d[-r.n_anchor:].mean(0)
+        d = d[:-r.n_anchor] - d[-r.n_anchor:].sum(0) / r.n_anchor
         chin_jaw = float(w[Blendshape.jawOpen])
         mouth, brow = self._fits  # their points are the mouth and the brow rows of d, in order
         w[mouth.shapes] = mouth.solve_points(d[:r.n_mouth])

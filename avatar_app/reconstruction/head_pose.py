@@ -280,6 +280,12 @@ def estimate_head_pose(
     )
 
 
+def _det3(m: np.ndarray) -> float:
+    """Determinant of a 3x3 matrix (its sign is what the reflection test needs), without LAPACK."""
+    (a, b, c), (d, e, f), (g, h, i) = m.tolist()
+    return a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
+
+
 class HeadPoseFitter:
     """:func:`estimate_head_pose` (with ``perspective``) for one neutral face, precomputed.
 
@@ -316,7 +322,7 @@ class HeadPoseFitter:
         cov = (dst - mu_d).T @ self._wxs  # sum_n w_n d_n s_n^T
         u, sig, vt = np.linalg.svd(cov)
         d = np.ones(3)
-        if np.linalg.det(u) * np.linalg.det(vt) < 0:
+        if _det3(u) * _det3(vt) < 0:  # the reflection fix (Umeyama's S)
             d[2] = -1.0
         rot = (u * d) @ vt
         scale = float(sig @ d) / self._var_s
@@ -348,6 +354,6 @@ class HeadPoseFitter:
         trans = trans / scale
         points_m = (cam / scale - trans) @ rot
         resid_m = points_m[_STABLE] - self._ref_s
-        rms_px = float(np.sqrt(np.mean(np.einsum("ij,ij->i", resid_m, resid_m)))) * c
+        rms_px = float(np.sqrt(np.einsum("ij,ij->i", resid_m, resid_m).sum() / len(resid_m))) * c
         return HeadPose(rotation=rot.astype(np.float32), translation=trans.astype(np.float32),
                         points_m=points_m.astype(np.float32), px_per_m=float(c), rms_px=rms_px)
