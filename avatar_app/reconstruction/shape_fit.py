@@ -202,19 +202,33 @@ class RegionFit:
         Returns:
             (S,) float64 weights in [0, 1], in the order of :attr:`shapes`.
         """
-        rhs = self.proj @ (d * self.axis).reshape(-1) - self.l1_proj
-        a = self.chol.T
-        at_one = np.zeros(len(rhs), bool)
-        x = np.zeros(len(rhs))
-        for _ in range(len(rhs)):  # a weight that wants more than 1 is held at 1, the rest re-fitted
-            free = ~at_one
-            x[free] = _NNLS(a[:, free], rhs - a[:, at_one].sum(1))
-            x[at_one] = 1.0
-            over = free & (x > 1.0)
-            if not over.any():
-                break
-            at_one |= over
-        return np.minimum(x, 1.0)
+        return bounded_fit(self.chol.T, self.proj @ (d * self.axis).reshape(-1) - self.l1_proj)
+
+
+def bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``argmin_{0 <= x <= 1} ||a x - rhs||`` for RegionFit's small square systems.
+
+    Lawson and Hanson's NNLS (scipy's, or :func:`nnls` without scipy); a weight above 1 is
+    held at 1 and the others are fitted again (exact when the held set is right).
+
+    Args:
+        a: (S, S) float64, ``L^T`` of a RegionFit.
+        rhs: (S,) float64.
+
+    Returns:
+        (S,) float64 in [0, 1].
+    """
+    at_one = np.zeros(len(rhs), bool)
+    x = np.zeros(len(rhs))
+    for _ in range(len(rhs)):  # a weight that wants more than 1 is held at 1, the rest re-fitted
+        free = ~at_one
+        x[free] = _NNLS(a[:, free], rhs - a[:, at_one].sum(1))
+        x[at_one] = 1.0
+        over = free & (x > 1.0)
+        if not over.any():
+            break
+        at_one |= over
+    return np.minimum(x, 1.0)
 
 
 def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=None,

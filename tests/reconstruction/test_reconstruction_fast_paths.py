@@ -89,19 +89,7 @@ def reference_features(points_m: np.ndarray) -> np.ndarray:
 def reference_region_solve(fit: SF.RegionFit, d: np.ndarray) -> np.ndarray:
     """RegionFit's bounded fit with the triangular solve done per frame, as before issue 18."""
     g = fit.design.T @ (d * fit.axis).reshape(-1) - fit.l1
-    rhs = np.linalg.solve(fit.chol, g)
-    a = fit.chol.T
-    at_one = np.zeros(len(g), bool)
-    x = np.zeros(len(g))
-    for _ in range(len(g)):
-        free = ~at_one
-        x[free] = SF._NNLS(a[:, free], rhs - a[:, at_one].sum(1))
-        x[at_one] = 1.0
-        over = free & (x > 1.0)
-        if not over.any():
-            break
-        at_one |= over
-    return np.minimum(x, 1.0)
+    return SF.bounded_fit(fit.chol.T, np.linalg.solve(fit.chol, g))
 
 
 def reference_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
