@@ -52,6 +52,7 @@ user's choice ("Link eyes" in the tuning).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass
 
@@ -65,6 +66,7 @@ from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction.calibration import RunningPercentiles
 from avatar_app.reconstruction.head_pose import (
     HeadPose,
+    HeadPoseFitter,
     NeutralFace,
     check_landmarks,
     estimate_head_pose,
@@ -116,6 +118,15 @@ _CLOSED_MOUTH_FEATURES = np.array(
     dtype=np.intp,
 )
 
+_B = Blendshape
+_EYES = np.array([Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L], np.intp)
+_IRIS = np.array([[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]], np.intp)
+_BLINK_OUT = np.array([_B.eyeBlinkRight, _B.eyeBlinkLeft], np.intp)
+_WIDE_OUT = np.array([_B.eyeWideRight, _B.eyeWideLeft], np.intp)
+# targets of clip([yaw_R, yaw_L, -yaw_R, -yaw_L, pitch_R, pitch_L, -pitch_R, -pitch_L] / full range)
+_LOOK_OUT = np.array([_B.eyeLookInRight, _B.eyeLookOutLeft, _B.eyeLookOutRight, _B.eyeLookInLeft,
+                      _B.eyeLookUpRight, _B.eyeLookUpLeft, _B.eyeLookDownRight, _B.eyeLookDownLeft], np.intp)
+
 
 @dataclass(frozen=True)
 class GeometricSolverConfig:
@@ -166,12 +177,47 @@ class GeometricSolverConfig:
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
 
-def _clip01(x: np.ndarray | float) -> np.ndarray:
-    return np.clip(x, 0.0, 1.0)
+def _clip01(x: np.ndarray | float) -> np.ndarray | float:
+    """``np.clip(x, 0, 1)``; a scalar stays a Python float (np.clip on a scalar costs ~3 us)."""
+    if isinstance(x, np.ndarray) and x.ndim:
+        return np.clip(x, 0.0, 1.0)
+    return min(max(float(x), 0.0), 1.0)
+
+
+class _FeatureIndex:
+    """Landmark index arrays of :func:`measure_features`, built once (the per-frame cost was
+    mostly Python: 30 small gathers and reductions; here they are six)."""
+
+    def __init__(self) -> None:
+        P = lmk.FacePoint
+        self.lid_up = np.array(lmk.RIGHT_EYE_UPPER + lmk.LEFT_EYE_UPPER, np.intp)
+        self.lid_lo = np.array(lmk.RIGHT_EYE_LOWER + lmk.LEFT_EYE_LOWER, np.intp)
+        self.n_lid_r = len(lmk.RIGHT_EYE_UPPER)
+        # segments whose lengths are measured: eye widths (R, L), chin to bridge, mouth width
+        self.seg_a = np.array([P.RIGHT_EYE_OUTER, P.LEFT_EYE_OUTER, P.CHIN, P.MOUTH_LEFT], np.intp)
+        self.seg_b = np.array([P.RIGHT_EYE_INNER, P.LEFT_EYE_INNER, 168, P.MOUTH_RIGHT], np.intp)
+        self.iris = np.array([P.RIGHT_IRIS_CENTER, P.LEFT_IRIS_CENTER], np.intp)
+        self.gap_up = np.array(lmk.LIP_GAP_UPPER, np.intp)
+        self.gap_lo = np.array(lmk.LIP_GAP_LOWER, np.intp)
+        self.corners = np.array([P.MOUTH_RIGHT, P.MOUTH_LEFT], np.intp)
+        self.inner_mid = np.array([P.LIP_UPPER_INNER, P.LIP_LOWER_INNER], np.intp)
+        brows = (lmk.RIGHT_BROW_INNER, lmk.LEFT_BROW_INNER, lmk.RIGHT_BROW_UPPER, lmk.LEFT_BROW_UPPER,
+                 lmk.RIGHT_BROW_UPPER[:2], lmk.LEFT_BROW_UPPER[:2])  # Feature.BROW_INNER_R .. BROW_OUTER_L
+        self.brow = np.array(sum(brows, ()), np.intp)
+        self.brow_cuts = np.cumsum([0] + [len(b) for b in brows])
+        self.brow_counts = np.array([len(b) for b in brows], np.float64)
+
+
+_FEATURE_INDEX = _FeatureIndex()
 
 
 def measure_features(points_m: np.ndarray) -> np.ndarray:
     """Measure the :class:`Feature` vector of one face in the head frame.
+
+    Eye aperture: mean lid gap over the five lid pairs / the corner-to-corner width; iris
+    offsets from the corners' midpoint; chin to nose bridge (168); mean inner-lip gap over
+    three pairs; mouth width and corner positions (heights above the inner lips' midpoint,
+    outward offsets from the midline); brow heights as means of their points' y.
 
     Args:
         points_m: (478, 3) float, landmarks in the head frame, metres
@@ -180,40 +226,31 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     Returns:
         (NUM_FEATURES,) float64, indexed by :class:`Feature`.
     """
+    ix = _FEATURE_INDEX
     p = np.asarray(points_m, dtype=np.float64)
     f = np.empty(NUM_FEATURES)
-    for side, outer, inner, up, lo, iris in (
-        ("R", lmk.FacePoint.RIGHT_EYE_OUTER, lmk.FacePoint.RIGHT_EYE_INNER, lmk.RIGHT_EYE_UPPER,
-         lmk.RIGHT_EYE_LOWER, lmk.FacePoint.RIGHT_IRIS_CENTER),
-        ("L", lmk.FacePoint.LEFT_EYE_OUTER, lmk.FacePoint.LEFT_EYE_INNER, lmk.LEFT_EYE_UPPER,
-         lmk.LEFT_EYE_LOWER, lmk.FacePoint.LEFT_IRIS_CENTER),
-    ):
-        width = np.linalg.norm(p[outer] - p[inner])
-        gaps = np.linalg.norm(p[list(up)] - p[list(lo)], axis=1)
-        centre = 0.5 * (p[outer] + p[inner])
-        off = p[iris] - centre
-        f[Feature[f"EYE_APERTURE_{side}"]] = gaps.mean() / max(width, 1e-9)
-        f[Feature[f"IRIS_X_{side}"]] = off[0]
-        f[Feature[f"IRIS_Y_{side}"]] = off[1]
-    f[Feature.CHIN] = np.linalg.norm(p[lmk.FacePoint.CHIN] - p[168])
-    f[Feature.LIP_GAP] = np.linalg.norm(
-        p[list(lmk.LIP_GAP_UPPER)] - p[list(lmk.LIP_GAP_LOWER)], axis=1
-    ).mean()
-    cr, cl = p[lmk.FacePoint.MOUTH_RIGHT], p[lmk.FacePoint.MOUTH_LEFT]
-    f[Feature.MOUTH_WIDTH] = np.linalg.norm(cl - cr)
+    gaps = np.linalg.norm(p[ix.lid_up] - p[ix.lid_lo], axis=1)
+    seg = np.linalg.norm(p[ix.seg_a] - p[ix.seg_b], axis=1)  # eye widths R, L; chin; mouth width
+    n = ix.n_lid_r
+    # (sums / counts: what ndarray.mean computes, without its per-call cost)
+    f[Feature.EYE_APERTURE_R] = gaps[:n].sum() / n / max(seg[0], 1e-9)
+    f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (len(gaps) - n) / max(seg[1], 1e-9)
+    off = p[ix.iris] - 0.5 * (p[ix.seg_a[:2]] + p[ix.seg_b[:2]])  # (2 eyes R, L, 3)
+    f[[Feature.IRIS_X_R, Feature.IRIS_Y_R]] = off[0, :2]
+    f[[Feature.IRIS_X_L, Feature.IRIS_Y_L]] = off[1, :2]
+    f[Feature.CHIN] = seg[2]
+    f[Feature.LIP_GAP] = np.linalg.norm(p[ix.gap_up] - p[ix.gap_lo], axis=1).sum() / len(ix.gap_up)
+    f[Feature.MOUTH_WIDTH] = seg[3]
     # The corners sit about midway between the lips as the jaw opens, so their
     # height above that midpoint changes with smiles and frowns, not with jawOpen.
-    mid_y = 0.5 * (p[lmk.FacePoint.LIP_UPPER_INNER, 1] + p[lmk.FacePoint.LIP_LOWER_INNER, 1])
+    cr, cl = p[ix.corners]
+    mid_y = 0.5 * (p[ix.inner_mid[0], 1] + p[ix.inner_mid[1], 1])
     f[Feature.CORNER_Y_R] = cr[1] - mid_y
     f[Feature.CORNER_Y_L] = cl[1] - mid_y
     f[Feature.CORNER_X_R] = -cr[0]
     f[Feature.CORNER_X_L] = cl[0]
-    f[Feature.BROW_INNER_R] = p[list(lmk.RIGHT_BROW_INNER), 1].mean()
-    f[Feature.BROW_INNER_L] = p[list(lmk.LEFT_BROW_INNER), 1].mean()
-    f[Feature.BROW_R] = p[list(lmk.RIGHT_BROW_UPPER), 1].mean()
-    f[Feature.BROW_L] = p[list(lmk.LEFT_BROW_UPPER), 1].mean()
-    f[Feature.BROW_OUTER_R] = p[list(lmk.RIGHT_BROW_UPPER[:2]), 1].mean()
-    f[Feature.BROW_OUTER_L] = p[list(lmk.LEFT_BROW_UPPER[:2]), 1].mean()
+    # BROW_INNER_R .. BROW_OUTER_L are consecutive features: the means of six point sets
+    f[Feature.BROW_INNER_R:] = np.add.reduceat(p[ix.brow, 1], ix.brow_cuts[:-1]) / ix.brow_counts
     return f
 
 
@@ -224,22 +261,43 @@ def _fit_points(region: str) -> list[int]:
                  "anchor": shape_fit.ANCHOR_POINTS}[region])
 
 
-def _inner_lip_rows() -> tuple[list[int], list[int]]:
-    """Rows (into the mouth points) of the inner lip contours, upper and lower paired."""
-    pts = _fit_points("mouth")
-    pairs = [(u, lo) for u, lo in zip(lmk.LIP_INNER_UPPER, lmk.LIP_INNER_LOWER) if u != lo]
-    return [pts.index(u) for u, _ in pairs], [pts.index(lo) for _, lo in pairs]
+class _Regions:
+    """Index arrays of the fitted regions (mouth, brows, nose-ridge anchor), built once.
+
+    Attributes:
+        points: (P,) landmark indices, mouth then brow then anchor points.
+        n_mouth, n_brow, n_anchor: how many of each.
+        lip_up, lip_lo: rows (into the mouth points) of the inner lip contours, paired.
+        corner_r, corner_l, inner_up, inner_lo: rows of the mouth corners and of 13 and 14.
+    """
+
+    def __init__(self) -> None:
+        mouth, brow, anchor = _fit_points("mouth"), _fit_points("brow"), _fit_points("anchor")
+        self.points = np.array(mouth + brow + anchor, np.intp)
+        self.n_mouth, self.n_brow, self.n_anchor = len(mouth), len(brow), len(anchor)
+        pairs = [(u, lo) for u, lo in zip(lmk.LIP_INNER_UPPER, lmk.LIP_INNER_LOWER) if u != lo]
+        self.lip_up = np.array([mouth.index(u) for u, _ in pairs], np.intp)
+        self.lip_lo = np.array([mouth.index(lo) for _, lo in pairs], np.intp)
+        self.corner_r = mouth.index(int(lmk.FacePoint.MOUTH_RIGHT))
+        self.corner_l = mouth.index(int(lmk.FacePoint.MOUTH_LEFT))
+        self.inner_up = mouth.index(int(lmk.FacePoint.LIP_UPPER_INNER))
+        self.inner_lo = mouth.index(int(lmk.FacePoint.LIP_LOWER_INNER))
+
+
+@functools.lru_cache(maxsize=1)
+def _regions() -> _Regions:
+    return _Regions()
 
 
 def _region_points(points_m: np.ndarray) -> np.ndarray:
-    """(P, 3) float64 mouth then brow points of head-frame points (``HeadPose.points_m``).
+    """(P, 3) float64 mouth then brow then anchor points of head-frame points (``HeadPose.points_m``).
 
     The head frame has the face model's axes and scale (+x the subject's left, +y up,
     63 mm between the irises), so displacements in it are the model's offsets; it is
     fitted to the user's own neutral, so head turns leave no residual (fitting the
     model's template instead left 0.2-0.3 of mouth shapes at 15 degrees of pitch).
     """
-    return np.asarray(points_m, np.float64)[_fit_points("mouth") + _fit_points("brow") + _fit_points("anchor")]
+    return np.asarray(points_m, np.float64)[_regions().points]
 
 
 class GeometricSolver:
@@ -275,7 +333,8 @@ class GeometricSolver:
             slow_interval_s=self.config.slow_interval_s,
         )
         self._fits = None
-        n_mouth, n_brow = len(_fit_points("mouth")), len(_fit_points("brow")) + len(_fit_points("anchor"))
+        regions = _regions()
+        n_mouth, n_brow = regions.n_mouth, regions.n_brow + regions.n_anchor
         self._n_mouth = n_mouth
         self._auto_region = RunningPercentiles(  # brows (and the mouth until the lips touch)
             np.full(3 * (n_mouth + n_brow), 50.0), warmup_s=self.config.warmup_s,
@@ -290,12 +349,15 @@ class GeometricSolver:
     def reset(self) -> None:
         """Forget the user: neutral face, running calibration, last time."""
         self._neutral: NeutralFace | None = None
+        self._pose_fitter: HeadPoseFitter | None = None
         self._explicit_ref: np.ndarray | None = None
         self._auto.reset()
         self._auto_closed.reset()
         self._auto_region.reset()
         self._auto_region_closed.reset()
         self._explicit_region: np.ndarray | None = None
+        self._ref: np.ndarray | None = None  # the automatic rest values, until a sample is kept
+        self._region_ref: np.ndarray | None = None  # ... and rest positions of the fitted points
         self._last_t_s: float | None = None
         self._eye_angles = np.zeros((2, 2))  # (yaw, pitch) x (right eye, left eye), radians
         self._asym_since: float | None = None  # when one eye began to be clearly more closed
@@ -359,7 +421,9 @@ class GeometricSolver:
             self._neutral = make_neutral_face(
                 landmarks, self.config.ipd_m, level_yaw_roll=True, hfov_deg=self.config.hfov_deg
             )
-        pose = estimate_head_pose(landmarks, self._neutral, self.config.hfov_deg)
+        if self._pose_fitter is None or self._pose_fitter.neutral is not self._neutral:
+            self._pose_fitter = HeadPoseFitter(self._neutral, self.config.hfov_deg)
+        pose = self._pose_fitter.fit(landmarks)  # estimate_head_pose, precomputed for this neutral
         feats = measure_features(pose.points_m)
         if self._explicit_ref is not None:
             ref = self._explicit_ref
@@ -381,10 +445,12 @@ class GeometricSolver:
     def _auto_reference(self, feats: np.ndarray, t: float) -> np.ndarray:
         """Rest values from the running percentiles (automatic calibration)."""
         c = self.config
-        self._auto.update(feats, t)
-        ref = self._auto.value.copy()
+        kept = self._auto.update(feats, t)
         if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
-            self._auto_closed.update(feats[_CLOSED_MOUTH_FEATURES], t)
+            kept = self._auto_closed.update(feats[_CLOSED_MOUTH_FEATURES], t) or kept
+        if not kept and self._ref is not None:
+            return self._ref  # no new sample: the rest values are those of the last frame
+        ref = self._auto.value.copy()
         if self._auto_closed.value is not None:
             ref[_CLOSED_MOUTH_FEATURES] = self._auto_closed.value
         # Touching lips have no gap, whoever the user is: a mouth open from the
@@ -393,9 +459,9 @@ class GeometricSolver:
         # An eye that was shut through much of the first seconds (a wink, a squint) must
         # not become "open": a person's two eyes open about equally wide, and no open eye
         # is narrower than eye_open_min (London neutral photos: 0.25 +- 0.03, here -2 sd).
-        eyes = [Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]
-        e = ref[eyes]
-        ref[eyes] = np.maximum(np.maximum(e, c.eye_ref_symmetry * e[::-1]), c.eye_open_min)
+        e = ref[_EYES]
+        ref[_EYES] = np.maximum(np.maximum(e, c.eye_ref_symmetry * e[::-1]), c.eye_open_min)
+        self._ref = ref
         return ref
 
     # -- the fitted regions -------------------------------------------------
@@ -411,16 +477,15 @@ class GeometricSolver:
             ref = self._explicit_region
         else:
             ref = self._region_reference(pts, feats, t)
-        delta = np.zeros((478, 3))
-        n_anchor = len(_fit_points("anchor"))
-        idx = np.array(_fit_points("mouth") + _fit_points("brow"), np.intp)
+        r = _regions()
         d = pts - ref
         # Measured from the nose ridge: the forehead and the bridge between the brows, part of
         # the head-pose fit, move with the brows and shift the whole head frame a little.
-        delta[idx] = d[:-n_anchor] - d[-n_anchor:].mean(0)
+        d = d[:-r.n_anchor] - d[-r.n_anchor:].sum(0) / r.n_anchor
         chin_jaw = float(w[Blendshape.jawOpen])
-        for fit in self._fits:
-            w[fit.shapes] = fit.solve(delta)
+        mouth, brow = self._fits  # their points are the mouth and the brow rows of d, in order
+        w[mouth.shapes] = mouth.solve_points(d[:r.n_mouth])
+        w[brow.shapes] = brow.solve_points(d[r.n_mouth:])
         if self.config.jaw_from_chin and chin_jaw > w[Blendshape.jawOpen]:
             # The jaw is open at least as far as the chin shows (lips closed on an open jaw in
             # /p b m/); mouthClose closes the extra opening, so the lips stay as fitted.
@@ -437,17 +502,20 @@ class GeometricSolver:
         """
         c = self.config
         n = self._n_mouth
-        self._auto_region.update(pts.reshape(-1), t)
-        ref = self._auto_region.value.reshape(-1, 3).copy()
+        kept = self._auto_region.update(pts.reshape(-1), t)
         if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
-            self._auto_region_closed.update(pts[:n].reshape(-1), t)
+            kept = self._auto_region_closed.update(pts[:n].reshape(-1), t) or kept
+        if not kept and self._region_ref is not None:
+            return self._region_ref  # no new sample: the rest positions are those of the last frame
+        ref = self._auto_region.value.reshape(-1, 3).copy()
         if self._auto_region_closed.value is not None:
             ref[:n] = self._auto_region_closed.value.reshape(-1, 3)
         else:
-            up, lo = _inner_lip_rows()
-            ref[lo, 1] = ref[up, 1]  # an opening jaw drops the lower lip; the upper one stays
+            r = _regions()
+            ref[r.lip_lo, 1] = ref[r.lip_up, 1]  # an opening jaw drops the lower lip; the upper one stays
         if c.corner_prior_samples > 0:
             self._corner_prior(ref, self._auto_region_closed.count)
+        self._region_ref = ref
         return ref
 
     def _corner_prior(self, ref: np.ndarray, n_closed: int) -> None:
@@ -465,14 +533,11 @@ class GeometricSolver:
             n_closed: closed-mouth frames of this user seen so far.
         """
         c = self.config
-        pts = _fit_points("mouth")
-        rows = {pts.index(int(lmk.FacePoint.MOUTH_RIGHT)): -1.0, pts.index(int(lmk.FacePoint.MOUTH_LEFT)): 1.0}
-        mid_x = 0.5 * (ref[pts.index(int(lmk.FacePoint.LIP_UPPER_INNER)), 0]
-                       + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 0])
+        r = _regions()
+        mid_x = 0.5 * (ref[r.inner_up, 0] + ref[r.inner_lo, 0])
         k = c.corner_prior_samples / (n_closed + c.corner_prior_samples)
-        mid_y = 0.5 * (ref[pts.index(int(lmk.FacePoint.LIP_UPPER_INNER)), 1]
-                       + ref[pts.index(int(lmk.FacePoint.LIP_LOWER_INNER)), 1])
-        for row, side in rows.items():
+        mid_y = 0.5 * (ref[r.inner_up, 1] + ref[r.inner_lo, 1])
+        for row, side in ((r.corner_r, -1.0), (r.corner_l, 1.0)):
             half = min(side * (ref[row, 0] - mid_x), 0.5 * c.corner_prior_width_m)  # only ever narrower
             ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * half)
             if c.corner_prior_height_m is not None:  # only ever lower
@@ -494,70 +559,63 @@ class GeometricSolver:
         return c.blink_link
 
     def _solve(self, f: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(52,) float32 weights and (2,) float32 gaze from the features and their rest values.
+
+        With ``fit_shapes`` the mouth and brow weights are left to :meth:`_fit_regions`
+        (which replaces every one of them), except jawOpen: the chin's, the fit's lower bound.
+        """
         c = self.config
         d = f - ref
         w = np.zeros(NUM_BLENDSHAPES, dtype=np.float64)
-        B = Blendshape
 
         # Eyes: aperture relative to the open eye.
-        ratio = f[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]] / np.maximum(
-            ref[[Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]], 1e-6
-        )
-        blink = _clip01((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
+        ratio = f[_EYES] / np.maximum(ref[_EYES], 1e-6)
+        blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
         linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
-        w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
-        wide = _clip01((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
-        w[B.eyeWideRight], w[B.eyeWideLeft] = wide
+        w[_BLINK_OUT] = linked
+        w[_WIDE_OUT] = np.clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid
         # hides the iris, so each eye keeps its previous angles in proportion
         # to its blink weight.
-        s = 1.0 / EYEBALL_RADIUS_M
-        meas = np.arcsin(
-            np.clip(
-                d[[[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]]] * s,
-                -1.0,
-                1.0,
-            )
-        )  # (2 [yaw, pitch], 2 [right eye, left eye])
+        meas = np.arcsin(np.clip(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0))  # (yaw, pitch) x (R, L)
         angles = (1.0 - linked) * meas + linked * self._eye_angles
         self._eye_angles = angles
-        yaw, pitch = angles
         gaze = angles.mean(axis=1).astype(np.float32)
-        hy = yaw / c.gaze_yaw_full_rad
-        vp = pitch / c.gaze_pitch_full_rad
+        hy = angles[0] / c.gaze_yaw_full_rad
+        vp = angles[1] / c.gaze_pitch_full_rad
         # +yaw = toward the subject's left: "out" for the left eye, "in" for the right eye.
-        w[B.eyeLookOutLeft], w[B.eyeLookInLeft] = _clip01(hy[1]), _clip01(-hy[1])
-        w[B.eyeLookInRight], w[B.eyeLookOutRight] = _clip01(hy[0]), _clip01(-hy[0])
-        w[B.eyeLookUpRight], w[B.eyeLookDownRight] = _clip01(vp[0]), _clip01(-vp[0])
-        w[B.eyeLookUpLeft], w[B.eyeLookDownLeft] = _clip01(vp[1]), _clip01(-vp[1])
+        w[_LOOK_OUT] = np.clip(np.concatenate([hy, -hy, vp, -vp]), 0.0, 1.0)
 
-        # Jaw and lips.
-        jaw = _clip01(d[Feature.CHIN] / c.jaw_range_m)
+        # Jaw and lips (scalars: Python floats, the same IEEE arithmetic as numpy's, without its
+        # per-call cost).
+        dl = d.tolist()
+        jaw = _clip01(dl[Feature.CHIN] / c.jaw_range_m)
+        w[Blendshape.jawOpen] = jaw
+        if not c.fit_shapes:
+            self._solve_mouth_brows(dl, float(ref[Feature.MOUTH_WIDTH]), jaw, w)
+        return w.astype(np.float32), gaze
+
+    def _solve_mouth_brows(self, d: list[float], ref_width: float, jaw: float, w: np.ndarray) -> None:
+        """The mouth and brow weights from single features (``fit_shapes`` off), into ``w``."""
+        c = self.config
+        B = Blendshape
         lips_open = _clip01(d[Feature.LIP_GAP] / c.lip_range_m)
-        w[B.jawOpen] = jaw
         w[B.mouthClose] = _clip01(jaw - lips_open)
-        narrow = _clip01(
-            (-d[Feature.MOUTH_WIDTH] / max(ref[Feature.MOUTH_WIDTH], 1e-6) - c.narrow_start)
-            / c.narrow_range
-        )
+        narrow = _clip01((-d[Feature.MOUTH_WIDTH] / max(ref_width, 1e-6) - c.narrow_start) / c.narrow_range)
         rounded = _clip01(d[Feature.LIP_GAP] / c.funnel_gap_m)
         w[B.mouthFunnel] = narrow * rounded
         w[B.mouthPucker] = narrow * (1.0 - rounded)
-        for side, smile, frown in (
-            ("R", B.mouthSmileRight, B.mouthFrownRight),
-            ("L", B.mouthSmileLeft, B.mouthFrownLeft),
+        for lift_f, pull_f, smile, frown in (
+            (Feature.CORNER_Y_R, Feature.CORNER_X_R, B.mouthSmileRight, B.mouthFrownRight),
+            (Feature.CORNER_Y_L, Feature.CORNER_X_L, B.mouthSmileLeft, B.mouthFrownLeft),
         ):
-            lift = d[Feature[f"CORNER_Y_{side}"]]
-            pull = d[Feature[f"CORNER_X_{side}"]]
+            lift, pull = d[lift_f], d[pull_f]
             w[smile] = _clip01((lift + 0.5 * pull) / c.smile_range_m)
             w[frown] = _clip01(-lift / c.frown_range_m)
-
-        # Brows.
         inner = 0.5 * (d[Feature.BROW_INNER_R] + d[Feature.BROW_INNER_L])
         w[B.browInnerUp] = _clip01(inner / c.brow_up_range_m)
         w[B.browDownRight] = _clip01(-d[Feature.BROW_R] / c.brow_down_range_m)
         w[B.browDownLeft] = _clip01(-d[Feature.BROW_L] / c.brow_down_range_m)
         w[B.browOuterUpRight] = _clip01(d[Feature.BROW_OUTER_R] / c.brow_up_range_m)
         w[B.browOuterUpLeft] = _clip01(d[Feature.BROW_OUTER_L] / c.brow_up_range_m)
-        return w.astype(np.float32), gaze

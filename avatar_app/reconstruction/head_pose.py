@@ -278,3 +278,82 @@ def estimate_head_pose(
         px_per_m=float(c),
         rms_px=rms_px,
     )
+
+
+def _det3(m: np.ndarray) -> float:
+    """Determinant of a 3x3 matrix (its sign is what the reflection test needs), without LAPACK."""
+    (a, b, c), (d, e, f), (g, h, i) = m.tolist()
+    return a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
+
+
+class HeadPoseFitter:
+    """:func:`estimate_head_pose` (with ``perspective``) for one neutral face, precomputed.
+
+    The neutral's stable points are the source of both rigid fits of every frame, so
+    their weighted centroid, centred coordinates and variance (Umeyama 1991, eqs. 34-36)
+    are computed once here instead of twice per frame, and the 3x3 algebra of
+    :func:`~avatar_app.core.rotations.rigid_fit` is done unbatched. Same formulas; the
+    results agree with :func:`estimate_head_pose` to rounding (1e-12 m,
+    tests/reconstruction/test_reconstruction_fast_paths.py).
+
+    Args:
+        neutral: the user's neutral face.
+        hfov_deg: assumed horizontal field of view of the camera, degrees.
+
+    Thread: read-only after construction; :meth:`fit` may be called from any thread.
+    """
+
+    def __init__(self, neutral: NeutralFace, hfov_deg: float = DEFAULT_HFOV_DEG) -> None:
+        self.neutral = neutral
+        self.hfov_deg = float(hfov_deg)
+        self._ref_s = neutral.points_m[_STABLE].astype(np.float64)
+        self._w = _STABLE_WEIGHTS / _STABLE_WEIGHTS.sum()
+        self._mu_s = self._w @ self._ref_s
+        self._xs = self._ref_s - self._mu_s
+        self._var_s = float(self._w @ np.einsum("ni,ni->n", self._xs, self._xs))
+        if not self._var_s > 0:
+            raise InputError("neutral face landmarks are degenerate (all stable points coincide)")
+        self._wxs = self._xs * self._w[:, None]
+        self._f_cache: tuple[int, float] = (-1, 0.0)
+
+    def _similarity(self, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """``dst ~ s R ref + t`` (Kabsch-Umeyama) for the stable points ``dst`` (K, 3) float64."""
+        mu_d = self._w @ dst
+        cov = (dst - mu_d).T @ self._wxs  # sum_n w_n d_n s_n^T
+        u, sig, vt = np.linalg.svd(cov)
+        d = np.ones(3)
+        if _det3(u) * _det3(vt) < 0:  # the reflection fix (Umeyama's S)
+            d[2] = -1.0
+        rot = (u * d) @ vt
+        scale = float(sig @ d) / self._var_s
+        return rot, mu_d - scale * (rot @ self._mu_s), scale
+
+    def fit(self, landmarks: Landmarks) -> HeadPose:
+        """The HeadPose of one frame, as ``estimate_head_pose(landmarks, neutral, hfov_deg)``.
+
+        Args:
+            landmarks: one face (478 points) of the current frame.
+
+        Returns:
+            The HeadPose.
+
+        Raises:
+            InputError: invalid landmarks or degenerate (zero-size) faces.
+        """
+        p = landmarks_to_pixel_space(landmarks)
+        width = landmarks.image_size[0]
+        if self._f_cache[0] != width:
+            self._f_cache = (width, focal_length_px(width, self.hfov_deg))
+        f = self._f_cache[1]
+        rot, t, c = self._similarity(p[_STABLE])
+        if not c > 0:
+            raise InputError("face landmarks are degenerate (zero size)")
+        cam = _unproject(p, c, float(t[2]), f)
+        rot, trans, scale = self._similarity(cam[_STABLE])
+        c *= scale
+        trans = trans / scale
+        points_m = (cam / scale - trans) @ rot
+        resid_m = points_m[_STABLE] - self._ref_s
+        rms_px = float(np.sqrt(np.einsum("ij,ij->i", resid_m, resid_m).sum() / len(resid_m))) * c
+        return HeadPose(rotation=rot.astype(np.float32), translation=trans.astype(np.float32),
+                        points_m=points_m.astype(np.float32), px_per_m=float(c), rms_px=rms_px)

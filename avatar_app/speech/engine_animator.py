@@ -9,15 +9,16 @@ Per video frame (``process(window, t_s)``):
    rows are computed (older rows are kept from earlier calls while the stream
    is continuous), the :class:`~avatar_app.speech.vad.VoiceActivityGate`
    (hysteresis and hold) advances, and the engine runs ONCE over the
-   receptive field plus the new hops (``T = R + n_new - 1`` frames, R = 65:
-   0.65 s): one call per video frame over a short context, no recurrent state.
+   receptive field of the newest hop (``T = R`` frames, R = 65: 0.65 s; only
+   the newest hop's output is used, and the network is causal): one call per
+   video frame over a short context, no recurrent state.
    Chosen by measurement (benchmarks/speech.py, ONNX Runtime CPU): a call
    costs ~0.14 ms at T = 10 (the per-call floor a stateful per-hop design
    would pay 100 times a second) and ~0.37 ms at T = 68, so at 30 fps the
    per-frame call is the cheaper one, and the graph stays a plain convolution
    network for every backend;
-3. each hop's output is multiplied by the gate's smoothed gain (15 ms attack,
-   60 ms release), so silence, steady noise and clicks give a closed, relaxed
+3. the newest hop's output is multiplied by the gate's smoothed gain (15 ms attack,
+   60 ms release, advanced over every new hop), so silence, steady noise and clicks give a closed, relaxed
    mouth even where the network would twitch.
 
 The output of hop ``h`` stands for the mouth at ``h * 10 ms - 20 ms`` (the
@@ -197,7 +198,10 @@ class EngineSpeechAnimator:
 
     def _run(self, x: np.ndarray, end_sample: int, first: int, last: int) -> None:
         n_new = last - first + 1
-        t = max(self.receptive_field + n_new - 1, 10)
+        # Only the last hop's output is used, and it needs the receptive field only (the network
+        # is causal): the engine runs over R frames, not R + n_new - 1 (the same output: its
+        # receptive field lies inside either window).
+        t = max(self.receptive_field, n_new, 10)
         lo = last - t + 1
         c = self._cache
         if c is not None and self._cache_lo <= lo and self._cache_lo + len(c) == first:
@@ -210,7 +214,7 @@ class EngineSpeechAnimator:
         keep = self.receptive_field + self.max_hops
         self._cache = feats[-keep:]
         self._cache_lo = last + 1 - len(self._cache)
-        out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -n_new:]
+        out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -1:]
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
         ff = analyse_frames(frames)

@@ -1,0 +1,200 @@
+"""The GeometricSolver's per-frame fast paths against the plain formulas they replaced.
+
+Issue 18 made the solver's per-frame work cheaper (precomputed head-pose fit, index
+arrays, a folded triangular solve, rest values reused between kept samples, the
+single-feature mouth and brow weights skipped where the face-model fit replaces them).
+The references below are the formulas as they were written before (kept here, not in the
+product); on real tracked recordings (GRID, an expressive LivePortrait clip) the fast
+solver must give the same weights, pose and gaze: at most 1e-6 apart (in practice
+bit-identical).
+"""
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+
+from avatar_app.core import landmarks as lmk
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES
+from avatar_app.core.blendshapes import Blendshape as B
+from avatar_app.reconstruction import geometric as G
+from avatar_app.reconstruction import shape_fit as SF
+from avatar_app.reconstruction.calibration import RunningPercentiles
+from avatar_app.reconstruction.geometric import Feature, GeometricSolver, GeometricSolverConfig
+from avatar_app.reconstruction.head_pose import (
+    HeadPoseFitter,
+    estimate_head_pose,
+    make_neutral_face,
+)
+from avatar_app.tracking import FaceTracker, RunningMode
+
+TOL = 1e-6  # blendshapes, gaze, rotation, translation (m)
+CLIPS = (("video/grid_lbax4n.mp4", 75), ("video/grid_s1_bbaf2n.mp4", 75),
+         ("video/expressive/lp_d9.mp4", 240))
+
+
+@pytest.fixture(scope="module")
+def clips(testdata) -> dict[str, tuple[list, np.ndarray]]:
+    """Landmarks and frame times of the first frames of each clip (VIDEO mode)."""
+    out = {}
+    with FaceTracker(RunningMode.VIDEO) as tracker:
+        for rel, n in CLIPS:
+            lms, times = [], []
+            with av.open(str(testdata / rel)) as c:
+                for k, frame in enumerate(c.decode(video=0)):
+                    if k >= n:
+                        break
+                    lm = tracker.process_video_frame(frame.to_ndarray(format="bgr24"), frame.time * 1e3)
+                    if lm is not None:
+                        lms.append(lm)
+                        times.append(frame.time)
+            tracker.reset()
+            assert len(lms) > 0.9 * n, f"{rel}: face lost"
+            out[rel] = (lms, np.array(times))
+    return out
+
+
+# -- the references -------------------------------------------------------------------
+def reference_features(points_m: np.ndarray) -> np.ndarray:
+    """measure_features as written before issue 18 (one gather and reduction per feature)."""
+    p = np.asarray(points_m, dtype=np.float64)
+    f = np.empty(G.NUM_FEATURES)
+    P = lmk.FacePoint
+    for side, outer, inner, up, lo, iris in (
+        ("R", P.RIGHT_EYE_OUTER, P.RIGHT_EYE_INNER, lmk.RIGHT_EYE_UPPER, lmk.RIGHT_EYE_LOWER, P.RIGHT_IRIS_CENTER),
+        ("L", P.LEFT_EYE_OUTER, P.LEFT_EYE_INNER, lmk.LEFT_EYE_UPPER, lmk.LEFT_EYE_LOWER, P.LEFT_IRIS_CENTER),
+    ):
+        width = np.linalg.norm(p[outer] - p[inner])
+        gaps = np.linalg.norm(p[list(up)] - p[list(lo)], axis=1)
+        off = p[iris] - 0.5 * (p[outer] + p[inner])
+        f[Feature[f"EYE_APERTURE_{side}"]] = gaps.mean() / max(width, 1e-9)
+        f[Feature[f"IRIS_X_{side}"]] = off[0]
+        f[Feature[f"IRIS_Y_{side}"]] = off[1]
+    f[Feature.CHIN] = np.linalg.norm(p[P.CHIN] - p[168])
+    f[Feature.LIP_GAP] = np.linalg.norm(p[list(lmk.LIP_GAP_UPPER)] - p[list(lmk.LIP_GAP_LOWER)], axis=1).mean()
+    cr, cl = p[P.MOUTH_RIGHT], p[P.MOUTH_LEFT]
+    f[Feature.MOUTH_WIDTH] = np.linalg.norm(cl - cr)
+    mid_y = 0.5 * (p[P.LIP_UPPER_INNER, 1] + p[P.LIP_LOWER_INNER, 1])
+    f[Feature.CORNER_Y_R], f[Feature.CORNER_Y_L] = cr[1] - mid_y, cl[1] - mid_y
+    f[Feature.CORNER_X_R], f[Feature.CORNER_X_L] = -cr[0], cl[0]
+    f[Feature.BROW_INNER_R] = p[list(lmk.RIGHT_BROW_INNER), 1].mean()
+    f[Feature.BROW_INNER_L] = p[list(lmk.LEFT_BROW_INNER), 1].mean()
+    f[Feature.BROW_R] = p[list(lmk.RIGHT_BROW_UPPER), 1].mean()
+    f[Feature.BROW_L] = p[list(lmk.LEFT_BROW_UPPER), 1].mean()
+    f[Feature.BROW_OUTER_R] = p[list(lmk.RIGHT_BROW_UPPER[:2]), 1].mean()
+    f[Feature.BROW_OUTER_L] = p[list(lmk.LEFT_BROW_UPPER[:2]), 1].mean()
+    return f
+
+
+def reference_region_solve(fit: SF.RegionFit, d: np.ndarray) -> np.ndarray:
+    """RegionFit's bounded fit with the triangular solve done per frame, as before issue 18."""
+    g = fit.design.T @ (d * fit.axis).reshape(-1) - fit.l1
+    return SF.bounded_fit(fit.chol.T, np.linalg.solve(fit.chol, g))
+
+
+def reference_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
+    """GeometricSolver._solve as before issue 18: every weight from single features."""
+    c, clip = solver.config, lambda x: np.clip(x, 0.0, 1.0)
+    d = f - ref
+    w = np.zeros(NUM_BLENDSHAPES)
+    eyes = [Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L]
+    ratio = f[eyes] / np.maximum(ref[eyes], 1e-6)
+    blink = clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
+    linked = np.maximum(blink, np.minimum(blink[::-1], solver._blink_link(blink) * blink))
+    w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
+    w[B.eyeWideRight], w[B.eyeWideLeft] = clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
+    iris = [[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]]
+    meas = np.arcsin(np.clip(d[iris] * (1.0 / G.EYEBALL_RADIUS_M), -1.0, 1.0))
+    angles = (1.0 - linked) * meas + linked * solver._eye_angles
+    solver._eye_angles = angles
+    hy, vp = angles[0] / c.gaze_yaw_full_rad, angles[1] / c.gaze_pitch_full_rad
+    w[B.eyeLookOutLeft], w[B.eyeLookInLeft] = clip(hy[1]), clip(-hy[1])
+    w[B.eyeLookInRight], w[B.eyeLookOutRight] = clip(hy[0]), clip(-hy[0])
+    w[B.eyeLookUpRight], w[B.eyeLookDownRight] = clip(vp[0]), clip(-vp[0])
+    w[B.eyeLookUpLeft], w[B.eyeLookDownLeft] = clip(vp[1]), clip(-vp[1])
+    jaw = clip(d[Feature.CHIN] / c.jaw_range_m)
+    w[B.jawOpen] = jaw
+    w[B.mouthClose] = clip(jaw - clip(d[Feature.LIP_GAP] / c.lip_range_m))
+    narrow = clip((-d[Feature.MOUTH_WIDTH] / max(ref[Feature.MOUTH_WIDTH], 1e-6) - c.narrow_start) / c.narrow_range)
+    rounded = clip(d[Feature.LIP_GAP] / c.funnel_gap_m)
+    w[B.mouthFunnel], w[B.mouthPucker] = narrow * rounded, narrow * (1.0 - rounded)
+    for side, smile, frown in (("R", B.mouthSmileRight, B.mouthFrownRight), ("L", B.mouthSmileLeft, B.mouthFrownLeft)):
+        lift, pull = d[Feature[f"CORNER_Y_{side}"]], d[Feature[f"CORNER_X_{side}"]]
+        w[smile], w[frown] = clip((lift + 0.5 * pull) / c.smile_range_m), clip(-lift / c.frown_range_m)
+    w[B.browInnerUp] = clip(0.5 * (d[Feature.BROW_INNER_R] + d[Feature.BROW_INNER_L]) / c.brow_up_range_m)
+    w[B.browDownRight] = clip(-d[Feature.BROW_R] / c.brow_down_range_m)
+    w[B.browDownLeft] = clip(-d[Feature.BROW_L] / c.brow_down_range_m)
+    w[B.browOuterUpRight] = clip(d[Feature.BROW_OUTER_R] / c.brow_up_range_m)
+    w[B.browOuterUpLeft] = clip(d[Feature.BROW_OUTER_L] / c.brow_up_range_m)
+    return w.astype(np.float32), angles.mean(axis=1).astype(np.float32)
+
+
+def run_solver(lms, times, config=None, explicit=False) -> np.ndarray:
+    """(frames, 52 + 9 + 3 + 2) weights, rotation, translation and gaze of a solver run."""
+    solver = GeometricSolver(config)
+    if explicit:
+        solver.calibrate_neutral(lms[0])
+    rows = []
+    for lm, t in zip(lms, times):
+        p = solver.reconstruct(lm, t)
+        rows.append(np.concatenate([p.blendshapes, p.rotation.ravel(), p.translation, p.gaze]))
+    return np.array(rows, np.float64)
+
+
+@pytest.fixture
+def reference_solver(monkeypatch):
+    """Patch the solver back onto the reference formulas (the fast ones stay untouched elsewhere)."""
+    monkeypatch.setattr(HeadPoseFitter, "fit", lambda self, lm: estimate_head_pose(lm, self.neutral, self.hfov_deg))
+    monkeypatch.setattr(G, "measure_features", reference_features)
+    monkeypatch.setattr(SF.RegionFit, "solve_points", reference_region_solve)
+    monkeypatch.setattr(GeometricSolver, "_solve", reference_mapping)
+    update = RunningPercentiles.update
+    monkeypatch.setattr(RunningPercentiles, "update", lambda self, x, t: update(self, x, t) or True)  # no reuse
+
+
+# -- the tests ------------------------------------------------------------------------
+def test_head_pose_fitter_equals_estimate_head_pose(clips):
+    for lms, _ in clips.values():
+        neutral = make_neutral_face(lms[0], level_yaw_roll=True)
+        fitter = HeadPoseFitter(neutral)
+        for lm in lms:
+            a, b = estimate_head_pose(lm, neutral), fitter.fit(lm)
+            np.testing.assert_allclose(b.points_m, a.points_m, rtol=0, atol=1e-9)
+            np.testing.assert_allclose(b.rotation, a.rotation, rtol=0, atol=1e-7)
+            np.testing.assert_allclose(b.translation, a.translation, rtol=0, atol=1e-7)
+            assert b.px_per_m == pytest.approx(a.px_per_m, rel=1e-12)
+            assert b.rms_px == pytest.approx(a.rms_px, rel=1e-9, abs=1e-12)
+
+
+def test_features_equal_the_plain_formulas(clips):
+    for lms, _ in clips.values():
+        neutral = make_neutral_face(lms[0], level_yaw_roll=True)
+        for lm in lms[::5]:
+            pts = estimate_head_pose(lm, neutral).points_m
+            np.testing.assert_allclose(G.measure_features(pts), reference_features(pts), rtol=1e-14, atol=1e-15)
+
+
+def test_region_fit_equals_the_per_frame_triangular_solve():
+    model_fits = SF.default_fits()
+    rng = np.random.default_rng(7)
+    for fit in model_fits:
+        for scale in (0.0005, 0.002, 0.006):  # jitter, speech, wide expressions (metres)
+            for _ in range(20):
+                d = rng.normal(0.0, scale, (len(fit.points), 3))
+                np.testing.assert_allclose(fit.solve_points(d), reference_region_solve(fit, d), rtol=0, atol=1e-9)
+        delta = rng.normal(0.0, 0.002, (478, 3))
+        np.testing.assert_array_equal(fit.solve(delta), fit.solve_points(delta[fit.points]))
+
+
+@pytest.mark.parametrize("fit_shapes", [True, False])
+def test_solver_equals_the_reference_solver_on_real_clips(clips, monkeypatch, fit_shapes, request):
+    config = GeometricSolverConfig(fit_shapes=fit_shapes)
+    fast = {k: run_solver(lms, t, config) for k, (lms, t) in clips.items()}
+    fast_explicit = run_solver(*clips[CLIPS[0][0]], config, explicit=True)
+    request.getfixturevalue("reference_solver")
+    for k, (lms, t) in clips.items():
+        ref = run_solver(lms, t, config)
+        assert np.abs(ref[:, :NUM_BLENDSHAPES]).max() > 0.3, "the clip moves the face"
+        np.testing.assert_allclose(fast[k], ref, rtol=0, atol=TOL, err_msg=k)
+    np.testing.assert_allclose(fast_explicit, run_solver(*clips[CLIPS[0][0]], config, explicit=True),
+                               rtol=0, atol=TOL)

@@ -1,0 +1,76 @@
+"""The speech stage's per-frame savings (issue 18) keep its outputs: on real GRID audio.
+
+- the engine runs over the newest hop's receptive field only (T = R): the newest output of a
+  causal network is the same over any longer window;
+- the gate's band features sum bin slices instead of mask copies: bit-identical.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from avatar_app.inference import EngineManager
+from avatar_app.speech import SPEECH_MASK
+from avatar_app.speech import features as F
+from avatar_app.speech.engine_animator import EngineSpeechAnimator, default_model_path, infer_features
+from avatar_app.speech.mel import log_mel
+from tests.helpers import load_mono16k
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def animator() -> EngineSpeechAnimator:
+    a = EngineSpeechAnimator(default_model_path(), manager=EngineManager(isolate=False))
+    yield a
+    a.close()
+
+
+@pytest.fixture(scope="module")
+def speech(testdata) -> np.ndarray:
+    return np.concatenate([load_mono16k(testdata / "audio" / n) for n in ("grid_s1_bbaf2n.wav", "grid_s2_swwp2s.wav")])
+
+
+def reference_analyse(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """analyse_frames as written before issue 18 (boolean band masks, ndarray.mean)."""
+    spec = np.fft.rfft(frames * F._WINDOW, F.N_FFT, axis=-1)
+    power = spec.real**2 + spec.imag**2 + F._EPS
+    level = np.maximum(10.0 * np.log10(power[:, F._BAND].sum(axis=1) * F._POWER_SCALE + F._EPS), F.MIN_LEVEL_DB)
+    flat = power[:, F._FLAT_BAND]
+    flatness = np.exp(np.log(flat).mean(axis=1)) / flat.mean(axis=1)
+    tilt = 10.0 * np.log10(power[:, F._MID].sum(axis=1) / power[:, F._LOW].sum(axis=1))
+    return level, flatness, tilt
+
+
+def test_gate_features_are_bit_identical(speech):
+    n = (len(speech) - F.FRAME_LEN) // F.HOP_LEN
+    frames = speech[np.arange(n)[:, None] * F.HOP_LEN + np.arange(F.FRAME_LEN)]
+    frames = np.concatenate([frames, np.zeros((3, F.FRAME_LEN), np.float32)])  # digital silence too
+    got = F.analyse_frames(frames)
+    for a, b in zip((got.level_db, got.flatness, got.tilt_db), reference_analyse(frames)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_newest_output_needs_only_the_receptive_field(animator, speech):
+    feats = log_mel(speech)
+    r = animator.receptive_field
+    for end in range(r + 10, len(feats), 37):
+        short = animator.slot.infer({"features": feats[None, end - r:end]})["blendshapes"][0, -1]
+        for extra in (3, 9):  # what a call over R + n_new - 1 frames saw (n_new = 4 at 25 fps, 10 at most)
+            long_ = animator.slot.infer({"features": feats[None, end - r - extra:end]})["blendshapes"][0, -1]
+            np.testing.assert_allclose(short, long_, rtol=0, atol=1e-6)
+
+
+def test_video_rate_calls_equal_the_whole_track(animator, speech):
+    """At 25 fps (4 new hops per call) the newest raw output is the whole track's."""
+    y = infer_features(animator.slot, log_mel(speech), animator.receptive_field)
+    animator.reset()
+    n = int(animator.context_s * SR)
+    for k in range(2, len(speech) // 640):
+        end = k * 640  # 40 ms frames
+        window = np.zeros(n, np.float32)
+        seg = speech[max(0, end - n):end]
+        window[n - len(seg):] = seg
+        animator.process(window, end / SR)
+        want = np.where(SPEECH_MASK, np.clip(y[end // 160 - 1], 0.0, 1.0), 0.0)
+        np.testing.assert_allclose(animator.last_raw, want, rtol=0, atol=1e-5)
