@@ -160,8 +160,8 @@ class GeometricSolverConfig:
     # second): the typical neutral mouth (London neutral photos: width 0.78 +- 0.05 eye spans, 49 mm
     # at a 63 mm span; corners 2.7 +- 1.7 mm below the inner lips' midpoint). Predicting it from the
     # person's identity landmarks (eye corners, nose, nose wings, face outline; ridge regression on
-    # the odd London ids) was no better on the even ids than the mean (corner residual sd 1.7-1.9 mm
-    # out, 1.2-1.3 mm up, vs 1.6-1.8 / 1.2 mm), and those points move 0.5-6 mm between a person's
+    # the odd London ids) was no better on the even ids than the mean (corner residual sd 1.5-1.9 mm
+    # out, 1.2-1.4 mm up, vs 1.7-1.9 / 1.2-1.3 mm), and those points move 0.5-6 mm between a person's
     # neutral and smiling photo, so the regression absorbed the smile (docs/identity_neutral.md).
     # Until the user's own closed-mouth frames take over (the prior weighs as corner_prior_samples
     # of them), a wider or higher-cornered rest mouth is taken as a smile's. The operating point
