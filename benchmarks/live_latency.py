@@ -16,8 +16,12 @@ its audio driving speech), waits ``--warmup`` seconds, then measures for
   ``LatencyStats.dropped``: camera frames the viewer never saw);
 - where camera-to-screen goes, per frame (p50 / p95 ms): each pipeline stage
   (``capture``, ``queue``, ``track``, ...), ``to_render`` (last pipeline stage to the
-  render thread starting it: the display tick and the hand-off), ``render`` and
-  ``to_screen`` (render done to painted: the queued signal and the GUI thread);
+  render thread starting it: the hand-off, a render still running), ``render`` and
+  ``to_screen`` (render done to painted), split into ``handoff`` (the render thread wraps
+  the pixels and signals), ``to_gui`` (the queued signal waits for the GUI thread: its
+  other work, the GIL) and ``paint``;
+- ``tail_ms``: the mean of each of those over the slowest 5 % of frames (camera-to-screen
+  at or above its p95) beside the mean over all frames: the part that grows in the tail;
 - CPU time per presented frame: the whole process, and per thread (pipeline, render
   thread, GUI thread, llvmpipe rasterisers, decoder, ...), ms of CPU per frame.
 
@@ -99,8 +103,13 @@ def _pct(values) -> dict:
             "mean": round(float(a.mean()), 2)}
 
 
-def frame_breakdown(state, t_present_ns: int) -> dict[str, float]:
-    """Where one frame's camera-to-screen went, ms (see the module docstring)."""
+def frame_breakdown(state, t_present_ns: int, present_ns: tuple[int, int, int] | None = None) -> dict[str, float]:
+    """Where one frame's camera-to-screen went, ms (see the module docstring).
+
+    ``present_ns``: the viewport's ``present_ns`` for this frame (handed over by the render
+    thread, reached the GUI thread, painted), which splits ``to_screen`` into ``handoff``,
+    ``to_gui`` and ``paint``.
+    """
     st = state.stamps
     out = {k: (e - s) / 1e6 for k, (s, e) in st.items()}
     pipe_end = max((e for k, (s, e) in st.items() if k != "render"), default=None)
@@ -108,6 +117,11 @@ def frame_breakdown(state, t_present_ns: int) -> dict[str, float]:
         r0, r1 = st["render"]
         out["to_render"] = (r0 - pipe_end) / 1e6
         out["to_screen"] = (t_present_ns - r1) / 1e6
+        if present_ns is not None and present_ns[2] == t_present_ns:
+            handed, slot, _ = present_ns
+            out["handoff"] = (handed - r1) / 1e6
+            out["to_gui"] = (slot - handed) / 1e6
+            out["paint"] = (t_present_ns - slot) / 1e6
     out["camera_to_screen"] = (t_present_ns - state.t_capture_ns) / 1e6
     return out
 
@@ -120,19 +134,50 @@ def summarise(frames: list[tuple[int, dict]], seconds: float, cpu_ms: dict | Non
     out = {"frames": len(frames), "fps": round(len(frames) / seconds, 2) if seconds > 0 else None,
            "camera_to_screen_ms": _pct(b["camera_to_screen"] for _, b in frames),
            "stages_ms": {k: _pct(b[k] for _, b in frames if k in b) for k in keys if k != "camera_to_screen"}}
+    out["tail_ms"] = tail_breakdown([b for _, b in frames], keys)
     if cpu_ms is not None:
         out["cpu_ms_per_frame"] = cpu_ms
     return out
 
 
+def tail_breakdown(frames: list[dict], keys: list[str]) -> dict:
+    """Where the slowest 5 % went: the mean of every stage over the frames whose camera-to-screen
+    is at or above its p95 (ms), beside the same means over all frames (``all``), so the stage
+    that grows in the tail shows."""
+    if not frames:
+        return {}
+    c2s = np.array([b["camera_to_screen"] for b in frames])
+    cut = float(np.percentile(c2s, 95))
+    tail = [b for b in frames if b["camera_to_screen"] >= cut]
+
+    def means(rows):
+        return {k: round(float(np.mean([b[k] for b in rows if k in b])), 2) for k in keys
+                if any(k in b for b in rows)}
+    return {"frames": len(tail), "from_ms": round(cut, 2), "tail": means(tail), "all": means(frames)}
+
+
 def _spin(app, seconds: float, until=None) -> None:
-    """Run the Qt event loop for ``seconds`` (or until ``until()`` is true)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        app.processEvents()
-        if until is not None and until():
+    """Run the Qt event loop for ``seconds`` (or until ``until()`` is true, polled every 20 ms).
+
+    A real ``QEventLoop``, as the studio runs (``app.exec()``): the GUI thread sleeps in
+    the event loop between events, not in a ``processEvents``/``sleep`` polling loop that
+    would add up to a poll period to every frame's ``to_gui``.
+    """
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    QTimer.singleShot(max(0, int(seconds * 1000)), loop.quit)
+    poll = None
+    if until is not None:
+        if until():
             return
-        time.sleep(0.002)
+        poll = QTimer()
+        poll.setInterval(20)
+        poll.timeout.connect(lambda: until() and loop.quit())
+        poll.start()
+    loop.exec()
+    if poll is not None:
+        poll.stop()
 
 
 def open_studio(args, tmp: Path):
@@ -166,7 +211,7 @@ def measure(args, tmp: Path) -> dict:
 
     def on_presented(state, t_ns):
         if measuring[0] and state is not None and state.stamps:
-            frames.append((t_ns, frame_breakdown(state, t_ns)))
+            frames.append((t_ns, frame_breakdown(state, t_ns, getattr(win.viewport, "present_ns", None))))
 
     win.viewport.frame_presented.connect(on_presented)
     _spin(app, 60.0, lambda: win.session.pipeline is not None and win.session.pipeline.stats.presented > 0)

@@ -67,3 +67,46 @@ def gil_free_finish(ctx: moderngl.Context) -> Callable[[], None]:
         log.info("glFinish through ctypes unavailable (%s); the render thread will hold the GIL", exc)
         fn = None
     return fn or ctx.finish
+
+
+#: OpenGL enums (the OpenGL 3.3 core specification, table 2.3 and section 2.8.3).
+_GL_TRIANGLES = 0x0004
+_GL_UNSIGNED_INT = 0x1405
+
+
+def gil_free_draw() -> Callable[[int, int, int], None] | None:
+    """``draw(program_glo, vao_glo, index_count)``: ``glUseProgram``, ``glBindVertexArray`` and
+    ``glDrawElements(GL_TRIANGLES, index_count, GL_UNSIGNED_INT, 0)`` through ctypes, which releases
+    the GIL while the driver works; None where unavailable (then draw with ``VertexArray.render``).
+
+    Why: Mesa llvmpipe shades the vertices (the avatar's morph targets are applied in the vertex
+    shader) inside the draw call, on the calling thread. Through moderngl that held the GIL for
+    ~7 ms per frame (the default head, 658x593 view, on the 2-core machine), and the GUI
+    thread, which needs the GIL to show a frame, waited for it. Linux (EGL) only: the function
+    pointers come from ``eglGetProcAddress`` and act on the context current on the calling
+    thread, which must be one of :func:`create_context`'s (4-byte indices, as the Renderer's).
+    """
+    import ctypes
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        egl = ctypes.CDLL("libEGL.so.1")
+        egl.eglGetProcAddress.restype = ctypes.c_void_p
+        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+        addrs = [egl.eglGetProcAddress(n) for n in (b"glUseProgram", b"glBindVertexArray", b"glDrawElements")]
+    except (OSError, AttributeError) as exc:
+        log.info("OpenGL draw calls through ctypes unavailable (%s); drawing holds the GIL", exc)
+        return None
+    if not all(addrs):
+        return None
+    use = ctypes.CFUNCTYPE(None, ctypes.c_uint)(addrs[0])
+    bind = ctypes.CFUNCTYPE(None, ctypes.c_uint)(addrs[1])
+    draw = ctypes.CFUNCTYPE(None, ctypes.c_uint, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p)(addrs[2])
+
+    def draw_elements(program_glo: int, vao_glo: int, index_count: int) -> None:
+        use(program_glo)
+        bind(vao_glo)
+        draw(_GL_TRIANGLES, int(index_count), _GL_UNSIGNED_INT, None)
+
+    return draw_elements

@@ -192,6 +192,7 @@ class _GpuPrimitive:
             data[:, 16] = 1.0
         self.vbo = ctx.buffer(data.tobytes())
         self.ibo = ctx.buffer(prim.indices.astype(np.uint32).tobytes())
+        self.index_count = int(np.asarray(prim.indices).size)
         self.morph_vbo = ctx.buffer(np.ascontiguousarray(morph_range, np.int32).tobytes())
         self.vao = ctx.vertex_array(
             prog,
@@ -241,6 +242,9 @@ class Renderer:
             (not premultiplied) alpha in the output).
         lighting: a name from :data:`LIGHTING_PRESETS` or a :class:`Lighting`.
         fovy_deg: vertical field of view of the virtual camera, degrees.
+        draw_elements: ``draw(program_glo, vao_glo, index_count)`` issuing the avatar's draw
+            calls without the GIL (:func:`~avatar_app.render.context.gil_free_draw`, for a
+            context of :func:`~avatar_app.render.context.create_context`), or None.
 
     Raises:
         BackendUnavailableError: the context is older than OpenGL 3.3.
@@ -255,6 +259,7 @@ class Renderer:
         background: Background = CHROMA_GREEN,
         lighting: str | Lighting = "studio",
         fovy_deg: float = 22.0,
+        draw_elements=None,
     ):
         if ctx.version_code < 330:
             raise BackendUnavailableError(
@@ -262,6 +267,9 @@ class Renderer:
                 f"{ctx.version_code % 100 // 10} ({ctx.info.get('GL_RENDERER', '?')})"
             )
         self.ctx = ctx
+        #: ``draw(program_glo, vao_glo, index_count)`` for the avatar's triangles without the GIL
+        #: (:func:`avatar_app.render.context.gil_free_draw`), or None: ``VertexArray.render``.
+        self.draw_elements = draw_elements
         self._sources = (_read_shader("avatar.vert"), _read_shader("avatar.frag"))
         self._programs: dict[tuple[str, ...], _Program] = {}
         try:
@@ -498,7 +506,10 @@ class Renderer:
                 pr.set("u_interior_color", tuple(m.interior_color))
             if gp.texture is not None:
                 gp.texture.use(1)
-            gp.vao.render(moderngl.TRIANGLES)
+            if self.draw_elements is not None:
+                self.draw_elements(pr.prog.glo, gp.vao.glo, gp.index_count)
+            else:
+                gp.vao.render(moderngl.TRIANGLES)
         ctx.depth_mask = True
 
     def _update_weights(self, weights: np.ndarray) -> None:

@@ -216,7 +216,7 @@ class RenderThread:
 
     # -- the thread ---------------------------------------------------------------------
     def _setup(self):
-        from avatar_app.render.context import create_context, gil_free_finish
+        from avatar_app.render.context import create_context, gil_free_draw, gil_free_finish
         from avatar_app.render.renderer import Renderer
 
         what = "OpenGL 3.3 could not be started"
@@ -224,7 +224,8 @@ class RenderThread:
         try:
             ctx = create_context()
             s = self._settings
-            renderer = Renderer(ctx, background=s["background"], msaa=s["msaa"], lighting=s["lighting"])
+            renderer = Renderer(ctx, background=s["background"], msaa=s["msaa"], lighting=s["lighting"],
+                                draw_elements=gil_free_draw())
             what = "The avatar could not be built"
             avatar = s["avatar"]
             if avatar is None:

@@ -1,7 +1,9 @@
 """What the studio window shows of the running session: viewport, preview, status bar, latency history.
 
-:class:`LiveView` is the window's presenter: a display-rate timer hands the
-session's newest state to the viewport; a 5 Hz timer runs the session's health
+:class:`LiveView` is the window's presenter: each new state goes from the pipeline
+thread straight to the viewport's render thread (:meth:`LiveView._on_state_published`;
+no timer on a frame's way to the screen), and a display-rate timer only notices new
+states (the garbage collector's freeze); a 5 Hz timer runs the session's health
 check (lost camera, reconnect), the recording's REC timer, the "No face found"
 notice, the overlay, the camera preview and the status labels; the bridge's
 signals (source changed, failed or lost, microphone, engines, avatar) update

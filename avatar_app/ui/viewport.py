@@ -69,7 +69,7 @@ class AvatarViewportWidget(QWidget):
     frame_presented = Signal(object, object)
     frame_captured = Signal(object, object)
     gl_failed = Signal(str)
-    _frame_rendered = Signal(object, object, object)
+    _frame_rendered = Signal(object, object, object, object)
 
     def __init__(self, parent=None, background=(0, 177, 64), msaa: int = 0, lighting: str = "studio"):
         super().__init__(parent)
@@ -92,6 +92,10 @@ class AvatarViewportWidget(QWidget):
         self._image: QImage | None = None
         self._image_state = None
         self._pending_present = None
+        #: Of the newest presented frame: (handed over by the render thread, reached the GUI
+        #: thread, painted), process-clock ns (benchmarks/live_latency.py splits ``to_screen`` with it).
+        self.present_ns: tuple[int, int, int] | None = None
+        self._pending_timing: tuple[int, int] | None = None
         self._pending_capture = None
         self._captures_overwritten = 0
         self._grab_lock = threading.Lock()  # held while grabFramebuffer renders its state
@@ -295,7 +299,7 @@ class AvatarViewportWidget(QWidget):
         img.setDevicePixelRatio(self._size[2])
         self._last_image = img
         try:
-            self._frame_rendered.emit(img, frame.state, frame.captured)
+            self._frame_rendered.emit(img, frame.state, frame.captured, now_ns())
         except RuntimeError:  # the widget was deleted while the thread rendered
             self._thread.stop(timeout_s=0)
 
@@ -311,10 +315,11 @@ class AvatarViewportWidget(QWidget):
         self._error = message
         self.update()
 
-    def _on_frame_rendered(self, img: QImage, state, captured) -> None:
+    def _on_frame_rendered(self, img: QImage, state, captured, t_handed_ns: int) -> None:
         # Runs on the GUI thread (queued from the render thread).
         self._image = img
         self._pending_present = state
+        self._pending_timing = (t_handed_ns, now_ns())
         if captured is not None and self._pending_capture is not None:
             self._captures_overwritten += 1  # rendered for the recording, replaced before it was handed on
         self._pending_capture = captured
@@ -359,6 +364,7 @@ class AvatarViewportWidget(QWidget):
         state, self._pending_present = self._pending_present, None
         if state is not None:
             t = now_ns()
+            self.present_ns = (*(self._pending_timing or (t, t)), t)
             self.frames_presented += 1
             self.frame_presented.emit(state, t)
             captured, self._pending_capture = self._pending_capture, None

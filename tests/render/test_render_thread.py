@@ -85,3 +85,23 @@ def test_bad_size_is_refused_and_an_error_in_the_sink_reaches_the_caller():
     rt.submit(AvatarState.neutral())
     with pytest.raises(RuntimeError, match="disk full"):
         rt.finish()
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="the ctypes draw path is EGL's")
+def test_render_thread_draws_without_the_gil_and_matches_moderngl_pixel_for_pixel():
+    # the live render thread issues its draw calls through ctypes (llvmpipe shades the vertices in
+    # the draw call; through moderngl the GIL was held meanwhile): same pixels as VertexArray.render
+    rng = np.random.default_rng(3)
+    st = replace(AvatarState.neutral(), weights=rng.random(52).astype(np.float32) * 0.6, stamps={"fuse": (0, 1)})
+    got = []
+    rt = RenderThread(RenderPolicy.ORDERED, got.append, size=(96, 80)).start(wait=True)
+    try:
+        assert rt.renderer.draw_elements is not None
+        assert rt.wait_done(rt.submit(st), 10)
+        rt.renderer.draw_elements, gil_free = None, rt.renderer.draw_elements  # moderngl's path for the second
+        rt.submit(st)
+    finally:
+        rt.finish()
+    assert gil_free is not None and len(got) == 2
+    assert got[0].image.std() > 1  # a picture, not a cleared target
+    np.testing.assert_array_equal(got[0].image, got[1].image)

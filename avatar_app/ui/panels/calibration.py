@@ -15,12 +15,12 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QGroupBox, QLabel, QProgressBar, QPushButton, QVBoxLayout
+from PySide6.QtWidgets import QGroupBox, QLabel, QPushButton, QVBoxLayout
 
 from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline.studio_api import MIN_USER_SAMPLES
 from avatar_app.pipeline.calibration import VOICE_LEVEL_DB, SampleCollector  # noqa: F401
-from avatar_app.ui.panels import Panel, hint
+from avatar_app.ui.panels import Panel, ProgressBar, hint
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class CalibrationPanel(Panel):
         self.record_button.setCheckable(True)
         self.record_button.toggled.connect(self._on_record_toggled)
         l2.addWidget(self.record_button)
-        self.progress = QProgressBar()
+        self.progress = ProgressBar()
         self.progress.setRange(0, self.target)
         self.progress.setValue(0)
         self.progress.setFormat("%v / %m samples")
@@ -209,7 +209,7 @@ class CalibrationPanel(Panel):
             self.guidance.setText(GUIDANCE[int(self._prompt_t // PROMPT_S) % len(GUIDANCE)])
             counts = col.counts()
             live = [n for n in col.fns if n not in col.errors]
-            self.progress.setValue(min((counts[n] for n in live), default=0))
+            self.progress.show_value(min((counts[n] for n in live), default=0))
             labels = {"face_recon": "face", "speech2face": "voice (counts while you talk)"}
             parts = [f"{labels.get(n, n)} {counts[n]}/{self.target}" for n in col.fns]
             parts += [f"{n}: {e}" for n, e in col.errors.items()]

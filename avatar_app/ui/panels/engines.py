@@ -6,12 +6,11 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QLabel,
-    QProgressBar,
     QVBoxLayout,
 )
 
 from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
-from avatar_app.ui.panels import Panel, hint, item_enabled, set_item_enabled
+from avatar_app.ui.panels import Panel, ProgressBar, hint, item_enabled, set_item_enabled
 
 
 class _EngineBox(QGroupBox):
@@ -35,7 +34,7 @@ class _EngineBox(QGroupBox):
         form.addRow("Backend", self.backend)
         form.addRow("Precision", self.precision)
         # the bar holds only "building NN%": what is being done goes under it, word-wrapped
-        self.progress = QProgressBar()
+        self.progress = ProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setFormat("building %p%")
         self.progress.setVisible(False)
@@ -109,7 +108,7 @@ class _EngineBox(QGroupBox):
         self.progress.setVisible(building)
         self.build_label.setVisible(building)
         if building:
-            self.progress.setValue(int(round(100 * e.build_fraction)))
+            self.progress.show_value(int(round(100 * e.build_fraction)))
             stage = e.build_stage or "starting"
             self.build_label.setText(f"{stage[:1].upper()}{stage[1:]}; the current engine keeps running.")
         self.serving.setText(ctl.describe(self.name))

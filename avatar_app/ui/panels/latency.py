@@ -1,9 +1,16 @@
-"""Latency panel: per-stage ms and camera-to-screen ms over the last 30 s, fps and dropped frames."""
+"""Latency panel: per-stage ms and camera-to-screen ms over the last 30 s, fps and dropped frames.
+
+The plots are drawn on the GUI thread, which also paints every rendered frame, so they are
+kept cheap: redrawn twice a second, no grid (pyqtgraph draws the grid with the axis item,
+across the whole plot, so every curve update re-played the axis's text: ~3 ms per axis),
+axes cached as pixmaps, and a y range that moves in steps (:data:`Y_STEPS`) instead of
+following the data at every update (which redraws the axis).
+"""
 from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QCheckBox, QGraphicsItem, QHBoxLayout, QLabel, QVBoxLayout
 
 from avatar_app.pipeline import settings as store
 from avatar_app.ui.panels import Panel, legend_label, pyqtgraph, set_legend
@@ -11,11 +18,25 @@ from avatar_app.ui.panels import Panel, legend_label, pyqtgraph, set_legend
 #: Colours of the stage curves (colour-blind-safe Okabe-Ito palette).
 _COLOURS = [(0, 114, 178), (230, 159, 0), (0, 158, 115), (204, 121, 167), (86, 180, 233), (213, 94, 0),
             (240, 228, 66), (120, 120, 120)]
+#: Redraw period of the plots, ms.
+UPDATE_MS = 500
+#: Tops of the y axes: the smallest one above the data shown (ms, or fps and drops per second).
+Y_STEPS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def y_top(values) -> float:
+    """The y-axis top for ``values``: the smallest of :data:`Y_STEPS` at or above 1.05 x their
+    largest finite value (10 for none; the largest step beyond it)."""
+    a = np.asarray(values, np.float64)
+    a = a[np.isfinite(a)]
+    peak = 1.05 * float(a.max()) if a.size else 0.0
+    return float(next((s for s in Y_STEPS if s >= peak), Y_STEPS[-1]))
 
 
 class LatencyPanel(Panel):
     """Two pyqtgraph plots over the last 30 s: milliseconds per stage and camera-to-screen;
-    frames per second and dropped frames. Updated 4 times a second while visible.
+    frames per second and dropped frames. Updated twice a second while visible (see the module
+    docstring for what keeps them cheap).
     """
 
     def __init__(self, session, bridge=None, notifier=None, history=None):
@@ -44,7 +65,6 @@ class LatencyPanel(Panel):
         self.ms_plot.setBackground(None)
         self.ms_plot.setLabel("left", "ms")
         self.ms_plot.setLabel("bottom", "seconds")
-        self.ms_plot.showGrid(y=True, alpha=0.3)
         self.ms_plot.setMouseEnabled(False, False)
         self.ms_plot.hideButtons()
         self.ms_plot.setXRange(-30, 0, padding=0)
@@ -52,7 +72,6 @@ class LatencyPanel(Panel):
         self.fps_plot.setBackground(None)
         self.fps_plot.setLabel("left", "fps")
         self.fps_plot.setLabel("bottom", "seconds")
-        self.fps_plot.showGrid(y=True, alpha=0.3)
         self.fps_plot.setMouseEnabled(False, False)
         self.fps_plot.hideButtons()
         self.fps_plot.setXRange(-30, 0, padding=0)
@@ -61,14 +80,25 @@ class LatencyPanel(Panel):
         plots.addWidget(self.ms_plot, 3)
         plots.addWidget(self.fps_plot, 2)
         lay.addLayout(plots)
+        self._y_tops: dict[int, float] = {}
         for p in (self.ms_plot, self.fps_plot):
             p.setMinimumHeight(120)
+            p.enableAutoRange(y=False)
+            self._set_y_top(p, Y_STEPS[0])
+            for side in ("left", "bottom"):
+                p.getAxis(side).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.curves: dict[str, object] = {}
         self._legend: list = []
         self.timer = QTimer(self)
-        self.timer.setInterval(250)
+        self.timer.setInterval(UPDATE_MS)
         self.timer.timeout.connect(self.update_plots)
         self.timer.start()
+
+    def _set_y_top(self, plot, top: float) -> None:
+        """Set ``plot``'s y range to 0..``top`` unless it is that already (a new range redraws the axis)."""
+        if self._y_tops.get(id(plot)) != top:
+            self._y_tops[id(plot)] = top
+            plot.setYRange(0, top, padding=0)
 
     def _curve(self, name: str):
         pg = pyqtgraph()
@@ -104,14 +134,20 @@ class LatencyPanel(Panel):
         live = self.history()
         if live is None or not self.isVisible() or not store.CPU_MODES[self.session.settings.output.cpu_mode][3]:
             return
-        for name, (t, ms) in self.series().items():
+        series = self.series()
+        for name, (t, ms) in series.items():
             self._curve(name).setData(t, ms, connect="finite")
+        if series:
+            self._set_y_top(self.ms_plot, y_top(np.concatenate([ms for _, ms in series.values()])))
         fh = list(live.fps_history)
         if len(fh) >= 2:
             t = np.array([f[0] for f in fh]) - fh[-1][0]
-            self.fps_curve.setData(t, np.array([f[1] for f in fh]))
+            fps = np.array([f[1] for f in fh])
+            self.fps_curve.setData(t, fps)
             dropped = np.array([f[2] for f in fh], np.float64)
             dt = np.maximum(np.diff(t), 1e-3)
-            self.dropped_curve.setData(t[1:], np.maximum(np.diff(dropped), 0) / dt)
+            per_s = np.maximum(np.diff(dropped), 0) / dt
+            self.dropped_curve.setData(t[1:], per_s)
+            self._set_y_top(self.fps_plot, y_top(np.concatenate([fps, per_s])))
             last = fh[-1]
             self.summary.setText(f"{last[1]:.1f} fps · dropped {last[2]}")

@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QProgressBar,
     QPushButton,
     QSizePolicy,
     QVBoxLayout,
@@ -22,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from avatar_app.core.clock import now_ns
 from avatar_app.pipeline.calibration import METER_FLOOR_DB, level_dbfs
-from avatar_app.ui.panels import ElidedLabel, Panel, hint, plain_error
+from avatar_app.ui.panels import ElidedLabel, Panel, ProgressBar, hint, plain_error
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +137,7 @@ class SourcesPanel(Panel):
         self.mic_combo.setMinimumContentsLength(12)
         self.mic_combo.activated.connect(self._on_mic_chosen)
         ml.addWidget(self.mic_combo)
-        self.meter = QProgressBar()
+        self.meter = ProgressBar()
         self.meter.setRange(int(METER_FLOOR_DB), 0)
         self.meter.setValue(int(METER_FLOOR_DB))
         self.meter.setFormat("%v dBFS")
@@ -309,9 +308,9 @@ class SourcesPanel(Panel):
         ring = getattr(pipe, "ring", None)
         if ring is not None:
             db = level_dbfs(ring.read_window(now_ns(), 0.1))
-            self.meter.setValue(int(round(db)))
+            self.meter.show_value(int(round(db)))
         else:
-            self.meter.setValue(int(METER_FLOOR_DB))
+            self.meter.show_value(int(METER_FLOOR_DB))
         src = getattr(pipe, "source", None)
         granted = getattr(src, "granted", None)
         if pipe is not None and not pipe.running:
