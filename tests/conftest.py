@@ -111,7 +111,7 @@ def _module_fixture_users(path: Path) -> frozenset[str]:
                      if fn.name.startswith("test") and {a.arg for a in fn.args.args} & users)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without pytest-xdist
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's ``load`` scheduling, except that the tests using a module-scoped fixture of
     their module go to one worker together, so that fixture is set up once, not once per worker
