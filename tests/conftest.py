@@ -2,6 +2,8 @@
 and two checks on every test: no thread left running, no Qt warning."""
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import shutil
 import subprocess
@@ -66,6 +68,72 @@ def pytest_unconfigure(config):
     if _WORKER_XVFB is not None:
         _WORKER_XVFB.terminate()
         _WORKER_XVFB.wait(timeout=10)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules holding a ``slow`` test run first, the rest after them.
+
+    A stable sort: each module's tests stay together and in their order, so ``-n 0`` sets each
+    module fixture up once too. Under ``-n 2`` the long tests then start while the other worker
+    has work left, instead of making a long tail at the end of the run.
+    """
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+
+
+@functools.cache
+def _module_fixture_users(path: Path) -> frozenset[str]:
+    """Names of the test functions of ``path`` that use one of its module-scoped fixtures, directly
+    or through another fixture of the module (read from the source: the xdist controller does not
+    collect)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return frozenset()
+    funcs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+
+    def scope(fn: ast.FunctionDef) -> str | None:
+        for dec in fn.decorator_list:
+            if isinstance(dec, ast.Call) and "fixture" in ast.unparse(dec.func):
+                return next((ast.literal_eval(k.value) for k in dec.keywords if k.arg == "scope"), "function")
+            if "fixture" in ast.unparse(dec):
+                return "function"
+        return None
+
+    fixtures = {fn.name: fn for fn in funcs if scope(fn)}
+    users = {name for name, fn in fixtures.items() if scope(fn) == "module"}
+    grew = True
+    while grew:  # fixtures of the module that depend on a module-scoped one
+        more = {name for name, fn in fixtures.items() if {a.arg for a in fn.args.args} & users} - users
+        users |= more
+        grew = bool(more)
+    return frozenset(fn.name for fn in funcs
+                     if fn.name.startswith("test") and {a.arg for a in fn.args.args} & users)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without pytest-xdist
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's ``load`` scheduling, except that the tests using a module-scoped fixture of
+    their module go to one worker together, so that fixture is set up once, not once per worker
+    (test_main_job renders every recording, ~20 s each time). Every other test is its own unit, as
+    with ``load``; units are handed out in collection order (see
+    :func:`pytest_collection_modifyitems`). Other ``--dist`` modes are left to pytest-xdist.
+
+    (``--dist loadgroup`` with ``xdist_group`` marks would say the same, but pytest-xdist 3.8 tags
+    the node ids through an attribute pytest 9 no longer reads.)
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, rest = nodeid.partition("::")
+            name = rest.split("::")[-1].split("[")[0]
+            return path if name in _module_fixture_users(ROOT / path) else nodeid
+
+    config.option.loadscopereorder = False  # keep the collection order
+    return ModuleFixtureScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -247,7 +247,7 @@ def test_wheel_installs_into_a_fresh_venv_and_renders(testdata, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--prefer-binary", str(wheel)],
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--prefer-binary", "--no-compile", str(wheel)],
                          capture_output=True, text=True, timeout=1500)
     assert pip.returncode == 0, f"pip install of the wheel failed:\n{pip.stdout[-2000:]}\n{pip.stderr[-3000:]}"
 

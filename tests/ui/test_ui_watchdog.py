@@ -1,4 +1,5 @@
-"""GUI-thread watchdog: no stall over 50 ms during a 20 s run of the studio window (the bar as stated).
+"""GUI-thread watchdog: no stall over 50 ms during a 20 s run of the studio window (the bar as stated;
+benchmarks/gui_watchdog.py runs the 20 s, the suite a 4 s run of the same steps).
 
 The window plays a file with every panel, the latency plots and the tracking preview
 live, switches the source once and records a clip, for 20 s. A stall is how late the
@@ -29,7 +30,11 @@ import pytest
 
 pytestmark = [pytest.mark.gui, pytest.mark.gl, pytest.mark.slow]
 
-RUN_S = 20.0
+#: The benchmark's run (the bar as stated: 20 s). In the suite, where only "heartbeats and frames keep
+#: coming through the source switch and the recording" is asserted, each of the four phases lasts 1 s:
+#: what the suite checks does not need 20 s, and the window's CPU time is the suite's most costly wait.
+BENCH_JSON = os.environ.get("AVATAR_APP_WATCHDOG_JSON")
+RUN_S = 20.0 if BENCH_JSON else 4.0
 LIMIT_MS = 50.0
 
 
@@ -47,7 +52,7 @@ def test_no_gui_stall_over_50ms_in_20s(qtbot, testdata, settings):
     # (backend probing imports TensorRT / CUDA libraries in a worker thread, which holds the GIL)
     qtbot.waitUntil(lambda: all(not e.installed or e.slot is not None or e.error
                                 for e in win.session.engines.entries.values()), timeout=60000)
-    qtbot.wait(1500)
+    qtbot.wait(1500 if BENCH_JSON else 200)
     wd = GuiWatchdog(threshold_ms=LIMIT_MS)
     wd.start()
     frames0 = win.viewport.frames_presented
@@ -75,7 +80,7 @@ def test_no_gui_stall_over_50ms_in_20s(qtbot, testdata, settings):
     # heartbeats and frames kept coming; how many fit into 20 s of wall time depends on the load,
     # so the rates are benchmarks/gui_watchdog.py's (below), not this test's
     assert wd.beats > 0 and presented > 0, report
-    out = os.environ.get("AVATAR_APP_WATCHDOG_JSON")
+    out = BENCH_JSON
     if out:  # benchmarks/gui_watchdog.py: the bar as stated, on wall time
         Path(out).write_text(json.dumps({
             "run_s": RUN_S, "beats": wd.beats, "frames_shown": presented,
