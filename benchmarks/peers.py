@@ -266,8 +266,9 @@ def main() -> int:
                 if isinstance(s, AvatarApp):
                     s.tracker.reset()
                     s.speech.reset()
+                    s.built.chain.reset()
                     s.proc = frame_processor_class()(s.tracker, s.reconstructor, s.speech, live=False,
-                                                     fusion=type(s.proc.fusion)())
+                                                     chain=s.built.chain)
                     s.proc.speech_lookahead_s = float(getattr(s.speech, "offline_lookahead_s", 0.0) or 0.0)
         for i, frame in enumerate(frames):
             k = (i + r) % len(systems)
