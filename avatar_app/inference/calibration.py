@@ -120,3 +120,28 @@ def validation_set(info: ModelInfo) -> tuple[dict[str, np.ndarray], str]:
     logger.warning("%s ships no validation set (%s); verifying on random inputs",
                    info.name, info.validation_path.name)
     return info.example_feeds(batch=16, seed=2), "synthetic"
+
+
+def real_data_missing(info: ModelInfo, precision: str) -> str:
+    """Why a reduced precision of ``info`` cannot be verified here, or "" when it can.
+
+    A model whose card sets ``"real_data_only": true`` (the landmark engines: their
+    FP16/INT8 error on random images says nothing about faces, and an INT8 engine
+    calibrated on random images loses real faces) is built in FP16 or INT8 only when its
+    validation set of real inputs exists (``<stem>.val.npz`` beside the model or made on
+    this machine, :func:`~avatar_app.inference.modelinfo.data_set_path`); INT8 then
+    calibrates on the calibration set, else on that validation set.
+
+    Args:
+        info: the model.
+        precision: ``"fp32"``, ``"fp16"`` or ``"int8"``.
+
+    Returns:
+        "" when the precision can be built and verified, else the reason, naming the
+        script that makes the sets.
+    """
+    if precision == "fp32" or not info.card.get("real_data_only") or info.validation_path.is_file():
+        return ""
+    return (f"{precision.upper()} of {info.name} is verified only on real face crops and this machine has none "
+            f"({info.validation_path.name}); make them with python training/landmarks/make_sets.py, FP32 serves")
+

@@ -31,7 +31,7 @@ from avatar_app.core.errors import AvatarError, BackendUnavailableError, EngineB
 from avatar_app.inference import backends as _backends
 from avatar_app.inference.base import BaseRunner, Precision
 from avatar_app.inference.cache import BuildFailure, CacheEntry, CacheKey, EngineCache
-from avatar_app.inference.calibration import CalibrationStore, calibration_sets, validation_set
+from avatar_app.inference.calibration import CalibrationStore, calibration_sets, real_data_missing, validation_set
 from avatar_app.inference.isolation import DEFAULT_TIMEOUT_S, run_isolated
 from avatar_app.inference.modelinfo import ModelInfo, sha256_file
 
@@ -490,6 +490,9 @@ class EngineManager:
                 continue
             if st.precisions.get(prec.value):
                 attempts.append(Attempt(bname, prec.value, False, st.precisions[prec.value]))
+                continue
+            if why := real_data_missing(info, prec.value):
+                attempts.append(Attempt(bname, prec.value, False, why))
                 continue
             try:
                 runner, attempt = self._open_candidate(info, bname, prec, card, progress)

@@ -293,7 +293,10 @@ class TrackerController:
             res = slot.result
             runner = slot.active
             if res is not None and runner.precision.value != chosen["precision"]:
-                why = next((a.reason for a in res.attempts if not a.ok and a.precision == chosen["precision"]), "")
+                tried = [a for a in res.attempts if not a.ok and a.precision == chosen["precision"]]
+                # the reason on the backend that serves, else the last backend tried (not the first
+                # backend of the plan that is merely not installed)
+                why = next((a.reason for a in tried if a.backend == runner.backend), tried[-1].reason if tried else "")
                 lines.append(f"{chosen['precision'].upper()} {name} not verified, {runner.precision.value.upper()} "
                              f"serves" + (f": {why}" if why else ""))
         return "\n".join(lines)

@@ -222,3 +222,23 @@ def test_trackers_waiting_for_a_frame_are_retired_or_closed_with_the_pipeline():
     finally:
         pipe.stop()
     assert b.closed and first.closed and pipe.tracker_swaps == 0  # no frame came: the waiting one is closed too
+
+
+def test_fallback_reason_is_the_serving_backends_not_the_first_uninstalled_one():
+    """Trial finding: 'INT8 detector not verified, FP32 serves: tensorrt is not installed' hid the real reason."""
+    from types import SimpleNamespace as NS
+
+    from avatar_app.inference.base import Precision
+    from avatar_app.inference.manager import Attempt
+    from avatar_app.pipeline.stage_swaps import TrackerController
+
+    attempts = [Attempt("tensorrt", "int8", False, "tensorrt is not installed (install TensorRT)"),
+                Attempt("ort_cpu", "int8", False, "rejected: max error 0.258 over tolerance 0.05"),
+                Attempt("ort_cpu", "fp32", True, "")]
+    slot = NS(result=NS(attempts=attempts), active=NS(precision=Precision.FP32, backend="ort_cpu"))
+    ok = NS(result=NS(attempts=[Attempt("ort_cpu", "int8", True, "")]),
+            active=NS(precision=Precision.INT8, backend="ort_cpu"))
+    tracker = NS(engines=NS(slots=(slot, ok)))
+    text = TrackerController._fell_back(tracker, {"kind": "onnx", "precision": "int8"})
+    assert "rejected: max error 0.258" in text and "not installed" not in text
+    assert text.count("\n") == 0 and text.startswith("INT8 ") and "FP32 serves" in text
