@@ -31,6 +31,24 @@ def small_window(qtbot, testdata, settings):
 SCROLLED = ("sources", "engines", "calibration", "tracking", "expressions", "avatar", "output")
 
 
+def _settle(qtbot, win, timeout_s: float = 5.0) -> None:
+    """Process events until every dock's geometry holds still for two turns (a loaded machine lays the
+    docks out later than a fixed short wait allows; the suite's full runs failed here 2 of 3 times)."""
+    import time
+
+    def shape():
+        return tuple((d.isVisible(), d.geometry().getRect(), d.widget().viewport().size().toTuple()
+                      if isinstance(d.widget(), QScrollArea) else None) for d in win.docks.values())
+
+    last, end = None, time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        qtbot.wait(30)
+        now = shape()
+        if now == last:
+            return
+        last = now
+
+
 def _reachable(area: QScrollArea, panel: QWidget, horizontal: bool) -> bool:
     """Whether the panel fits the area's viewport in one direction, or a scroll bar reaches all of it."""
     size, view = (panel.width(), area.viewport().width()) if horizontal else (panel.height(), area.viewport().height())
@@ -45,7 +63,7 @@ def test_every_panel_fits_or_scrolls_in_a_small_window(qtbot, small_window):
     win = small_window
     for key in SCROLLED:
         win.docks[key].raise_()
-        qtbot.wait(50)
+        _settle(qtbot, win)
         area, panel = win.docks[key].widget(), win.panels[key]
         assert isinstance(area, QScrollArea) and area.widgetResizable() and area.widget() is panel, key
         save_shot(win, f"small_window_{key}")
@@ -67,14 +85,12 @@ def test_no_stray_tab_bars_after_hiding_and_showing_the_panels(qtbot, small_wind
     win.toggle_panels(True)
     QApplication.processEvents()
     win.toggle_panels(False)
-    for _ in range(5):
-        QApplication.processEvents()
+    _settle(qtbot, win)
     bars = [b for b in win.findChildren(QTabBar) if b.parent() is win and b.isVisible()]
     assert bars and all(b.count() >= 2 for b in bars), [(b.count(), b.geometry()) for b in bars]
     for key in ("tracking", "expressions", "avatar"):  # Output alone is left on the right: no tab bar there
         win.docks[key].close()
-    for _ in range(5):
-        QApplication.processEvents()
+    _settle(qtbot, win)
     # Qt keeps the lone Output dock's one-tab bar, off the window: none of fewer than 2 tabs on it
     bars = [b for b in win.findChildren(QTabBar) if b.parent() is win and b.isVisible()
             and b.geometry().intersects(win.rect())]
@@ -91,4 +107,5 @@ def test_the_same_at_200_percent():
     env = dict(os.environ, QT_SCALE_FACTOR="2")
     r = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", "not 200",
                         "-o", "addopts="], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    if r.returncode != 0 or "2 passed" not in r.stdout:
+        pytest.fail("at 200 %:\n" + r.stdout[-6000:] + r.stderr[-2000:], pytrace=False)
