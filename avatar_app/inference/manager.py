@@ -372,6 +372,8 @@ class EngineManager:
             EngineBuildError: conversion/parse/build failed or the child crashed (the
                 failure is remembered for this cache key).
             ModelLoadError: the model cannot be read.
+            EngineBuildError: also a reduced precision of a ``real_data_only`` model without its
+                real validation set (:func:`~avatar_app.inference.calibration.real_data_missing`).
         """
         precision = Precision.parse(precision)
         info = self.model_info(model_path, card)
@@ -379,6 +381,8 @@ class EngineManager:
             raise EngineBuildError(
                 f"{info.path.name} does not support {precision.value} "
                 f"(its metadata allows {', '.join(p.value for p in info.precisions)})")
+        if why := real_data_missing(info, precision.value):
+            raise EngineBuildError(why)
         b = _backends.get_backend(backend)
         st = b.status()
         if not st.can_build:
@@ -429,6 +433,8 @@ class EngineManager:
         Raises:
             BackendUnavailableError: unknown backend.
             ModelLoadError: the model cannot be read.
+            EngineBuildError: also a reduced precision of a ``real_data_only`` model without its
+                real validation set (:func:`~avatar_app.inference.calibration.real_data_missing`).
         """
         precision = Precision.parse(precision)
         info = self.model_info(model_path, card)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from avatar_app.inference.calibration import real_data_missing
 from avatar_app.inference.modelinfo import ModelInfo
 
@@ -36,6 +38,10 @@ def test_reduced_precisions_refused_without_a_real_validation_set(tmp_path, tiny
     # nothing was built from random inputs: the cache holds no INT8 engine of it
     assert not list((manager.cache.root).rglob("realonly*int8*"))
     result.runner.close()
+    from avatar_app.core.errors import EngineBuildError
+
+    with pytest.raises(EngineBuildError, match="real face crops"):  # `engines build` says so too
+        manager.build(path, "ort_cpu", "int8")
 
 
 def test_with_a_real_validation_set_the_precision_is_built(tmp_path, tiny_models, manager):
