@@ -207,7 +207,9 @@ class _TrackerBox(QGroupBox):
         self.backend.setToolTip(tip)
         self.precision.setToolTip(tip)
         self.build_label.setVisible(ctl.building)
-        self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker")
+        first = (" (an FP16 or INT8 engine is built and verified the first time: up to a minute here)"
+                 if onnx and c.get("precision") in ("fp16", "int8") else "")
+        self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker") + first
                                  + "; the current tracker keeps running.")
         self.serving.setText(ctl.serving() or "no source")
         text = "\n".join(t for t in (ctl.error, ctl.notice) if t)
