@@ -323,7 +323,8 @@ def _print_report(rep) -> None:
     print(
         f"wrote {rep.output_path} ({rep.frames_out} frames, {rep.duration_s:.2f} s video, "
         f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path.name}; "
-        f"face in {rep.faces_found}/{rep.frames_in} frames (tracked by {rep.tracker or 'no tracker'}; "
+        f"face in {rep.faces_found}/{rep.frames_in} frames ("
+        f"{'tracked by ' + rep.tracker if rep.tracker else 'recorded face data, no tracker run'}; "
         f"{rep.face_solver or 'geometric solver'}); "
         f"mouth from {rep.speech_backend or 'the video alone'}; "
         f"{rep.fps:.1f} fps ({stages})"
