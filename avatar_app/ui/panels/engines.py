@@ -13,6 +13,18 @@ from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
 from avatar_app.ui.panels import Panel, ProgressBar, hint, item_enabled, set_item_enabled
 
 
+def _backend_precision_combos() -> tuple[QComboBox, QComboBox]:
+    """The Backend and Precision choosers every engine row shows (data: backend key; precision or None)."""
+    backend = QComboBox()
+    for key, text in BACKEND_LABELS.items():
+        backend.addItem(text, key)
+    precision = QComboBox()
+    precision.addItem("Default", None)
+    for p in PRECISIONS:
+        precision.addItem(p.upper(), p)
+    return backend, precision
+
+
 class _EngineBox(QGroupBox):
     """Controls of one engine."""
 
@@ -24,13 +36,7 @@ class _EngineBox(QGroupBox):
         self.model_label = QLabel("")
         self.model_label.setWordWrap(True)
         form.addRow(self.model_label)
-        self.backend = QComboBox()
-        for key, text in BACKEND_LABELS.items():
-            self.backend.addItem(text, key)
-        self.precision = QComboBox()
-        self.precision.addItem("Default", None)
-        for p in PRECISIONS:
-            self.precision.addItem(p.upper(), p)
+        self.backend, self.precision = _backend_precision_combos()
         form.addRow("Backend", self.backend)
         form.addRow("Precision", self.precision)
         # the bar holds only "building NN%": what is being done goes under it, word-wrapped
@@ -141,13 +147,7 @@ class _TrackerBox(QGroupBox):
         self.tracker = QComboBox()
         for kind in self.TRACKERS:
             self.tracker.addItem(kind, kind)
-        self.backend = QComboBox()
-        for key, text in BACKEND_LABELS.items():
-            self.backend.addItem(text, key)
-        self.precision = QComboBox()
-        self.precision.addItem("Default", None)
-        for p in PRECISIONS:
-            self.precision.addItem(p.upper(), p)
+        self.backend, self.precision = _backend_precision_combos()
         form.addRow("Tracker", self.tracker)
         form.addRow("Backend", self.backend)
         form.addRow("Precision", self.precision)
