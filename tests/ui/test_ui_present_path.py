@@ -24,10 +24,8 @@ def _state(i: int) -> AvatarState:
     return replace(AvatarState.neutral(t_capture_ns=i), frame_index=i, stamps={"fuse": (i, i + 1)})
 
 
-@pytest.mark.gl
-def test_a_state_offered_from_another_thread_is_shown_without_any_timer(qtbot):
-    """The pipeline thread's hand-over renders at once; the GUI thread paints it when the render is
-    done (queued signal, repaint), with no display timer on the way."""
+def _shown_viewport(qtbot):
+    """A small AvatarViewportWidget, shown and exposed (the caller shuts it down)."""
     from avatar_app.ui.viewport import AvatarViewportWidget
 
     vp = AvatarViewportWidget()
@@ -35,6 +33,14 @@ def test_a_state_offered_from_another_thread_is_shown_without_any_timer(qtbot):
     vp.resize(160, 120)
     vp.show()
     qtbot.waitExposed(vp)
+    return vp
+
+
+@pytest.mark.gl
+def test_a_state_offered_from_another_thread_is_shown_without_any_timer(qtbot):
+    """The pipeline thread's hand-over renders at once; the GUI thread paints it when the render is
+    done (queued signal, repaint), with no display timer on the way."""
+    vp = _shown_viewport(qtbot)
     shown = []
     vp.frame_presented.connect(lambda st, t: shown.append((st, t, vp.present_ns)))
     t = threading.Thread(target=lambda: vp.offer_state(_state(7)))
@@ -51,13 +57,7 @@ def test_a_state_offered_from_another_thread_is_shown_without_any_timer(qtbot):
 @pytest.mark.gl
 def test_the_view_shows_the_newest_state_when_states_arrive_faster_than_it_renders(qtbot):
     """States offered while a render runs: the ones in between are replaced, the newest is shown last."""
-    from avatar_app.ui.viewport import AvatarViewportWidget
-
-    vp = AvatarViewportWidget()
-    qtbot.addWidget(vp)
-    vp.resize(160, 120)
-    vp.show()
-    qtbot.waitExposed(vp)
+    vp = _shown_viewport(qtbot)
     shown = []
     vp.frame_presented.connect(lambda st, _t: shown.append(st.frame_index))
     gate = threading.Event()
