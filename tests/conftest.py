@@ -278,6 +278,15 @@ def no_face_video(tmp_path) -> Path:
 
 # ----------------------------------------------------------------------------- engine layer
 @pytest.fixture(scope="session")
+def short_grid_clip(tmp_path_factory, testdata) -> Path:
+    """The first 0.4 s of grid_s1_bbaf2n.mp4 (H.264 + AAC), made once per session for quick renders."""
+    clip = tmp_path_factory.mktemp("short_grid") / "short.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
+                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
+    return clip
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
     """name -> .onnx path of every tiny model, with .val.npz/.calib.npz beside each."""
     return write_all(tmp_path_factory.mktemp("tiny_models"))

@@ -2,7 +2,6 @@
 finished the render (issue 21, trial fixes 4)."""
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
@@ -12,18 +11,10 @@ from avatar_app.serve.remote_render import _FrameClock, finished_locally
 from tests.helpers import run_cli
 
 
-@pytest.fixture(scope="module")
-def short_clip(tmp_path_factory, testdata):
-    clip = tmp_path_factory.mktemp("clip") / "short.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
-                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
-    return clip
-
-
 @pytest.mark.parametrize(("tracker", "named"), [("mediapipe", "tracked by MediaPipe face mesh"),
                                                 ("onnx", "tracked by ONNX tracker: face_detection.onnx")])
-def test_the_summary_names_the_tracker_that_ran(short_clip, tmp_path, tracker, named):
-    r = run_cli("render", str(short_clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q",
+def test_the_summary_names_the_tracker_that_ran(short_grid_clip, tmp_path, tracker, named):
+    r = run_cli("render", str(short_grid_clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q",
                 "--tracker", tracker)
     assert r.returncode == 0, r.stderr
     assert named in r.stdout, r.stdout

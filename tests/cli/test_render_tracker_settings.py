@@ -3,20 +3,10 @@ tracker value the file should not hold is named and replaced by its default."""
 from __future__ import annotations
 
 import json
-import subprocess
 
-import pytest
 
 from avatar_app.pipeline.settings import StudioSettings, save_settings_file
 from tests.helpers import run_cli
-
-
-@pytest.fixture(scope="module")
-def short_clip(tmp_path_factory, testdata):
-    clip = tmp_path_factory.mktemp("clip") / "short.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
-                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
-    return clip
 
 
 def _settings_file(tmp_path, **tracker):
@@ -34,24 +24,25 @@ def _render(clip, tmp_path, *extra):
     return run_cli("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q", *extra)
 
 
-def test_the_settings_files_onnx_tracker_renders(short_clip, tmp_path, monkeypatch):
+def test_the_settings_files_onnx_tracker_renders(short_grid_clip, tmp_path, monkeypatch):
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
-    r = _render(short_clip, tmp_path, "--settings", str(_settings_file(tmp_path)))
+    r = _render(short_grid_clip, tmp_path, "--settings", str(_settings_file(tmp_path)))
     assert r.returncode == 0, r.stderr
     assert "tracked by ONNX tracker: face_detection.onnx on ort_cpu (fp32)" in r.stdout, r.stdout
     assert "face_landmark.onnx on ort_cpu (fp32)" in r.stdout, r.stdout
 
 
-def test_an_explicit_tracker_wins_over_the_settings_file(short_clip, tmp_path, monkeypatch):
+def test_an_explicit_tracker_wins_over_the_settings_file(short_grid_clip, tmp_path, monkeypatch):
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
-    r = _render(short_clip, tmp_path, "--settings", str(_settings_file(tmp_path)), "--tracker", "mediapipe")
+    r = _render(short_grid_clip, tmp_path, "--settings", str(_settings_file(tmp_path)), "--tracker", "mediapipe")
     assert r.returncode == 0, r.stderr
     assert "tracked by MediaPipe face mesh" in r.stdout, r.stdout
 
 
-def test_a_bad_tracker_in_the_settings_file_is_named(short_clip, tmp_path, monkeypatch):
+def test_a_bad_tracker_in_the_settings_file_is_named(short_grid_clip, tmp_path, monkeypatch):
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
-    r = _render(short_clip, tmp_path, "--settings", str(_settings_file(tmp_path, kind="openface", precision="fp4")))
+    bad = _settings_file(tmp_path, kind="openface", precision="fp4")
+    r = _render(short_grid_clip, tmp_path, "--settings", str(bad))
     assert r.returncode == 0, r.stderr
     assert "engines.tracker.kind: 'openface' is not one of auto, mediapipe, onnx; using 'auto'" in r.stderr, r.stderr
     named = "engines.tracker.precision: 'fp4' is not one of null, fp32, fp16, int8; using the backend's default"
