@@ -6,7 +6,10 @@ from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QScrollArea, QTabBar, QWidget
 from ui_helpers import save_shot
 
-pytestmark = [pytest.mark.gui, pytest.mark.gl]
+# Qt's xcb plugin sometimes logs "This plugin does not support propagateSizeHints()" for the docks at
+# QT_SCALE_FACTOR=2 under load (a platform notice, no layout effect; it failed 2 of 5 full runs through
+# qt_log_level_fail): that one message is ignored here, every assertion stays
+pytestmark = [pytest.mark.gui, pytest.mark.gl, pytest.mark.qt_log_ignore(r"does not support propagateSizeHints")]
 
 VIDEO = "video/grid_s1_bbaf2n.mp4"
 @pytest.fixture
