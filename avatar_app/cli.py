@@ -9,7 +9,8 @@
 
 Errors the user can fix are printed as one line on stderr (no traceback) and
 the exit status is non-zero: 2 for bad input (a truncated input still leaves the
-part that decoded), 3 for no face, 4 for output errors (a missing output folder
+part that decoded; an MP4 cut before its index, the ``moov`` box some writers put at
+the end, has none and the message says so), 3 for no face, 4 for output errors (a missing output folder
 is created; one that cannot be created is an output error). Ctrl+C (SIGINT) or
 SIGTERM during ``render``/``demo`` finishes the clip with what was rendered (as
 ``NAME.partial.mp4`` beside an existing output), the audio cut to the same

@@ -47,11 +47,17 @@ def open_container(path: Path, what: str) -> av.container.InputContainer:
     """Open a media file for reading.
 
     Raises:
-        InputError: the file cannot be parsed as media (corrupt, truncated or not media).
+        InputError: the file cannot be parsed as media (corrupt, truncated or not media);
+            an MP4 cut short before its index (:func:`mp4_index_missing`) is named as such.
     """
     try:
         return av.open(str(path), mode="r")
     except av.error.FFmpegError as e:
+        missing = mp4_index_missing(path)
+        if missing is not None:
+            raise InputError(
+                f"'{path}' is truncated and no frame of it can be decoded: {missing}. "
+                "A complete copy of the file is needed", path=path) from e
         raise InputError(
             f"'{path}' is not a readable {what} (corrupt, truncated or not a media file). "
             f"FFmpeg says: {error_text(e)}",
@@ -384,3 +390,117 @@ def load_stream_audio(path: Path, sample_rate: int | None) -> tuple[np.ndarray, 
         n = int(round((end - t0) * rate))
         samples = samples[:max(n, 0)]
     return np.ascontiguousarray(samples, dtype=np.float32), rate, t0, bad
+# -- truncation that the demuxer does not report --------------------------------------
+#: FFmpeg demuxers of MPEG program streams (.mpg, .mpeg, .vob).
+MPEG_PS_FORMATS = ("mpeg", "vob")
+_PS_PREFIX = b"\x00\x00\x01"
+
+
+def mpeg_ps_cut_short(path: Path) -> str | None:
+    """Whether an MPEG program stream (.mpg, .vob) ends inside one of its packs or packets.
+
+    FFmpeg's MPEG-PS demuxer gives a cut-off last packet as it is (its corrupt flag
+    is lost to the parsers most of the time) and estimates the duration from the
+    last timestamp in the file, so a truncated .mpg decodes without an error and looks
+    complete. The pack headers (``0x000001BA``) and the packets (system header,
+    PES, padding: ``0x000001BB``..``FF``, with a 16-bit length) chain from the first
+    byte to the last; a file cut at an arbitrary byte ends inside one of them.
+    Only the 4..14-byte headers are read, not the payload.
+
+    Source: ISO/IEC 11172-1 section 2.4.3 (MPEG-1 pack and packet layer) and
+    ISO/IEC 13818-1 section 2.5.3 (MPEG-2 program stream pack header).
+
+    Args:
+        path: the file (FFmpeg format ``mpeg``).
+
+    Returns:
+        What is cut (e.g. "the file ends inside its last packet (stream 0xe0), at byte
+        270336: 1228 of its 2048 bytes are there"), or None: the chain ends at the end of
+        the file, at an end code (``0x000001B9``) or in trailing padding, or it breaks
+        before the end (not a layout this check knows: no verdict). A cut that falls
+        exactly between two packets cannot be told from a complete file.
+    """
+    size = path.stat().st_size
+    pos = 0
+    with path.open("rb") as f:
+        while pos < size:
+            f.seek(pos)
+            head = f.read(14)
+            if len(head) < 4 or head[:3] != _PS_PREFIX:
+                return None  # trailing padding (0xff / 0x00) or a layout not known here
+            code = head[3]
+            if code == 0xB9:  # MPEG program end code
+                return None
+            if code == 0xBA:  # pack header: 12 bytes (MPEG-1) or 14 + stuffing (MPEG-2)
+                if len(head) < 5:
+                    length = 14
+                elif head[4] >> 6 == 1:
+                    length = 14 + (head[13] & 7) if len(head) >= 14 else 14
+                else:
+                    length = 12
+                what = "pack header"
+            elif code >= 0xBB:
+                length = 6 + (int.from_bytes(head[4:6], "big") if len(head) >= 6 else 0xFFFF)
+                what = f"packet (stream 0x{code:02x})"
+            else:
+                return None  # an elementary stream start code: not a program stream walk
+            if pos + length > size:
+                return (f"the file ends inside its last {what}, at byte {pos}: "
+                        f"{size - pos} of its {length} bytes are there")
+            pos += length
+    return None
+
+
+def mp4_index_missing(path: Path) -> str | None:
+    """Why an MP4/MOV file that FFmpeg cannot open has no index, if it is a cut-off MP4.
+
+    An MP4's frames are found through its ``moov`` box (sample tables). Writers that
+    stream (phones, OBS, FFmpeg without ``+faststart``) put ``moov`` after the media
+    data (``mdat``), at the very end; a file cut short then has no index and no frame
+    can be decoded at all (the data may be intact but where each frame starts is not
+    known). Reads only the 8..16-byte box headers of the top level.
+
+    Source: ISO/IEC 14496-12 section 4.2 (box header: 32-bit size, type, 64-bit
+    ``largesize`` when size is 1; size 0 = to the end of the file).
+
+    Args:
+        path: the file.
+
+    Returns:
+        What is missing, for the user (which box is cut, and where),
+        or None when the file does not start with an ``ftyp`` box or its ``moov`` box is
+        there and whole.
+    """
+    size = path.stat().st_size
+    boxes: list[tuple[str, int, int]] = []  # (type, offset, declared size)
+    pos = 0
+    with path.open("rb") as f:
+        while pos + 8 <= size:
+            f.seek(pos)
+            head = f.read(16)
+            length = int.from_bytes(head[:4], "big")
+            kind = head[4:8].decode("latin-1")
+            if length == 1 and len(head) >= 16:
+                length = int.from_bytes(head[8:16], "big")
+            elif length == 0:
+                length = size - pos
+            if length < 8 or not kind.isprintable():
+                return None  # not a box layout this check knows
+            boxes.append((kind, pos, length))
+            pos += length
+    if not boxes or boxes[0][0] != "ftyp":
+        return None
+    kinds = [b[0] for b in boxes]
+    last_kind, last_pos, last_len = boxes[-1]
+    cut = last_pos + last_len > size
+    if "moov" in kinds and not (cut and last_kind == "moov"):
+        return None
+    if last_kind == "moov":
+        return (f"it is an MP4 cut short inside its index (the 'moov' box at byte {last_pos} declares "
+                f"{last_len} bytes, the file has {size - last_pos})")
+    if cut and last_kind == "mdat":
+        return (f"it is an MP4 cut short inside its media data ('mdat' box at byte {last_pos} declares "
+                f"{last_len} bytes, the file has {size - last_pos}) and its index (the 'moov' box, which "
+                "this file's writer puts after the media data) is missing")
+    return ("it is an MP4 without its index (no 'moov' box: the file was cut short or its writer "
+            "never finished it)")

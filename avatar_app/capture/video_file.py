@@ -80,6 +80,8 @@ class VideoFileSource:
         self.path = _media.check_file(path, "Video")
         #: Set when decoding hit errors (a corrupt or truncated file).
         self.truncated = False
+        #: What was wrong when :attr:`truncated` was set (the first problem, for messages).
+        self.problem = ""
         self._transform = None  # display matrix -> upright image (see _media.display_transform)
         self._generators: weakref.WeakSet = weakref.WeakSet()
         self._closed = False
@@ -96,6 +98,8 @@ class VideoFileSource:
                 raise InputError(
                     f"'{self.path}' has no video stream (streams found: {kinds})", path=self.path)
             self.info = self._probe(c)
+            # an MPEG-PS demuxer reads a cut-off file as complete: look at its packet chain
+            self._cut_short = _media.mpeg_ps_cut_short(self.path) if fmt in _media.MPEG_PS_FORMATS else None
         logger.debug("opened %s: %s", self.path, self.info)
 
     # -- probing ----------------------------------------------------------------------
@@ -161,7 +165,11 @@ class VideoFileSource:
             (rotation metadata of phone clips) is applied, as players do.
 
         If the file is corrupt or truncated, the frames that decode are yielded,
-        a warning is logged and :attr:`truncated` is set.
+        a warning is logged and :attr:`truncated` and :attr:`problem` are set. Truncation
+        is found from decode errors, fewer frames or an earlier end than the container
+        declares, and for MPEG program streams (.mpg), whose declared length is estimated
+        from the cut file itself, from a last packet that the file ends inside
+        (:func:`~avatar_app.capture._media.mpeg_ps_cut_short`).
 
         Raises:
             InputError: no frame at all could be decoded (corrupt/truncated file),
@@ -197,6 +205,8 @@ class VideoFileSource:
                 image = np.ascontiguousarray(image)
                 yield Frame(index=index, t_capture_ns=now_ns(), image=image, media_time_s=t)
                 index += 1
+        if self._cut_short is not None and index > 0:
+            report.note_error(RuntimeError(self._cut_short))
         if declared_frames > index > 0:
             report.note_error(RuntimeError(f"{index} of {declared_frames} frames in the file"))
         elif declared_end is not None and last_t is not None:
@@ -209,6 +219,7 @@ class VideoFileSource:
     def _check_report(self, report: _media.DecodeReport, unit: str) -> None:
         if _media.check_report(report, unit, self.path):
             self.truncated = True
+            self.problem = self.problem or report.first_error
 
     # -- audio ------------------------------------------------------------------------
     def read_audio(self, sample_rate: int | None = None) -> AudioChunk | None:

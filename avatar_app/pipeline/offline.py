@@ -506,10 +506,13 @@ def _finish_report(report: RenderReport, writer: ClipWriter, src, input_path: Pa
                    fps_out: float, info, had_audio: bool, t0: int) -> None:
     """The finish phase: counts, durations and warnings of the closed clip."""
     if getattr(src, "truncated", False) and not report.interrupted:
-        report.input_problem = (
-            f"{input_path} is truncated or corrupt: only {report.frames_in} of about "
-            f"{info.frame_count} frames could be decoded"
-        )
+        if info.frame_count > report.frames_in or not getattr(src, "problem", ""):
+            report.input_problem = (
+                f"{input_path} is truncated or corrupt: only {report.frames_in} of about "
+                f"{info.frame_count} frames could be decoded"
+            )
+        else:  # the header's length comes from the cut file itself (MPEG-PS): say what is cut
+            report.input_problem = f"{input_path} is truncated or corrupt: {src.problem}"
     report.frames_out = writer.frames_out
     if writer.frames_out:
         report.duration_s = (writer.frames_out / fps_out) if options.fps else (writer.last_time + 1.0 / fps_out)

@@ -205,6 +205,49 @@ def test_mp4_missing_its_beginning(tmp_path: Path, grid_mp4: Path):
         VideoFileSource(cut)
 
 
+@pytest.mark.parametrize("fraction", [0.3, 0.6, 0.9])
+def test_truncated_mpg_is_found_truncated(tmp_path: Path, testdata: Path, fraction: float, caplog):
+    """MPEG-PS: FFmpeg decodes a cut .mpg without an error and takes its length from the cut file;
+    the file ending inside its last packet tells that it was cut."""
+    full = testdata / "video" / "grid_s1_bbaf2n.mpg"
+    with VideoFileSource(full) as src:
+        n_full = len(list(src.frames()))
+    assert not src.truncated and src.problem == ""
+    data = full.read_bytes()
+    cut = tmp_path / "cut.mpg"
+    cut.write_bytes(data[: int(len(data) * fraction)])
+    with caplog.at_level(logging.WARNING), VideoFileSource(cut) as src:
+        frames = list(src.frames())
+    assert 0 < len(frames) < n_full
+    assert src.info.frame_count <= len(frames) + 1  # the header claims no more than what decodes
+    assert src.truncated
+    assert "ends inside its last" in src.problem
+    assert any("corrupt or truncated" in r.getMessage() and "cut.mpg" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("fraction", "box"), [(0.6, "media data"), (0.999, "index")])
+def test_mp4_cut_before_its_index_says_nothing_decodes(tmp_path: Path, testdata: Path, fraction: float, box: str):
+    """An MP4 whose 'moov' box comes after the media data has no index once cut: the message says so."""
+    full = testdata / "video" / "expressive" / "lp_d18.mp4"
+    data = full.read_bytes()
+    assert data.find(b"moov") > data.find(b"mdat") > 0  # the layout this test is about
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(InputError, match=rf"cut\.mp4' is truncated and no frame of it can be decoded: "
+                                         rf"it is an MP4 cut short inside its {box}.*'moov'") as err:
+        VideoFileSource(cut)
+    assert err.value.path == cut
+
+
+def test_complete_files_pass_the_structure_checks(testdata: Path):
+    from avatar_app.capture._media import mp4_index_missing, mpeg_ps_cut_short
+
+    assert mpeg_ps_cut_short(testdata / "video" / "grid_s1_bbaf2n.mpg") is None
+    mp4s = sorted((testdata / "video").rglob("*.mp4"))
+    assert len(mp4s) >= 5
+    assert [p.name for p in mp4s if mp4_index_missing(p) is not None] == []
+
+
 def test_file_with_no_video_stream(testdata: Path):
     with pytest.raises(InputError, match=r"jfk\.wav' has no video stream \(streams found: audio\)"):
         VideoFileSource(testdata / "audio" / "jfk.wav")

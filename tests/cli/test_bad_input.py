@@ -50,6 +50,46 @@ def test_truncated_mp4(testdata, tmp_path):
     assert 0 < kept < 3.0 and abs(kept - said) <= 0.06, (kept, proc.stderr)
 
 
+def _video_seconds(path) -> float:
+    """End of the last video packet minus the start of the first (PyAV demux, no decoding), seconds."""
+    import av
+
+    with av.open(str(path)) as c:
+        st = c.streams.video[0]
+        spans = [(float(p.pts * st.time_base), float((p.pts + p.duration) * st.time_base))
+                 for p in c.demux(st) if p.pts is not None and p.duration]
+    return max(b for _, b in spans) - min(a for a, _ in spans)
+
+
+def test_truncated_mpg_keeps_what_decoded_beside_a_finished_clip(testdata, tmp_path):
+    """A cut .mpg (which FFmpeg reads without an error) exits 2 saying how many seconds were kept."""
+    out = tmp_path / "keep.mp4"
+    out.write_bytes(b"a finished clip")
+    data = (testdata / "video" / "grid_s1_bbaf2n.mpg").read_bytes()
+    bad = tmp_path / "cut.mpg"
+    bad.write_bytes(data[: int(len(data) * 0.6)])
+    proc = run_cli("render", str(bad), "-o", str(out), "--size", "160x120")
+    _check(proc, (r"cut\.mpg is truncated", r"ends inside its last packet", r"rendered the first \d+\.\d s",
+                  r"keep\.mp4 already existed and was kept", r"keep\.partial\.mp4"), 2)
+    assert "wrote" not in proc.stdout + proc.stderr
+    assert out.read_bytes() == b"a finished clip"
+    said = float(re.search(r"rendered the first (\d+\.\d) s", proc.stderr).group(1))
+    kept = _video_seconds(tmp_path / "keep.partial.mp4")
+    assert 0 < kept < 2.9 and abs(kept - said) <= 0.06, (kept, proc.stderr)
+
+
+def test_mp4_cut_before_its_index_says_nothing_could_be_kept(testdata, tmp_path):
+    """An MP4 with its 'moov' box at the end, cut at 60 %: no frame decodes, the one line says why."""
+    data = (testdata / "video" / "expressive" / "lp_d18.mp4").read_bytes()
+    bad = tmp_path / "cut.mp4"
+    bad.write_bytes(data[: int(len(data) * 0.6)])
+    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"), "--size", "160x120")
+    _check(proc, (r"cut\.mp4' is truncated and no frame of it can be decoded", r"index \(the 'moov' box"), 2)
+    assert "rendered the first" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.mp4"]
+
+
 @pytest.mark.gl
 def test_video_with_no_face(tmp_path):
     subprocess.run(
