@@ -79,7 +79,8 @@ class EngineChoice:
     """Engines panel.
 
     Attributes:
-        choices: the user's ``{"backend", "precision"}`` per engine (None = Auto).
+        choices: the user's ``{"backend", "precision"}`` per engine (None = Auto); read through
+            :func:`validate_engine_choices` (unknown engines dropped, bad values at Auto, each named).
         tracker: the Tracking row: ``kind`` (a name of :data:`TRACKER_KINDS`) and, for the ONNX
             tracker, its engine-layer ``backend`` ("auto" or a backend name) and ``precision``
             (None = the backend's default, "fp32", "fp16", "int8").
@@ -237,6 +238,7 @@ def validate(obj, report: list | None = None, area: str = ""):
     if isinstance(obj, ExpressionSettings):
         _validate_expressions(obj, d, report, prefix)
     if isinstance(obj, EngineChoice):
+        obj.choices = validate_engine_choices(obj.choices, report, prefix)
         obj.tracker = validate_tracker(obj.tracker, report, prefix)
     if isinstance(obj, OutputSettings):
         from avatar_app.record.formats import KNOWN_FORMATS
@@ -267,6 +269,50 @@ def _validate_expressions(obj: ExpressionSettings, d: ExpressionSettings, report
     obj.hotkeys = {k: str(obj.hotkeys.get(k, d.hotkeys[k])) for k in EXPRESSION_NAMES}
     obj.modes = {k: obj.modes.get(k) if obj.modes.get(k) in ("toggle", "hold") else "toggle"
                  for k in EXPRESSION_NAMES}
+
+
+def _choice_names(values) -> str:
+    return ", ".join("null" if v is None else str(v) for v in values)
+
+
+def validate_engine_choices(choices: dict, report: list | None, prefix: str) -> dict:
+    """The Engines panel's per-engine choices with every bad entry or value (named in ``report``) at Auto.
+
+    Args:
+        choices: engine name (a key of :data:`avatar_app.pipeline.engines.ENGINES`) ->
+            ``{"backend": a key of BACKEND_LABELS or null, "precision": one of PRECISIONS or null}``.
+        report: gets one line per rejected key (``key: value why; using X``), when given.
+        prefix: the area's name in those lines (``engines``).
+
+    Returns:
+        A new dict: known engines only, each ``{"backend": str, "precision": str | None}`` (a null
+        backend is "auto"); an unknown engine is dropped, a value that is not an object is Auto,
+        a bad backend is "auto", a bad precision null (the backend's default).
+    """
+    from avatar_app.pipeline.engines import BACKEND_LABELS, ENGINES, PRECISIONS
+
+    allowed = {"backend": (*BACKEND_LABELS, None), "precision": (None, *PRECISIONS)}
+    out: dict[str, dict[str, str | None]] = {}
+    for name, choice in choices.items():
+        key = f"{prefix}.choices.{name}"
+        if name not in ENGINES:
+            _note(report, key, choice, f"is not an engine (one of {', '.join(ENGINES)}) (ignored)", None)
+            continue
+        chosen: dict[str, str | None] = {"backend": "auto", "precision": None}
+        if not isinstance(choice, dict):
+            _note(report, key, choice, 'is not an object like {"backend": "auto", "precision": null}', chosen)
+            out[name] = chosen
+            continue
+        for k, value in choice.items():
+            if k not in allowed:
+                _note(report, f"{key}.{k}", value, "is not a setting (ignored)", None)
+            elif isinstance(value, bool) or not isinstance(value, (str, type(None))) or value not in allowed[k]:
+                _note(report, f"{key}.{k}", value, f"is not one of {_choice_names(allowed[k])}"
+                      + ("; using the backend's default" if chosen[k] is None else ""), chosen[k])
+            else:
+                chosen[k] = value if value is not None or k == "precision" else "auto"
+        out[name] = chosen
+    return out
 
 
 def validate_tracker(t: dict, report: list | None, prefix: str) -> dict:

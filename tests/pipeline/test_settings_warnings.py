@@ -114,3 +114,56 @@ def test_render_uses_the_default_head_when_the_settings_avatar_is_missing(tmp_pa
     assert r.returncode == 0, r.stderr
     assert "robot.vrm" in r.stderr and "default head" in r.stderr, r.stderr
     assert (tmp_path / "out.mp4").stat().st_size > 1000
+
+
+#: Per-engine choices (Engines panel) a user could write into the file: each is named and falls back.
+BAD_ENGINES = {"face_recon": {"backend": "cuda13", "precision": "fp8"}, "speech2face": "fast",
+               "nosuch": {"backend": "auto"}}
+
+
+def test_bad_engine_choices_are_named_and_fall_back_to_auto(tmp_path, capsys):
+    from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS, EngineController
+    from avatar_app.pipeline.settings import SCHEMA_VERSION, MemoryStore
+
+    path = save_settings_file(tmp_path / "s.json", StudioSettings())
+    data = json.loads(path.read_text())
+    data["engines"]["choices"] = BAD_ENGINES
+    path.write_text(json.dumps(data))
+    report: list[str] = []
+    s = load_settings_file(path, report)
+    lines = {line.split(":")[0]: line for line in report}
+    assert set(lines) == {"engines.choices.face_recon.backend", "engines.choices.face_recon.precision",
+                          "engines.choices.speech2face", "engines.choices.nosuch"}, report
+    backend = lines["engines.choices.face_recon.backend"]
+    assert "'cuda13'" in backend and all(b in backend for b in BACKEND_LABELS) and "using 'auto'" in backend
+    precision = lines["engines.choices.face_recon.precision"]
+    assert "'fp8'" in precision and all(p in precision for p in PRECISIONS) and "default" in precision
+    assert "'fast'" in lines["engines.choices.speech2face"]
+    assert "not an engine" in lines["engines.choices.nosuch"] and "face_recon" in lines["engines.choices.nosuch"]
+    auto = {"backend": "auto", "precision": None}
+    assert s.engines.choices == {"face_recon": auto, "speech2face": auto}
+
+    # the studio's own store with the same values: the engines start with Auto instead of crashing
+    store = MemoryStore({"studio/EngineChoice": json.dumps({"schema": SCHEMA_VERSION, "choices": BAD_ENGINES})})
+    choices = StudioSettings.load(store).engines.choices
+    ctl = EngineController(models={"face_recon": None, "speech2face": None})
+    try:
+        ctl.start(choices).result(timeout=60)
+    finally:
+        ctl.close()
+    assert {n: e.choice for n, e in ctl.entries.items()} == {n: ("auto", None) for n in ("face_recon", "speech2face")}
+
+    # render --settings names the file, the key, the value and the allowed values
+    assert cli.main(["render", str(tmp_path / "missing_is_not_reached.mp4"), "-o", str(tmp_path / "o.mp4"),
+                     "--settings", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"warning: {path}: engines.choices.face_recon.backend: 'cuda13' is not one of auto, " in err, err
+
+
+def test_valid_engine_choices_are_kept(tmp_path):
+    s = StudioSettings()
+    s.engines.choices = {"face_recon": {"backend": "ort_cpu", "precision": "fp16"},
+                         "speech2face": {"backend": "tensorrt", "precision": None}}
+    report: list[str] = []
+    back = load_settings_file(save_settings_file(tmp_path / "ok.json", s), report)
+    assert report == [] and back.engines.choices == s.engines.choices
