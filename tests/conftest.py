@@ -38,8 +38,33 @@ TESTDATA = _testdata_path()
 _WORKER_XVFB: subprocess.Popen | None = None
 
 
+#: The app's own user folders (avatar_app.inference.dirs) and matplotlib's: no test writes into the
+#: real ones (~/.cache/avatar-app, ~/.local/share/avatar-app, ~/.config); a variable already set is kept.
+_USER_DIR_VARS = ("AVATAR_APP_CACHE_DIR", "AVATAR_APP_DATA_DIR", "XDG_CONFIG_HOME", "MPLCONFIGDIR")
+_OWN_USER_DIRS: str | None = None
+
+
+def _isolate_user_dirs() -> None:
+    """Point the variables of :data:`_USER_DIR_VARS` that are unset at one temporary folder per run.
+
+    Set before collection in the first pytest process, so the xdist workers and every subprocess
+    (``run_cli``, the window's screenshot runs) inherit them; the engine cache is then shared by the
+    run's tests and starts cold (a test that wants its own still sets the variable itself).
+    """
+    global _OWN_USER_DIRS
+    missing = [v for v in _USER_DIR_VARS if not os.environ.get(v)]
+    if not missing:
+        return
+    import tempfile
+
+    _OWN_USER_DIRS = tempfile.mkdtemp(prefix="avatar-app-test-home-")
+    for var in missing:
+        os.environ[var] = str(Path(_OWN_USER_DIRS) / var.lower())
+
+
 def pytest_configure(config):
-    """Under pytest-xdist, give each worker its own Xvfb display.
+    """No test writes into the user's own folders (:func:`_isolate_user_dirs`); under pytest-xdist,
+    give each worker its own Xvfb display.
 
     Workers that share one X server (``xvfb-run ... pytest -n 2``) take window activation
     from each other; shortcut tests then press keys into a window that is no longer the
@@ -48,6 +73,7 @@ def pytest_configure(config):
     Xvfb on the PATH, or outside xdist, the display given to pytest is used as before.
     """
     global _WORKER_XVFB
+    _isolate_user_dirs()
     if not os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("DISPLAY") or not shutil.which("Xvfb"):
         return
     r, w = os.pipe()
@@ -64,10 +90,12 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """Stop the worker's own Xvfb (see :func:`pytest_configure`)."""
+    """Stop the worker's own Xvfb and remove the run's user folders (see :func:`pytest_configure`)."""
     if _WORKER_XVFB is not None:
         _WORKER_XVFB.terminate()
         _WORKER_XVFB.wait(timeout=10)
+    if _OWN_USER_DIRS is not None:
+        shutil.rmtree(_OWN_USER_DIRS, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

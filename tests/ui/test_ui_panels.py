@@ -152,9 +152,13 @@ def test_hide_panels_and_record_shortcut(qtbot, window, settings):
     assert "video" in streams and "audio" in streams and float(streams["video"]["duration"]) > 1.0
 
 
-def test_settings_survive_a_restart(qtbot, testdata, settings):
+def test_settings_survive_a_restart(qtbot, testdata, settings, tmp_path, monkeypatch):
     from avatar_app.render.renderer import LIGHTING_PRESETS
     from avatar_app.ui.main_window import MainWindow
+
+    # the engine switch below builds an engine: into this test's folders, not the user's cache
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AVATAR_APP_DATA_DIR", str(tmp_path / "data"))
 
     win = MainWindow(source=testdata / VIDEO, settings=settings)
     qtbot.addWidget(win)
@@ -180,7 +184,11 @@ def test_settings_survive_a_restart(qtbot, testdata, settings):
     win.session.set_engine_choice("speech2face", "ort_cpu", "fp16")
     win.docks["latency"].hide()
     before = win.session.chain.tuner.settings
-    win.close()
+    installed = win.session.engines.entry("speech2face").installed
+    win.close()  # waits for the engine build
+    if installed:
+        built = [p.name for p in (tmp_path / "cache" / "engines").iterdir()]
+        assert any(n.startswith("speech2face-fp16-ort_cpu") for n in built), built
 
     win2 = MainWindow(source=testdata / VIDEO, settings=settings)
     qtbot.addWidget(win2)
