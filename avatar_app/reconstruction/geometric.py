@@ -184,6 +184,14 @@ class GeometricSolverConfig:
     corner_prior_height_m: float | None = -0.0025
     corner_prior_samples: float = 15.0
     warmup_s: float = 5.0
+    # The rest mouth over closed-mouth frames: every such frame for closed_warmup_s from the first,
+    # then one per closed_slow_interval_s. A rest that kept every closed frame for 5 s took the
+    # user's closed-lip frowns and smiles in (lp_d3: rest corners 2.4 mm lower after a frown), and
+    # the avatar's corners drifted against the face's.
+    # 0.5 s / 2 s: pooled corner-height r 0.830 -> 0.868 (lp_d3 0.744 -> 0.856), lip gap 0.970 ->
+    # 0.972, London unchanged; 1 s / 1 s gave 0.863, 5 s / 0.25 s (the brows' schedule) 0.830.
+    closed_warmup_s: float = 0.5
+    closed_slow_interval_s: float = 2.0
     slow_interval_s: float = 0.25
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
@@ -279,7 +287,8 @@ class _Regions:
         points: (P,) landmark indices, mouth then brow then anchor points.
         n_mouth, n_brow, n_anchor: how many of each.
         lip_up, lip_lo: rows (into the mouth points) of the inner lip contours, paired.
-        corner_r, corner_l, inner_up, inner_lo: rows of the mouth corners and of 13 and 14.
+        corner_r, corner_l, inner_up, inner_lo, chin: rows of the mouth corners, of 13 and 14
+            and of the chin (152).
     """
 
     def __init__(self) -> None:
@@ -293,6 +302,7 @@ class _Regions:
         self.corner_l = mouth.index(int(lmk.FacePoint.MOUTH_LEFT))
         self.inner_up = mouth.index(int(lmk.FacePoint.LIP_UPPER_INNER))
         self.inner_lo = mouth.index(int(lmk.FacePoint.LIP_LOWER_INNER))
+        self.chin = mouth.index(int(lmk.FacePoint.CHIN))
 
 
 @functools.lru_cache(maxsize=1)
@@ -309,6 +319,45 @@ def _region_points(points_m: np.ndarray) -> np.ndarray:
     model's template instead left 0.2-0.3 of mouth shapes at 15 degrees of pitch).
     """
     return np.asarray(points_m, np.float64)[_regions().points]
+
+
+@functools.lru_cache(maxsize=1)
+def _jaw_offsets() -> np.ndarray:
+    """(n_mouth, 3) float64 read-only: the face model's jawOpen offsets at the mouth points, metres."""
+    from avatar_app.avatar.face_model import load_face_model
+
+    r = _regions()
+    off = np.asarray(load_face_model().blendshapes[Blendshape.jawOpen], np.float64)[r.points[:r.n_mouth]].copy()
+    off.setflags(write=False)
+    return off
+
+
+def _close_rest_mouth(ref: np.ndarray) -> None:
+    """Close the jaw of a rest mouth taken over open-mouthed frames, in place.
+
+    Before the user's first closed-mouth frame the mouth's rest positions are medians over
+    frames whose lips part. The jaw opening they hold (the inner lips' mean gap) is taken
+    out along the face model's jawOpen, which drops the lower lip and, by about half as
+    much, the mouth corners; then the lower inner lip is laid onto the upper one (touching
+    lips have no gap, whoever the user is). Raising only the lower inner lip (before) left
+    the corners where the open jaw had put them: rest corners 4-6 mm too low until the first
+    closed frame, read as a smile that vanished when the lips first met (grid_lbax4n:
+    corner-height r 0.59; benchmarks/fidelity.py). The chin (152) keeps its median: closed
+    too, the open-mouthed silence before grid_s2_swwp2s's first word read as a jaw open
+    wider than in its words (jawOpen in words - silence -0.015; +0.010 with the chin kept).
+
+    Args:
+        ref: (P, 3) float64 rest positions of the fitted points (mouth rows first), metres.
+    """
+    r = _regions()
+    jaw = _jaw_offsets()
+    gap = float(np.mean(ref[r.lip_up, 1] - ref[r.lip_lo, 1]))
+    per_unit = float(np.mean(jaw[r.lip_up, 1] - jaw[r.lip_lo, 1]))
+    if gap > 0.0 and per_unit > 0.0:
+        chin = ref[r.chin].copy()
+        ref[:r.n_mouth] -= (gap / per_unit) * jaw
+        ref[r.chin] = chin
+    ref[r.lip_lo, 1] = ref[r.lip_up, 1]  # an opening jaw drops the lower lip; the upper one stays
 
 
 class GeometricSolver:
@@ -351,8 +400,8 @@ class GeometricSolver:
             np.full(3 * (n_mouth + n_brow), 50.0), warmup_s=self.config.warmup_s,
             slow_interval_s=self.config.slow_interval_s)
         self._auto_region_closed = RunningPercentiles(  # the mouth over frames whose lips touch
-            np.full(3 * n_mouth, 50.0), warmup_s=self.config.warmup_s,
-            slow_interval_s=self.config.slow_interval_s)
+            np.full(3 * n_mouth, 50.0), warmup_s=self.config.closed_warmup_s,
+            slow_interval_s=self.config.closed_slow_interval_s)
         self.reset()
 
     # -- FaceReconstructor --------------------------------------------------
@@ -522,8 +571,7 @@ class GeometricSolver:
         if self._auto_region_closed.value is not None:
             ref[:n] = self._auto_region_closed.value.reshape(-1, 3)
         else:
-            r = _regions()
-            ref[r.lip_lo, 1] = ref[r.lip_up, 1]  # an opening jaw drops the lower lip; the upper one stays
+            _close_rest_mouth(ref)
         if c.corner_prior_samples > 0:
             self._corner_prior(ref, self._auto_region_closed.count)
         self._region_ref = ref
