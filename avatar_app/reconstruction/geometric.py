@@ -188,8 +188,8 @@ class GeometricSolverConfig:
     # then one per closed_slow_interval_s. A rest that kept every closed frame for 5 s took the
     # user's closed-lip frowns and smiles in (lp_d3: rest corners 2.4 mm lower after a frown), and
     # the avatar's corners drifted against the face's.
-    # 0.5 s / 2 s: pooled corner-height r 0.830 -> 0.868 (lp_d3 0.744 -> 0.856), lip gap 0.970 ->
-    # 0.972, London unchanged; 1 s / 1 s gave 0.863, 5 s / 0.25 s (the brows' schedule) 0.830.
+    # 0.5 s / 2 s: pooled corner-height r 0.823 -> 0.861, lip gap 0.973 -> 0.975, London unchanged
+    # (benchmarks/fidelity.py); 1 s / 1 s gave 0.855, 5 s / 0.25 s (the brows' schedule) 0.823.
     closed_warmup_s: float = 0.5
     closed_slow_interval_s: float = 2.0
     slow_interval_s: float = 0.25

@@ -295,11 +295,12 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
 #: with their weight (see :func:`make_region_fit`). Fitted only point by point, the corners'
 #: height was traded against the rest of the lip contour: the face model's jawOpen narrows the
 #: mouth 4 mm and a real opening jaw does not, so the fit added a smile to keep the width and
-#: raised the corners (grid_lbax4n: the smile followed the jaw). Weight 8 (as the corners'
-#: points): pooled corner-height r 0.781 -> 0.830, lip gap 0.978 -> 0.971, mouth width
-#: 0.975 -> 0.974 (with the closed rest mouth of GeometricSolver; 4: 0.820 / 0.975,
-#: 12: 0.832 / 0.968, 32: 0.831 / 0.962; benchmarks/fidelity.py).
-CORNER_HEIGHT_WEIGHT = 8.0
+#: raised the corners (grid_lbax4n: the smile followed the jaw). Weight 5, with the closed rest
+#: mouth and closed-mouth schedule of GeometricSolver (benchmarks/fidelity.py, pooled r):
+#: corner height 0.822 (weight 0) -> 0.861, lip gap 0.979 -> 0.975, re-tracked mouth width
+#: 0.886; weight 8 gave 0.868 but re-tracked mouth width 0.878 (the default head's smile widens
+#: the mouth more than the face model's), 4: 0.856 / 0.885.
+CORNER_HEIGHT_WEIGHT = 5.0
 CORNER_HEIGHT_ROWS: tuple[tuple[dict[int, float], float], ...] = tuple(
     ({c: 1.0, 13: -0.5, 14: -0.5}, CORNER_HEIGHT_WEIGHT) for c in (61, 291))
 
