@@ -24,8 +24,11 @@ the model has MediaPipe's topology, so this is analysis by synthesis), which
 gives jawOpen, mouthClose, funnel, pucker, smile, frown, stretch,
 mouthUpperUp/LowerDown, mouthLeft/Right, jawLeft/Right and the five brow shapes;
 the rest positions are running medians (the mouth's over frames whose lips
-touch, and before the first such frame the frame's own mouth with the lower
-inner lip raised onto the upper one). Displacements are taken from the nose
+touch, sampled for 0.5 s and then every 2 s so that closed-lip frowns and
+smiles do not drift into it; before the first such frame, over all frames with
+their jaw opening taken out along the face model's jawOpen). The fit also holds
+each mouth corner's height above the inner lips' midpoint (``shape_fit``'s
+corner-height rows). Displacements are taken from the nose
 ridge, which no expression moves. jawOpen is at least what the chin's drop
 shows (the jaw bone: lips closed on an open jaw in /p b m/ must not read as a
 closed jaw), the extra opening closed by mouthClose so the lips stay as
@@ -556,9 +559,9 @@ class GeometricSolver:
     def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
         """The user's rest position of the fitted points (automatic calibration).
 
-        Brows: running medians. Mouth: running medians over frames whose lips touch, or,
-        before the first such frame, over all frames with the lower inner lip raised onto the
-        upper one (touching lips have no gap, whoever the user is).
+        Brows: running medians. Mouth: running medians over frames whose lips touch
+        (``closed_warmup_s``, ``closed_slow_interval_s``), or, before the first such frame,
+        over all frames with their jaw opening taken out (:func:`_close_rest_mouth`).
         """
         c = self.config
         n = self._n_mouth
