@@ -181,11 +181,18 @@ class GeometricSolverConfig:
     # of them), a wider or higher-cornered rest mouth is taken as a smile's. The operating point
     # (48 mm, 2.5 mm below: about the mean) was chosen on the odd London ids (both criteria met by
     # 38 % there, 38 % of the held-out even ids; 55 mm / 1.0 mm, mean + 1 sd, gave 24 % / 26 %).
-    # One-sided (rest mouths are only narrowed and lowered): a narrow or low mouth never reads as
-    # pucker or frown.
+    # One-sided (rest mouths are only narrowed and lowered, except below corner_prior_low_m): a
+    # narrow mouth never reads as a pucker, nor a low one as a frown within 2 sd of the typical.
     corner_prior_width_m: float = 0.048
     corner_prior_height_m: float | None = -0.0025
     corner_prior_samples: float = 15.0
+    # ... and, with the same weight, corners at least this high (the lowest typical neutral: London
+    # mean - 2 sd, 6.1 mm below the inner lips' midpoint), so a frown held with open lips before the
+    # first closed-mouth frame is not taken as the rest (lp_d3: rest corners 10 mm low, then 6 mm
+    # once the lips met). Pooled corner-height r 0.861 -> 0.879 (lp_d3 0.868 -> 0.931); London
+    # 0.394 -> 0.380 (one neutral photo of the 71, face 105, reads mouthFrownRight 0.28; dev ids
+    # 0.378 -> 0.351, held-out 0.412 unchanged). A naturally low mouth within 2 sd never reads as a frown.
+    corner_prior_low_m: float | None = -0.0061
     warmup_s: float = 5.0
     # The rest mouth over closed-mouth frames: every such frame for closed_warmup_s from the first,
     # then one per closed_slow_interval_s. A rest that kept every closed frame for 5 s took the
@@ -586,7 +593,8 @@ class GeometricSolver:
         With few frames of this user's closed mouth (a still, the first second), its own rest
         corners are whatever it shows, a smile included; a rest mouth at most
         ``corner_prior_width_m`` wide (about the inner lips' midline) with corners at most
-        ``corner_prior_height_m`` above the inner lips' midpoint is a better guess. The prior
+        ``corner_prior_height_m`` and at least ``corner_prior_low_m`` above the inner lips'
+        midpoint is a better guess. The prior
         weighs as ``corner_prior_samples`` closed-mouth frames: a shrinkage estimate that the
         user's own frames take over within a second.
 
@@ -604,6 +612,8 @@ class GeometricSolver:
             ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * half)
             if c.corner_prior_height_m is not None:  # only ever lower
                 ref[row, 1] = (1.0 - k) * ref[row, 1] + k * min(ref[row, 1], mid_y + c.corner_prior_height_m)
+            if c.corner_prior_low_m is not None:  # ... and never below the lowest typical neutral
+                ref[row, 1] = (1.0 - k) * ref[row, 1] + k * max(ref[row, 1], mid_y + c.corner_prior_low_m)
 
     # -- the mapping --------------------------------------------------------
 

@@ -85,3 +85,22 @@ def test_open_rest_mouth_is_closed_along_the_jaw(model):
     np.testing.assert_array_equal(ref[r.lip_lo, 1], ref[r.lip_up, 1])  # the lips touch
     np.testing.assert_array_equal(ref[r.chin], open_ref[r.chin])  # the chin keeps its median
     np.testing.assert_array_equal(ref[r.n_mouth:], open_ref[r.n_mouth:])  # brows untouched
+
+
+@pytest.mark.parametrize("below_mm, raised", [(9.0, True), (4.0, False)])
+def test_rest_corners_far_below_a_typical_neutral_are_raised(model, below_mm, raised):
+    """Before closed-mouth frames, rest corners more than 2 sd below the typical neutral's (a frown
+    held with parted lips) are raised to that bound; a low mouth within it is left as it is."""
+    r = GM._regions()
+    solver = GM.GeometricSolver()
+    c = solver.config
+    ref = np.asarray(model.neutral, np.float64)[r.points].copy()
+    mid = 0.5 * (ref[r.inner_up, 1] + ref[r.inner_lo, 1])
+    ref[[r.corner_r, r.corner_l], 1] = mid - below_mm / 1000.0
+    before = ref.copy()
+    solver._corner_prior(ref, 0)
+    h = ref[[r.corner_r, r.corner_l], 1] - mid
+    if raised:  # no closed-mouth frames yet: the prior has its full weight
+        np.testing.assert_allclose(h, c.corner_prior_low_m, atol=1e-9)
+    else:
+        np.testing.assert_array_equal(ref[[r.corner_r, r.corner_l], 1], before[[r.corner_r, r.corner_l], 1])
