@@ -24,8 +24,11 @@ the model has MediaPipe's topology, so this is analysis by synthesis), which
 gives jawOpen, mouthClose, funnel, pucker, smile, frown, stretch,
 mouthUpperUp/LowerDown, mouthLeft/Right, jawLeft/Right and the five brow shapes;
 the rest positions are running medians (the mouth's over frames whose lips
-touch, and before the first such frame the frame's own mouth with the lower
-inner lip raised onto the upper one). Displacements are taken from the nose
+touch, sampled for 0.5 s and then every 2 s so that closed-lip frowns and
+smiles do not drift into it; before the first such frame, over all frames with
+their jaw opening taken out along the face model's jawOpen). The fit also holds
+each mouth corner's height above the inner lips' midpoint (``shape_fit``'s
+corner-height rows). Displacements are taken from the nose
 ridge, which no expression moves. jawOpen is at least what the chin's drop
 shows (the jaw bone: lips closed on an open jaw in /p b m/ must not read as a
 closed jaw), the extra opening closed by mouthClose so the lips stay as
@@ -178,12 +181,27 @@ class GeometricSolverConfig:
     # of them), a wider or higher-cornered rest mouth is taken as a smile's. The operating point
     # (48 mm, 2.5 mm below: about the mean) was chosen on the odd London ids (both criteria met by
     # 38 % there, 38 % of the held-out even ids; 55 mm / 1.0 mm, mean + 1 sd, gave 24 % / 26 %).
-    # One-sided (rest mouths are only narrowed and lowered): a narrow or low mouth never reads as
-    # pucker or frown.
+    # One-sided (rest mouths are only narrowed and lowered, except below corner_prior_low_m): a
+    # narrow mouth never reads as a pucker, nor a low one as a frown within 2 sd of the typical.
     corner_prior_width_m: float = 0.048
     corner_prior_height_m: float | None = -0.0025
     corner_prior_samples: float = 15.0
+    # ... and, with the same weight, corners at least this high (the lowest typical neutral: London
+    # mean - 2 sd, 6.1 mm below the inner lips' midpoint), so a frown held with open lips before the
+    # first closed-mouth frame is not taken as the rest (lp_d3: rest corners 10 mm low, then 6 mm
+    # once the lips met). Pooled corner-height r 0.861 -> 0.879 (lp_d3 0.868 -> 0.931); London
+    # 0.394 -> 0.380 (one neutral photo of the 71, face 105, reads mouthFrownRight 0.28; dev ids
+    # 0.378 -> 0.351, held-out 0.412 unchanged). A naturally low mouth within 2 sd never reads as a frown.
+    corner_prior_low_m: float | None = -0.0061
     warmup_s: float = 5.0
+    # The rest mouth over closed-mouth frames: every such frame for closed_warmup_s from the first,
+    # then one per closed_slow_interval_s. A rest that kept every closed frame for 5 s took the
+    # user's closed-lip frowns and smiles in (lp_d3: rest corners 2.4 mm lower after a frown), and
+    # the avatar's corners drifted against the face's.
+    # 0.5 s / 2 s: pooled corner-height r 0.823 -> 0.861, lip gap 0.973 -> 0.975, London unchanged
+    # (benchmarks/fidelity.py); 1 s / 1 s gave 0.855, 5 s / 0.25 s (the brows' schedule) 0.823.
+    closed_warmup_s: float = 0.5
+    closed_slow_interval_s: float = 2.0
     slow_interval_s: float = 0.25
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
@@ -279,7 +297,8 @@ class _Regions:
         points: (P,) landmark indices, mouth then brow then anchor points.
         n_mouth, n_brow, n_anchor: how many of each.
         lip_up, lip_lo: rows (into the mouth points) of the inner lip contours, paired.
-        corner_r, corner_l, inner_up, inner_lo: rows of the mouth corners and of 13 and 14.
+        corner_r, corner_l, inner_up, inner_lo, chin: rows of the mouth corners, of 13 and 14
+            and of the chin (152).
     """
 
     def __init__(self) -> None:
@@ -293,6 +312,7 @@ class _Regions:
         self.corner_l = mouth.index(int(lmk.FacePoint.MOUTH_LEFT))
         self.inner_up = mouth.index(int(lmk.FacePoint.LIP_UPPER_INNER))
         self.inner_lo = mouth.index(int(lmk.FacePoint.LIP_LOWER_INNER))
+        self.chin = mouth.index(int(lmk.FacePoint.CHIN))
 
 
 @functools.lru_cache(maxsize=1)
@@ -309,6 +329,45 @@ def _region_points(points_m: np.ndarray) -> np.ndarray:
     model's template instead left 0.2-0.3 of mouth shapes at 15 degrees of pitch).
     """
     return np.asarray(points_m, np.float64)[_regions().points]
+
+
+@functools.lru_cache(maxsize=1)
+def _jaw_offsets() -> np.ndarray:
+    """(n_mouth, 3) float64 read-only: the face model's jawOpen offsets at the mouth points, metres."""
+    from avatar_app.avatar.face_model import load_face_model
+
+    r = _regions()
+    off = np.asarray(load_face_model().blendshapes[Blendshape.jawOpen], np.float64)[r.points[:r.n_mouth]].copy()
+    off.setflags(write=False)
+    return off
+
+
+def _close_rest_mouth(ref: np.ndarray) -> None:
+    """Close the jaw of a rest mouth taken over open-mouthed frames, in place.
+
+    Before the user's first closed-mouth frame the mouth's rest positions are medians over
+    frames whose lips part. The jaw opening they hold (the inner lips' mean gap) is taken
+    out along the face model's jawOpen, which drops the lower lip and, by about half as
+    much, the mouth corners; then the lower inner lip is laid onto the upper one (touching
+    lips have no gap, whoever the user is). Raising only the lower inner lip (before) left
+    the corners where the open jaw had put them: rest corners 4-6 mm too low until the first
+    closed frame, read as a smile that vanished when the lips first met (grid_lbax4n:
+    corner-height r 0.59; benchmarks/fidelity.py). The chin (152) keeps its median: closed
+    too, the open-mouthed silence before grid_s2_swwp2s's first word read as a jaw open
+    wider than in its words (jawOpen in words - silence -0.015; +0.010 with the chin kept).
+
+    Args:
+        ref: (P, 3) float64 rest positions of the fitted points (mouth rows first), metres.
+    """
+    r = _regions()
+    jaw = _jaw_offsets()
+    gap = float(np.mean(ref[r.lip_up, 1] - ref[r.lip_lo, 1]))
+    per_unit = float(np.mean(jaw[r.lip_up, 1] - jaw[r.lip_lo, 1]))
+    if gap > 0.0 and per_unit > 0.0:
+        chin = ref[r.chin].copy()
+        ref[:r.n_mouth] -= (gap / per_unit) * jaw
+        ref[r.chin] = chin
+    ref[r.lip_lo, 1] = ref[r.lip_up, 1]  # an opening jaw drops the lower lip; the upper one stays
 
 
 class GeometricSolver:
@@ -351,8 +410,8 @@ class GeometricSolver:
             np.full(3 * (n_mouth + n_brow), 50.0), warmup_s=self.config.warmup_s,
             slow_interval_s=self.config.slow_interval_s)
         self._auto_region_closed = RunningPercentiles(  # the mouth over frames whose lips touch
-            np.full(3 * n_mouth, 50.0), warmup_s=self.config.warmup_s,
-            slow_interval_s=self.config.slow_interval_s)
+            np.full(3 * n_mouth, 50.0), warmup_s=self.config.closed_warmup_s,
+            slow_interval_s=self.config.closed_slow_interval_s)
         self.reset()
 
     # -- FaceReconstructor --------------------------------------------------
@@ -507,9 +566,9 @@ class GeometricSolver:
     def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
         """The user's rest position of the fitted points (automatic calibration).
 
-        Brows: running medians. Mouth: running medians over frames whose lips touch, or,
-        before the first such frame, over all frames with the lower inner lip raised onto the
-        upper one (touching lips have no gap, whoever the user is).
+        Brows: running medians. Mouth: running medians over frames whose lips touch
+        (``closed_warmup_s``, ``closed_slow_interval_s``), or, before the first such frame,
+        over all frames with their jaw opening taken out (:func:`_close_rest_mouth`).
         """
         c = self.config
         n = self._n_mouth
@@ -522,8 +581,7 @@ class GeometricSolver:
         if self._auto_region_closed.value is not None:
             ref[:n] = self._auto_region_closed.value.reshape(-1, 3)
         else:
-            r = _regions()
-            ref[r.lip_lo, 1] = ref[r.lip_up, 1]  # an opening jaw drops the lower lip; the upper one stays
+            _close_rest_mouth(ref)
         if c.corner_prior_samples > 0:
             self._corner_prior(ref, self._auto_region_closed.count)
         self._region_ref = ref
@@ -535,7 +593,8 @@ class GeometricSolver:
         With few frames of this user's closed mouth (a still, the first second), its own rest
         corners are whatever it shows, a smile included; a rest mouth at most
         ``corner_prior_width_m`` wide (about the inner lips' midline) with corners at most
-        ``corner_prior_height_m`` above the inner lips' midpoint is a better guess. The prior
+        ``corner_prior_height_m`` and at least ``corner_prior_low_m`` above the inner lips'
+        midpoint is a better guess. The prior
         weighs as ``corner_prior_samples`` closed-mouth frames: a shrinkage estimate that the
         user's own frames take over within a second.
 
@@ -553,6 +612,8 @@ class GeometricSolver:
             ref[row, 0] = (1.0 - k) * ref[row, 0] + k * (mid_x + side * half)
             if c.corner_prior_height_m is not None:  # only ever lower
                 ref[row, 1] = (1.0 - k) * ref[row, 1] + k * min(ref[row, 1], mid_y + c.corner_prior_height_m)
+            if c.corner_prior_low_m is not None:  # ... and never below the lowest typical neutral
+                ref[row, 1] = (1.0 - k) * ref[row, 1] + k * max(ref[row, 1], mid_y + c.corner_prior_low_m)
 
     # -- the mapping --------------------------------------------------------
 

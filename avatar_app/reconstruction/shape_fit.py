@@ -165,6 +165,11 @@ class RegionFit:
             matrix-vector product (``L^-1 (design^T d - l1)`` with the triangular solve done
             once here: a LAPACK solve per frame cost 0.02 ms, and up to several ms where
             OpenBLAS handed it to a thread on a busy machine).
+        rows: (R, 3P) float64 the height rows' targets from axis-weighted displacements
+            (``height_rows`` of :func:`make_region_fit`; R = 0 without them), and
+        row_design: (R, S) float64 the shapes' values of the same rows: the normal equations
+            are ``(design^T design + row_design^T row_design + ridge) w =
+            design^T d_s + row_design^T rows d_s - l1`` (``d_s`` the axis-weighted displacements).
     """
 
     points: np.ndarray
@@ -175,6 +180,8 @@ class RegionFit:
     l1: np.ndarray
     proj: np.ndarray
     l1_proj: np.ndarray
+    rows: np.ndarray | None = None
+    row_design: np.ndarray | None = None
 
     def solve(self, delta: np.ndarray) -> np.ndarray:
         """Weights of the region's shapes for a displacement from the neutral.
@@ -232,7 +239,8 @@ def bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=None,
-                    ridge_m2: float = RIDGE_M2, dead_zone: float | None = None) -> RegionFit:
+                    ridge_m2: float = RIDGE_M2, dead_zone: float | None = None,
+                    height_rows: tuple[tuple[dict[int, float], float], ...] = ()) -> RegionFit:
     """Build a :class:`RegionFit` from the face model.
 
     Args:
@@ -241,9 +249,17 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
         model: FaceModel (default: the shipped one).
         ridge_m2: ridge scale.
         dead_zone: sparsity threshold, metres (default :data:`DEAD_ZONE`).
+        height_rows: extra residual rows, each ``({landmark: coefficient}, weight)``: the
+            weighted combination of the points' vertical (y) displacements (e.g. a mouth
+            corner's height above the inner lips' midpoint, :data:`CORNER_HEIGHT_ROWS`) must
+            be reproduced by the shapes as well, with that weight. Every landmark must be
+            one of ``points``.
 
     Returns:
         RegionFit.
+
+    Raises:
+        ValueError: a height row names a landmark outside ``points``.
     """
     from avatar_app.avatar.face_model import load_face_model
 
@@ -256,14 +272,41 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
     scale = pw[:, None] * axis  # (P, 3)
     b = np.asarray(model.blendshapes, np.float64)[idx][:, pts, :] * scale  # (S, P, 3)
     a = b.reshape(len(idx), -1).T  # (3P, S)
-    gram = a.T @ a + np.diag(ridge_m2 * np.array(list(shapes.values()), np.float64))
+    # Height rows: m (R, 3P) maps raw displacements to the rows' targets; m_s the same map on
+    # axis-weighted displacements (what solve_points multiplies), so proj stays one matrix.
+    pos = {int(i): k for k, i in enumerate(pts)}
+    m = np.zeros((len(height_rows), 3 * len(pts)))
+    for r, (coef, weight) in enumerate(height_rows):
+        for i, c in coef.items():
+            if int(i) not in pos:
+                raise ValueError(f"height row landmark {i} is not a point of the region")
+            m[r, 3 * pos[int(i)] + 1] += weight * c
+    raw = np.asarray(model.blendshapes, np.float64)[idx][:, pts, :].reshape(len(idx), -1).T  # (3P, S)
+    a_h = m @ raw  # (R, S)
+    gram = a.T @ a + a_h.T @ a_h + np.diag(ridge_m2 * np.array(list(shapes.values()), np.float64))
     l1 = dead_zone * np.sqrt(np.einsum("ij,ij->j", a, a))
     chol = np.linalg.cholesky(gram)
     l_inv = np.linalg.inv(chol)  # (S, S) lower-triangular, well conditioned (ridge)
-    return RegionFit(pts, idx, a, chol, scale, l1, l_inv @ a.T, l_inv @ l1)
+    m_s = m / scale.reshape(-1)
+    return RegionFit(pts, idx, a, chol, scale, l1, l_inv @ (a.T + a_h.T @ m_s), l_inv @ l1, m_s, a_h)
+
+
+#: Rows of the mouth fit that hold each corner's height above the inner lips' midpoint (13, 14),
+#: with their weight (see :func:`make_region_fit`). Fitted only point by point, the corners'
+#: height was traded against the rest of the lip contour: the face model's jawOpen narrows the
+#: mouth 4 mm and a real opening jaw does not, so the fit added a smile to keep the width and
+#: raised the corners (grid_lbax4n: the smile followed the jaw). Weight 5, with the closed rest
+#: mouth and closed-mouth schedule of GeometricSolver (benchmarks/fidelity.py, pooled r):
+#: corner height 0.822 (weight 0) -> 0.861, lip gap 0.979 -> 0.975, re-tracked mouth width
+#: 0.886; weight 8 gave 0.868 but re-tracked mouth width 0.878 (the default head's smile widens
+#: the mouth more than the face model's), 4: 0.856 / 0.885.
+CORNER_HEIGHT_WEIGHT = 5.0
+CORNER_HEIGHT_ROWS: tuple[tuple[dict[int, float], float], ...] = tuple(
+    ({c: 1.0, 13: -0.5, 14: -0.5}, CORNER_HEIGHT_WEIGHT) for c in (61, 291))
 
 
 @functools.lru_cache(maxsize=1)
 def default_fits() -> tuple[RegionFit, RegionFit]:
     """The (mouth, brows) fits on the shipped face model (built once)."""
-    return make_region_fit(MOUTH_SHAPES, MOUTH_POINTS), make_region_fit(BROW_SHAPES, BROW_POINTS)
+    return (make_region_fit(MOUTH_SHAPES, MOUTH_POINTS, height_rows=CORNER_HEIGHT_ROWS),
+            make_region_fit(BROW_SHAPES, BROW_POINTS))

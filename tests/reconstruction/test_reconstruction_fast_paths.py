@@ -88,7 +88,10 @@ def reference_features(points_m: np.ndarray) -> np.ndarray:
 
 def reference_region_solve(fit: SF.RegionFit, d: np.ndarray) -> np.ndarray:
     """RegionFit's bounded fit with the triangular solve done per frame, as before issue 18."""
-    g = fit.design.T @ (d * fit.axis).reshape(-1) - fit.l1
+    ds = (d * fit.axis).reshape(-1)
+    g = fit.design.T @ ds - fit.l1
+    if fit.rows is not None and len(fit.rows):  # the corner-height rows of the mouth fit
+        g = g + fit.row_design.T @ (fit.rows @ ds)
     return SF.bounded_fit(fit.chol.T, np.linalg.solve(fit.chol, g))
 
 
