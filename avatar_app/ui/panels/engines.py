@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
-from avatar_app.ui.panels import Panel, ProgressBar, hint, item_enabled, set_item_enabled
+from avatar_app.ui.panels import SHORT_ITEMS, Panel, ProgressBar, hint, item_enabled, set_item_enabled
 
 
 def _backend_precision_combos() -> tuple[QComboBox, QComboBox]:
@@ -43,6 +43,8 @@ def _engine_choosers(form: QFormLayout) -> tuple[QComboBox, QComboBox, QWidget]:
     backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     backend.setMinimumContentsLength(8)
     backend.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+    precision.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)  # "Default" / "FP16": short
+    precision.setProperty(SHORT_ITEMS, True)
     line = QWidget()
     row = QHBoxLayout(line)
     row.setContentsMargins(0, 0, 0, 0)
@@ -281,7 +283,7 @@ class _TrackerBox(QGroupBox):
             self.progress.show_value(int(round(100 * ctl.build_fraction)))
             first = (" (an FP16 or INT8 engine is built and verified the first time: up to a minute here)"
                      if onnx and c.get("precision") in ("fp16", "int8") and not ctl.build_stage else "")
-            doing = f": {ctl.build_stage}" if ctl.build_stage else first
+            doing = f", {ctl.build_stage}" if ctl.build_stage else first
             self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker") + doing
                                      + "; the current tracker keeps running.")
         self.serving.setText(ctl.serving() or "no source")
