@@ -233,6 +233,12 @@ def test_all_three_rows_fit_the_dock_at_the_default_window_size(qtbot, settings,
         qtbot.wait(100)
         assert face.why_label.isVisible() and FACE_ENGINE_OFF_REASON[1:] in face.why_label.text()
         assert all(_inside(r, area) for r in rows)
+        save_shot(win.docks["engines"], "engines_panel_default_why")
+        win.docks["sources"].raise_()  # a refresh while the dock is behind another keeps it unfolded
+        panel.refresh()
+        win.docks["engines"].raise_()
+        qtbot.wait(100)
+        assert face.why_label.isVisible()
         face.model_label.linkActivated.emit("#why")
         qtbot.wait(100)
         assert not face.why_label.isVisible()
@@ -244,6 +250,7 @@ def test_all_three_rows_fit_the_dock_at_the_default_window_size(qtbot, settings,
             qtbot.waitUntil(lambda: panel.tracker_box.progress.isVisible(), timeout=60000)
             qtbot.wait(200)
             assert all(_inside(r, area) for r in rows) and _inside(panel.tracker_box.progress, area)
+            save_shot(win.docks["engines"], "engines_panel_default_building")
         finally:
             gate.set()
         qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)

@@ -75,12 +75,13 @@ class _EngineBox(QGroupBox):
         self.model_label.setTextFormat(Qt.TextFormat.RichText)
         self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.LinksAccessibleByMouse
                                                  | Qt.TextInteractionFlag.LinksAccessibleByKeyboard)
-        self.model_label.linkActivated.connect(lambda _href: self.show_why(not self.why_label.isVisible()))
+        self.model_label.linkActivated.connect(lambda _href: self.show_why(not self._why_shown))
         form.addRow(self.model_label)
         self.why_label = hint("")
         self.why_label.setVisible(False)
         form.addRow(self.why_label)
         self._model_text = self._why = ""
+        self._why_shown = False
         self.backend, self.precision, self.choosers = _engine_choosers(form)
         self._form = form
         # the bar holds only "building NN%": what is being done goes under it, word-wrapped
@@ -105,7 +106,8 @@ class _EngineBox(QGroupBox):
 
     def show_why(self, shown: bool) -> None:
         """Unfold (or fold) the reason under the row's first line, as its "why?" link does."""
-        self.why_label.setVisible(shown and bool(self._why))
+        self._why_shown = bool(shown)
+        self.why_label.setVisible(self._why_shown and bool(self._why))
 
     def model_text(self) -> str:
         """The row's first line as plain text (without the "why?" link)."""
@@ -117,7 +119,7 @@ class _EngineBox(QGroupBox):
         self.model_label.setText(_why_link(text, why))
         self.model_label.setToolTip(why)
         self.why_label.setText(why)
-        self.show_why(self.why_label.isVisible())
+        self.show_why(self._why_shown)
 
     def _on_choice(self, *_):
         if self._updating:
