@@ -140,3 +140,39 @@ def child_report_limits() -> dict:
     except ImportError:
         pass
     return out
+
+
+def tiny_landmark_build(monkeypatch, tiny_models, gate=None, fail: str | None = None):
+    """Stand the tiny conv/matmul models in for the tracker's detector and mesh, and make
+    ``build_tracker`` open real engines of them through the session's manager (real builds
+    and progress reports, a second or two each) before it returns MediaPipe's tracker.
+
+    ``gate``: a threading.Event waited for between the two engines; ``fail``: raise this
+    ModelLoadError text after the detector instead of returning.
+    """
+    from avatar_app.core.errors import ModelLoadError
+    from avatar_app.inference import EngineSlot
+    from avatar_app.pipeline import stage_swaps
+    from avatar_app.tracking import onnx_tracker
+    from avatar_app.tracking.face_mesh import RunningMode
+    from avatar_app.tracking.select import make_tracker
+
+    paths = (tiny_models["conv"], tiny_models["matmul"])
+    monkeypatch.setattr(onnx_tracker, "model_paths", lambda: paths)
+
+    def build(choice):
+        assert choice.tracker == "onnx" and choice.manager is not None
+        for i, path in enumerate(paths):
+            slot = EngineSlot(choice.manager, path)
+            slot.open(choice.tracker_backend, choice.tracker_precision)
+            built = slot.active.precision.value
+            slot.close()
+            assert built == choice.tracker_precision, built  # really built, not the FP32 reference
+            if i == 0 and gate is not None:
+                assert gate.wait(60)
+            if i == 0 and fail:
+                raise ModelLoadError(fail)
+        return make_tracker("mediapipe", RunningMode.LIVE)
+
+    monkeypatch.setattr(stage_swaps, "build_tracker", build)
+

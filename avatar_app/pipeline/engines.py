@@ -155,12 +155,16 @@ class EngineController:
     Events (emitted on worker threads):
         changed(str): an engine's slot, choice, build progress or error changed.
         statuses_ready(): the backend probe finished.
+        progress(Path, str, float): every build report of :attr:`manager`, also of engines that
+            are not entries (the tracker's detector and mesh): model path, stage text, fraction
+            of that model's build in [0, 1]; on the thread that builds.
     """
 
     def __init__(self, models: Mapping[str, Path | None] | None = None, isolate: bool = True, cache=None,
                  calibration_root: Path | None = None, sample_fns: Mapping[str, SampleFn] | None = None):
         self.changed = Event("engine changed")
         self.statuses_ready = Event("backend statuses ready")
+        self.progress = Event("engine build progress")
         paths = {n: default_model_path(n) for n in ENGINES}
         #: engine name -> why it is off by default (not opened; its fallback serves)
         self.disabled: dict[str, str] = {}
@@ -242,6 +246,8 @@ class EngineController:
         return on_change
 
     def _on_progress(self, model_path: Path, stage: str, fraction: float) -> None:
+        if not self._closed:
+            self.progress.emit(model_path, stage, float(fraction))
         for e in self.entries.values():
             if e.model_path is not None and Path(e.model_path).resolve() == model_path.resolve():
                 e.build_stage, e.build_fraction = stage, float(fraction)

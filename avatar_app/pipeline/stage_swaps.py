@@ -89,7 +89,14 @@ class TrackerController:
         error: why the last ONNX tracker did not load, as the user should read it ("" when none).
         notice: which asked-for precision did not pass verification and what serves instead ("").
         building: a tracker is being built (the current one keeps tracking).
+        build_fraction: how far the build of the ONNX tracker's engines is, in [0, 1], over both
+            (detector then mesh: each counts half); 0 when none runs or an engine loads from the cache.
+        build_stage: what the build does now, e.g. ``"mesh (2 of 2): building ort_cpu"`` ("" when none).
         swaps: trackers handed to a running pipeline.
+
+    Progress comes from the engine layer's build reports, as the engine rows' do: the
+    session's :class:`~avatar_app.pipeline.engines.EngineController` emits ``progress`` for every
+    report of its manager, which also opens the tracker's engines.
 
     Events: ``session.events.engine_changed("tracker")`` after every change (controlling thread).
     """
@@ -101,10 +108,16 @@ class TrackerController:
         self.error = ""
         self.notice = ""
         self.building = False
+        self.build_fraction = 0.0
+        self.build_stage = ""
         self.swaps = 0
         self._generation = 0
+        self._building_gen = 0  # the generation whose build runs (read on the builder thread)
         self._infos: dict[str, object] | None = None  # model stem -> ModelInfo, read on the builder
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-builder")
+        progress = getattr(session.engines, "progress", None)
+        if progress is not None:
+            progress.connect(self._on_build_progress)
 
     # -- the choice ------------------------------------------------------------------
     @property
@@ -252,6 +265,7 @@ class TrackerController:
         self._generation += 1
         self.error = self.notice = ""
         self.building = True
+        self.build_fraction, self.build_stage = 0.0, ""
         self._changed()
         return self._pool.submit(self._build, self._generation, dict(chosen), self.session.pipeline)
 
@@ -259,6 +273,7 @@ class TrackerController:
         """Build the chosen tracker and hand it to ``pipe`` (builder thread)."""
         if gen != self._generation:
             return None
+        self._building_gen = gen
         choice = StageChoice(live=True, tracker=chosen["kind"], tracker_backend=chosen["backend"],
                              tracker_precision=chosen["precision"], manager=self.session.engines.manager)
         try:
@@ -267,6 +282,8 @@ class TrackerController:
             log.warning("tracker %s not loaded: %s", chosen, exc)
             self.session.dispatch(lambda e=exc: self._failed(gen, e, pipe))
             return None
+        finally:
+            self._building_gen = 0
         if gen != self._generation or pipe is None or self.session.pipeline is not pipe or not pipe.running:
             tracker.close()
             self.session.dispatch(lambda: self._done(gen, ""))
@@ -275,6 +292,30 @@ class TrackerController:
         self.swaps += 1
         self.session.dispatch(lambda: self._done(gen, self._fell_back(tracker, chosen)))
         return tracker
+
+    def _on_build_progress(self, model_path, stage: str, fraction: float) -> None:
+        """A build report of the engine layer (the builder thread): the tracker's own models only."""
+        gen = self._building_gen
+        if not gen:
+            return  # not this controller's build (an engine row's, or a new source's tracker)
+        from pathlib import Path
+
+        from avatar_app.tracking.onnx_tracker import model_paths
+
+        try:
+            paths = [p.resolve() for p in model_paths()]
+            i = paths.index(Path(model_path).resolve())
+        except (OSError, ValueError):
+            return
+        overall = (i + min(max(float(fraction), 0.0), 1.0)) / len(paths)
+        text = f"{_ENGINE_NAMES[i]} ({i + 1} of {len(paths)}): {stage}"
+        self.session.dispatch(lambda: self._progress(gen, text, overall))
+
+    def _progress(self, gen: int, text: str, fraction: float) -> None:
+        if gen != self._generation or not self.building:
+            return
+        self.build_stage, self.build_fraction = text, fraction
+        self._changed()
 
     def _retire(self, old) -> None:
         """Close a replaced tracker on the builder thread (processing thread: must not raise)."""
@@ -305,6 +346,7 @@ class TrackerController:
         if gen != self._generation:
             return
         self.building = False
+        self.build_fraction, self.build_stage = 0.0, ""
         running = self.serving() or "MediaPipe"
         self.error = f"The ONNX tracker could not be loaded ({str(exc).rstrip('.')}); {running} keeps tracking."
         self.session.events.status.emit(self.error, 10000)
@@ -314,6 +356,7 @@ class TrackerController:
         if gen != self._generation:
             return
         self.building, self.notice = False, notice
+        self.build_fraction, self.build_stage = 0.0, ""
         if notice:
             self.session.events.status.emit(f"Tracking: {notice.splitlines()[0]}", 10000)
         self._changed()

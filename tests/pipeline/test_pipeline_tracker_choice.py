@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from inference_helpers import tiny_landmark_build
 
 from avatar_app.pipeline.settings import MemoryStore, StudioSettings, load_settings_file, save_settings_file
 
@@ -242,3 +243,55 @@ def test_fallback_reason_is_the_serving_backends_not_the_first_uninstalled_one()
     text = TrackerController._fell_back(tracker, {"kind": "onnx", "precision": "int8"})
     assert "rejected: max error 0.258" in text and "not installed" not in text
     assert text.count("\n") == 0 and text.startswith("INT8 ") and "FP32 serves" in text
+
+
+def test_the_tracker_build_reports_progress_over_both_engines(playing, monkeypatch, tiny_models):
+    """The Tracking row's progress: the engine layer's reports of the detector then the mesh, as one
+    fraction over both (each half), through the session's events; cleared when the build ends."""
+    tiny_landmark_build(monkeypatch, tiny_models)
+    s = playing
+    seen = []
+    s.events.engine_changed.connect(
+        lambda name: name == "tracker" and s.trackers.building
+        and seen.append((s.trackers.build_fraction, s.trackers.build_stage)))
+    assert s.set_tracker_choice("onnx", "ort_cpu", "fp16").result(timeout=120) is not None
+    _wait(lambda: not s.trackers.building)
+    time.sleep(0.2)  # the events dispatched before the end
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions), seen  # only forward
+    det = [(f, t) for f, t in seen if t.startswith("detector (1 of 2): ")]
+    mesh = [(f, t) for f, t in seen if t.startswith("mesh (2 of 2): ")]
+    assert det and mesh, seen
+    assert all(0 < f <= 0.5 for f, _ in det) and all(0.5 < f <= 1.0 for f, _ in mesh), seen
+    assert any("verifying against the FP32 reference" in t for _, t in mesh), seen
+    assert (s.trackers.build_fraction, s.trackers.build_stage) == (0.0, "") and not s.trackers.error
+
+
+def test_other_builds_do_not_move_the_tracker_progress(playing, monkeypatch, tiny_models):
+    """Mid-build (detector done, mesh waiting), reports of another model (an engine row's build on
+    the same manager) leave the tracker's progress alone."""
+    import threading
+
+    from avatar_app.inference import EngineSlot
+
+    gate = threading.Event()
+    tiny_landmark_build(monkeypatch, tiny_models, gate=gate)
+    s = playing
+    fut = s.set_tracker_choice("onnx", "ort_cpu", "fp16")
+    try:
+        _wait(lambda: s.trackers.build_fraction == 0.5)
+        stage = s.trackers.build_stage
+        assert stage.startswith("detector (1 of 2): "), stage
+        slot = EngineSlot(s.engines.manager, tiny_models["layernorm"])
+        try:
+            slot.open("ort_cpu", "fp16")
+            assert slot.active.precision.value == "fp16"
+        finally:
+            slot.close()
+        time.sleep(0.3)  # what the other build dispatched
+        assert (s.trackers.build_fraction, s.trackers.build_stage) == (0.5, stage) and s.trackers.building
+    finally:
+        gate.set()
+    assert fut.result(timeout=120) is not None
+    _wait(lambda: not s.trackers.building)
+    assert s.trackers.build_fraction == 0.0

@@ -7,8 +7,10 @@ in QSettings and travels through File › Export/Import settings….
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
+from inference_helpers import tiny_landmark_build
 from ui_helpers import open_file_window, save_shot, show_running
 
 from avatar_app.pipeline.settings import StudioSettings, save_settings_file
@@ -137,3 +139,120 @@ def test_an_onnx_tracker_that_cannot_load_is_greyed_out_and_said(qtbot, file_win
     qtbot.wait(200)
     save_shot(win.docks["engines"], "engines_panel_tracking_failed")
     qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= n + 10, timeout=20000)
+
+
+def test_the_row_shows_the_build_progress_and_hides_it_when_done(qtbot, file_window, monkeypatch, tiny_models):
+    """Issue 20 item 1: the tracker's engines build (real builds of two tiny stand-in models) with the
+    engine rows' "building NN%" bar, over both engines; the current tracker keeps tracking; the bar hides."""
+    gate = threading.Event()
+    tiny_landmark_build(monkeypatch, tiny_models, gate=gate)
+    win = file_window
+    box = win.panels["engines"].tracker_box
+    assert not box.progress.isVisible() and not box.build_label.isVisible()
+    shown = []  # the bar's value after each of the row's updates (the panel refreshes first)
+    win.bridge.engine_changed.connect(lambda name: name == "tracker" and box.progress.isVisible()
+                                      and shown.append(box.progress.value()))
+    try:
+        box.select("onnx", "ort_cpu", "fp16")
+        qtbot.waitUntil(lambda: box.progress.isVisible() and box.progress.value() == 50, timeout=60000)
+        assert box.progress.text() == "building 50%"
+        text = box.build_label.text()
+        assert box.build_label.isVisible() and "detector (1 of 2): done" in text, text
+        assert text.endswith("the current tracker keeps running."), text
+        n = win.session.pipeline.frames_processed
+        qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= n + 10, timeout=20000)  # meanwhile
+        assert _kind(win) == "mediapipe"
+        win.docks["engines"].raise_()
+        win.docks["engines"].widget().ensureWidgetVisible(box.progress, 0, 0)
+        qtbot.wait(100)
+        save_shot(win.docks["engines"], "engines_panel_tracking_building")
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
+    qtbot.wait(100)
+    assert not box.progress.isVisible() and not box.build_label.isVisible() and not box.message.text()
+    assert shown == sorted(shown) and any(0 < v < 50 for v in shown) and any(50 < v <= 100 for v in shown), shown
+
+
+def test_a_failed_build_is_said_in_the_row_with_its_reason(qtbot, file_window, monkeypatch, tiny_models):
+    why = "face_landmark.onnx: no FP16 engine passed verification (max 3.1e-02, tol 5e-03)"
+    tiny_landmark_build(monkeypatch, tiny_models, fail=why)
+    win = file_window
+    box = win.panels["engines"].tracker_box
+    box.select("onnx", "ort_cpu", "fp16")
+    qtbot.waitUntil(lambda: bool(box.message.text()), timeout=60000)
+    text = box.message.text()
+    assert text.startswith("The ONNX tracker could not be loaded") and why in text, text
+    assert "MediaPipe (CPU) keeps tracking" in text and box.message.isVisible()
+    assert "color: #c0392b" in box.message.styleSheet()
+    assert not box.progress.isVisible() and not box.build_label.isVisible()
+    assert _kind(win) == "mediapipe"
+
+
+def _inside(widget, area) -> bool:
+    """Whether ``widget`` lies wholly inside the scroll ``area``'s viewport as it is scrolled now."""
+    from PySide6.QtCore import QRect
+
+    vp = area.viewport()
+    rect = QRect(widget.mapTo(vp, widget.rect().topLeft()), widget.size())
+    return vp.rect().contains(rect)
+
+
+def test_all_three_rows_fit_the_dock_at_the_default_window_size(qtbot, settings, testdata, monkeypatch,
+                                                                   tmp_path, tiny_models):
+    """Issue 20 item 2: face reconstruction, speech and tracking in view without scrolling at 1440x900
+    (the default engines: the face engine off, its reason under "why?"), also while the tracker builds."""
+    from avatar_app.pipeline.stages import FACE_ENGINE_OFF_REASON
+    from avatar_app.ui.main_window import MainWindow
+
+    monkeypatch.delenv("AVATAR_APP_FACE_ENGINE", raising=False)
+    monkeypatch.setenv("AVATAR_APP_SCREENSHOT", "1")
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    win = MainWindow(source=testdata / VIDEO, settings=settings)  # the app's own engines and size
+    qtbot.addWidget(win)
+    try:
+        win.show()
+        qtbot.waitExposed(win)
+        assert (win.width(), win.height()) == (1440, 900)
+        ctl = win.session.engines
+        qtbot.waitUntil(lambda: ctl.statuses is not None and all(
+            ctl.describe(n) != "opening…" for n in ctl.entries), timeout=60000)
+        win.docks["engines"].raise_()
+        qtbot.wait(300)
+        panel, area = win.panels["engines"], win.docks["engines"].widget()
+        rows = [*panel.boxes.values(), panel.tracker_box]
+        assert [r.title() for r in rows] == ["Face reconstruction", "Speech", "Tracking"]
+        assert area.verticalScrollBar().value() == 0
+        assert all(r.isVisible() and _inside(r, area) for r in rows), [(r.title(), r.geometry()) for r in rows]
+
+        face = panel.boxes["face_recon"]  # the long reason is kept: the tooltip, and under "why?"
+        assert face.model_text() == "Off: the geometric solver drives this part."
+        assert "why?" in face.model_label.text() and not face.why_label.isVisible()
+        assert FACE_ENGINE_OFF_REASON[1:] in face.model_label.toolTip()
+        face.model_label.linkActivated.emit("#why")
+        qtbot.wait(100)
+        assert face.why_label.isVisible() and FACE_ENGINE_OFF_REASON[1:] in face.why_label.text()
+        assert all(_inside(r, area) for r in rows)
+        save_shot(win.docks["engines"], "engines_panel_default_why")
+        win.docks["sources"].raise_()  # a refresh while the dock is behind another keeps it unfolded
+        panel.refresh()
+        win.docks["engines"].raise_()
+        qtbot.wait(100)
+        assert face.why_label.isVisible()
+        face.model_label.linkActivated.emit("#why")
+        qtbot.wait(100)
+        assert not face.why_label.isVisible()
+
+        gate = threading.Event()
+        tiny_landmark_build(monkeypatch, tiny_models, gate=gate)
+        try:
+            panel.tracker_box.select("onnx", "ort_cpu", "fp16")
+            qtbot.waitUntil(lambda: panel.tracker_box.progress.isVisible(), timeout=60000)
+            qtbot.wait(200)
+            assert all(_inside(r, area) for r in rows) and _inside(panel.tracker_box.progress, area)
+            save_shot(win.docks["engines"], "engines_panel_default_building")
+        finally:
+            gate.set()
+        qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
+    finally:
+        win.close()

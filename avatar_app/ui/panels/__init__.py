@@ -213,6 +213,8 @@ class Panel(QWidget):
         area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         for combo in self.findChildren(QComboBox):  # a combo's longest item no longer sets the panel's width
+            if combo.property(SHORT_ITEMS):
+                continue
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(COMBO_MIN_CHARS)
         return area
@@ -220,6 +222,9 @@ class Panel(QWidget):
 
 #: Characters a panel's combo box shows at least (its popup shows whole items).
 COMBO_MIN_CHARS = 10
+#: A combo box property: true for one of short items only ("Default", "FP16"), which keeps the width
+#: of its longest item (COMBO_MIN_CHARS would widen it, taking room from its neighbour on the line).
+SHORT_ITEMS = "short_items"
 
 
 def hint(text: str) -> QLabel:

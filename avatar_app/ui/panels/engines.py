@@ -1,16 +1,20 @@
 """Engines panel: backend and precision per engine, build progress, verification of the active engine."""
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
     QGroupBox,
+    QHBoxLayout,
     QLabel,
+    QSizePolicy,
     QVBoxLayout,
+    QWidget,
 )
 
 from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
-from avatar_app.ui.panels import Panel, ProgressBar, hint, item_enabled, set_item_enabled
+from avatar_app.ui.panels import SHORT_ITEMS, Panel, ProgressBar, hint, item_enabled, set_item_enabled
 
 
 def _backend_precision_combos() -> tuple[QComboBox, QComboBox]:
@@ -25,6 +29,38 @@ def _backend_precision_combos() -> tuple[QComboBox, QComboBox]:
     return backend, precision
 
 
+def _engine_choosers(form: QFormLayout) -> tuple[QComboBox, QComboBox, QWidget]:
+    """The Backend and Precision choosers side by side on one "Engine" line of ``form``
+    (one line, not two: the three rows fit the dock at the default window size).
+
+    Returns:
+        (backend, precision, the line's widget).
+    """
+    backend, precision = _backend_precision_combos()
+    backend.setAccessibleName("Backend")
+    precision.setAccessibleName("Precision")
+    # the backend's long names ("ONNX Runtime TensorRT") may be cut: the popup and tooltip show them whole
+    backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    backend.setMinimumContentsLength(8)
+    backend.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+    precision.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)  # "Default" / "FP16": short
+    precision.setProperty(SHORT_ITEMS, True)
+    line = QWidget()
+    row = QHBoxLayout(line)
+    row.setContentsMargins(0, 0, 0, 0)
+    row.addWidget(backend, 1)
+    row.addWidget(precision)
+    form.addRow("Engine", line)
+    return backend, precision, line
+
+
+def _why_link(text: str, why: str) -> str:
+    """``text`` with a "why?" link (rich text; plain ``text`` when there is no ``why``)."""
+    from html import escape
+
+    return escape(text, quote=False) + (' <a href="#why">why?</a>' if why else "")
+
+
 class _EngineBox(QGroupBox):
     """Controls of one engine."""
 
@@ -33,12 +69,21 @@ class _EngineBox(QGroupBox):
         self.panel, self.name = panel, name
         form = QFormLayout(self)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        # one short line; a long reason (why the engine is off) folds under its "why?" link and is its tooltip
         self.model_label = QLabel("")
         self.model_label.setWordWrap(True)
+        self.model_label.setTextFormat(Qt.TextFormat.RichText)
+        self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.LinksAccessibleByMouse
+                                                 | Qt.TextInteractionFlag.LinksAccessibleByKeyboard)
+        self.model_label.linkActivated.connect(lambda _href: self.show_why(not self._why_shown))
         form.addRow(self.model_label)
-        self.backend, self.precision = _backend_precision_combos()
-        form.addRow("Backend", self.backend)
-        form.addRow("Precision", self.precision)
+        self.why_label = hint("")
+        self.why_label.setVisible(False)
+        form.addRow(self.why_label)
+        self._model_text = self._why = ""
+        self._why_shown = False
+        self.backend, self.precision, self.choosers = _engine_choosers(form)
+        self._form = form
         # the bar holds only "building NN%": what is being done goes under it, word-wrapped
         self.progress = ProgressBar()
         self.progress.setRange(0, 100)
@@ -58,6 +103,23 @@ class _EngineBox(QGroupBox):
         self._updating = False
         self.backend.activated.connect(self._on_choice)
         self.precision.activated.connect(self._on_choice)
+
+    def show_why(self, shown: bool) -> None:
+        """Unfold (or fold) the reason under the row's first line, as its "why?" link does."""
+        self._why_shown = bool(shown)
+        self.why_label.setVisible(self._why_shown and bool(self._why))
+
+    def model_text(self) -> str:
+        """The row's first line as plain text (without the "why?" link)."""
+        return self._model_text
+
+    def _set_model_text(self, text: str, why: str = "") -> None:
+        """The row's first line, and the reason behind it under "why?" (also the line's tooltip)."""
+        self._model_text, self._why = text, why
+        self.model_label.setText(_why_link(text, why))
+        self.model_label.setToolTip(why)
+        self.why_label.setText(why)
+        self.show_why(self._why_shown)
 
     def _on_choice(self, *_):
         if self._updating:
@@ -97,8 +159,11 @@ class _EngineBox(QGroupBox):
         installed = e.installed
         self.backend.setEnabled(installed)
         self.precision.setEnabled(installed)
+        self.backend.setToolTip(self.backend.currentText())
+        # an engine that is off has nothing to choose: its line folds away (its reason is under "why?")
+        self._form.setRowVisible(self.choosers, self.name not in ctl.disabled)
         if installed:
-            self.model_label.setText(f"Model: {e.model_path.name}")
+            self._set_model_text(f"Model: {e.model_path.name}")
             self.model_label.setToolTip(str(e.model_path))
         else:
             from avatar_app.pipeline.engines import FALLBACKS
@@ -106,10 +171,10 @@ class _EngineBox(QGroupBox):
             fallback = FALLBACKS.get(self.name, "built-in fallback")
             off = ctl.disabled.get(self.name)
             if off:
-                self.model_label.setText(f"The {fallback} drives this part: {off}.")
+                self._set_model_text(f"Off: the {fallback} drives this part.", f"{off[:1].upper()}{off[1:]}.")
             else:
-                self.model_label.setText(f"Model not installed ({e.model_path.name if e.model_path else self.name})."
-                                         f" The {fallback} drives this part.")
+                self._set_model_text(f"Model not installed ({e.model_path.name if e.model_path else self.name})."
+                                     f" The {fallback} drives this part.")
         building = ctl.pending(self.name)
         self.progress.setVisible(building)
         self.build_label.setVisible(building)
@@ -119,6 +184,7 @@ class _EngineBox(QGroupBox):
             self.build_label.setText(f"{stage[:1].upper()}{stage[1:]}; the current engine keeps running.")
         self.serving.setText(ctl.describe(self.name))
         self.verification.setText(ctl.verification_text(self.name) if installed else "")
+        self.verification.setVisible(bool(self.verification.text()))
         err = bool(e.error)
         self.verification.setStyleSheet("color: #c0392b;" if err else "")
 
@@ -147,12 +213,17 @@ class _TrackerBox(QGroupBox):
         self.tracker = QComboBox()
         for kind in self.TRACKERS:
             self.tracker.addItem(kind, kind)
-        self.backend, self.precision = _backend_precision_combos()
         form.addRow("Tracker", self.tracker)
-        form.addRow("Backend", self.backend)
-        form.addRow("Precision", self.precision)
+        self.backend, self.precision, self.choosers = _engine_choosers(form)
+        # as the engine rows: the bar holds "building NN%" (both engines), what is done goes under it
+        self.progress = ProgressBar()
+        self.progress.setRange(0, 100)
+        self.progress.setFormat("building %p%")
+        self.progress.setVisible(False)
+        form.addRow(self.progress)
         self.build_label = QLabel("")
         self.build_label.setWordWrap(True)
+        self.build_label.setVisible(False)
         form.addRow(self.build_label)
         self.serving = QLabel("")
         self.serving.setWordWrap(True)
@@ -206,11 +277,17 @@ class _TrackerBox(QGroupBox):
         tip = "" if c["kind"] == "onnx" else "choose ONNX engines to pick the landmark engines' backend and precision"
         self.backend.setToolTip(tip)
         self.precision.setToolTip(tip)
-        self.build_label.setVisible(ctl.building)
-        first = (" (an FP16 or INT8 engine is built and verified the first time: up to a minute here)"
-                 if onnx and c.get("precision") in ("fp16", "int8") else "")
-        self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker") + first
-                                 + "; the current tracker keeps running.")
+        building = ctl.building
+        # a bar only where the engine layer builds (the ONNX engines); MediaPipe's loads in a moment
+        self.progress.setVisible(building and onnx)
+        self.build_label.setVisible(building)
+        if building:
+            self.progress.show_value(int(round(100 * ctl.build_fraction)))
+            first = (" (an FP16 or INT8 engine is built and verified the first time: up to a minute here)"
+                     if onnx and c.get("precision") in ("fp16", "int8") and not ctl.build_stage else "")
+            doing = f", {ctl.build_stage}" if ctl.build_stage else first
+            self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker") + doing
+                                     + "; the current tracker keeps running.")
         self.serving.setText(ctl.serving() or "no source")
         text = "\n".join(t for t in (ctl.error, ctl.notice) if t)
         self.message.setText(text)
@@ -236,9 +313,12 @@ class EnginesPanel(Panel):
     def __init__(self, session, bridge=None, notifier=None):
         super().__init__(session, bridge, notifier)
         lay = QVBoxLayout(self)
-        lay.addWidget(hint("Auto picks the fastest engine that passed verification; disabled options show "
-                           "why in their tooltip. Switching builds in the background; the current engine "
-                           "keeps running until the new one is verified."))
+        # short, so that all three rows fit the dock at the default window size; the rest is its tooltip
+        self.hint = hint("Switching keeps the current engine running.")
+        self.hint.setToolTip("Auto picks the fastest engine that passed verification; disabled options show "
+                             "why in their tooltip. Switching builds in the background; the current engine "
+                             "keeps running until the new one is verified.")
+        lay.addWidget(self.hint)
         self.boxes: dict[str, _EngineBox] = {}
         for name, e in session.engines.entries.items():
             box = _EngineBox(self, name, e.label)
