@@ -1,17 +1,27 @@
-"""The per-frame stages, run synchronously: track, reconstruct, speech, fuse, tune.
+"""The per-frame stages: track, reconstruct, speech, fuse, tune.
 
 :class:`FrameProcessor` is the one implementation the live pipeline, offline
 rendering, the demo and the studio's offline mode all call, so the same frames
 with the same stages give the same states.
+
+Speech does not depend on vision until fusion, so while the calling thread
+tracks and reconstructs a frame, the speech animator runs on the frame's audio
+on a worker thread (:class:`_SpeechWorker`); the processor waits for it before
+fusing. MediaPipe's graph and ONNX Runtime release the GIL while they compute,
+so the two overlap on a multi-core machine. Each animator call still sees the
+frames in order, one at a time, so the states equal those of the sequential
+order (tested in tests/pipeline/test_processor_concurrency.py).
 """
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 
 import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES
-from avatar_app.core.clock import stage_timer
+from avatar_app.core.clock import now_ns, stage_timer
 from avatar_app.core.errors import AvatarError
 from avatar_app.core.types import AvatarState, FaceParams, Frame, StageStamps
 from avatar_app.fusion.chain import PostChain
@@ -19,8 +29,83 @@ from avatar_app.fusion.chain import PostChain
 log = logging.getLogger(__name__)
 
 
+class _SpeechJob:
+    """One speech call handed to the worker: its result or exception, and when it ran."""
+
+    __slots__ = ("fn", "args", "done", "value", "error", "start_ns", "end_ns")
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+        self.done = threading.Event()
+        self.value = self.error = None
+        self.start_ns = self.end_ns = 0
+
+    def run(self) -> None:
+        self.start_ns = now_ns()
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            self.error = exc
+        finally:
+            self.end_ns = now_ns()
+            self.fn = self.args = None
+            self.done.set()
+
+    def result(self):
+        """Wait for the call; its return value, or raise what it raised."""
+        self.done.wait()
+        if self.error is not None:
+            exc, self.error = self.error, None
+            raise exc
+        return self.value
+
+
+class _SpeechWorker:
+    """A daemon thread ("speech") that runs the jobs handed to :meth:`submit`, one at a time, in order.
+
+    It starts with the first job and ends after ``idle_s`` without one (or at
+    :meth:`close`), so a processor that is dropped without being closed leaves
+    no thread behind; a later job starts a new one.
+    """
+
+    def __init__(self, idle_s: float = 1.0):
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: _SpeechJob) -> None:
+        """Run ``job`` on the worker thread (wait on it with ``job.result()``)."""
+        with self._lock:
+            self._jobs.put(job)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="speech", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():
+                        self._thread = None
+                        return
+                continue
+            if job is None:
+                return
+            job.run()
+
+    def close(self) -> None:
+        """End the thread after the jobs already handed over (it does not wait for them)."""
+        with self._lock:
+            if self._thread is not None:
+                self._jobs.put(None)
+                self._thread = None
+
+
 class FrameProcessor:
-    """Runs the per-frame stages synchronously: track, reconstruct, speech, fuse, tune.
+    """Runs the per-frame stages: track and reconstruct beside speech, then fuse and tune.
 
     Args:
         tracker: a FaceTracker (tracking.face_mesh) or None (vision supplied by the caller).
@@ -36,9 +121,15 @@ class FrameProcessor:
         last_error: the last post-processing error, as text ("" when none).
         speech_lookahead_s: seconds of audio after the frame time given to the speech
             animator (offline rendering only: its ``offline_lookahead_s``; live stays causal).
+        concurrent_speech: True (default) runs the speech animator on the worker thread
+            while the calling thread tracks and reconstructs; False runs the stages one
+            after the other on the calling thread. Both give the same states.
 
     Thread: one processing thread at a time. ``reconstructor`` and ``speech`` may be
-    replaced between two frames (an engine swap) from another thread.
+    replaced between two frames (an engine swap) from another thread: every call
+    returns only after its speech call ended, so no animator is in use between
+    frames. The speech calls run on a daemon thread named "speech" that ends after
+    a second without frames or at :meth:`close`.
     """
 
     def __init__(self, tracker, reconstructor, speech=None, live: bool = False, chain: PostChain | None = None):
@@ -53,6 +144,12 @@ class FrameProcessor:
         self.last_landmarks = None
         self.last_error = ""
         self.speech_lookahead_s = 0.0
+        self.concurrent_speech = True
+        self._worker = _SpeechWorker()
+
+    def close(self) -> None:
+        """End the speech worker thread now (a later frame starts it again). Idempotent."""
+        self._worker.close()
 
     @property
     def fusion(self):
@@ -94,16 +191,34 @@ class FrameProcessor:
             is returned then.
 
         Raises:
-            AvatarError: a stage (tracker, reconstructor, speech) failed.
+            AvatarError: a stage (tracker, reconstructor, speech) failed. When vision
+                fails, its error is raised once the frame's speech call (already
+                under way beside it) has ended.
+
+        The ``speech`` stamp is the speech call's own start and end; with
+        :attr:`concurrent_speech` it overlaps ``track`` and ``reconstruct``.
         """
         stamps = frame.capture_stamps() if stamps is None else stamps
         t_s = frame.media_time_s
-        vision, face_found = self._vision(frame, vision, stamps)
-        audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
         speech = self.speech
+        job = None
+        queued = False
         if speech is not None and audio_window is not None:
-            with stage_timer(stamps, "speech"):
-                audio_w = np.asarray(speech.process(audio_window, t_s + self.speech_lookahead_s), np.float32)
+            job = _SpeechJob(speech.process, (audio_window, t_s + self.speech_lookahead_s))
+            if self.concurrent_speech and vision is None and self.tracker is not None:  # beside tracking
+                self._worker.submit(job)
+                queued = True
+        try:
+            vision, face_found = self._vision(frame, vision, stamps)
+        finally:
+            if queued:
+                job.done.wait()  # the animator is idle again when this call returns or raises
+        audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
+        if job is not None:
+            if not queued:
+                job.run()
+            stamps["speech"] = (job.start_ns, job.end_ns)
+            audio_w = np.asarray(job.result(), np.float32)
         with stage_timer(stamps, "fuse"):
             weights, rot, trans = self.chain.fuse(vision, audio_w, face_found, t_s)
         state = AvatarState(

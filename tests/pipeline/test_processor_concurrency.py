@@ -1,0 +1,167 @@
+"""FrameProcessor runs speech beside tracking: the same states as the sequential order, errors as before."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES
+from avatar_app.core.errors import AvatarError
+from avatar_app.core.types import FaceParams, Frame
+from avatar_app.pipeline import SPEECH_RATE, FrameProcessor, StageChoice, audio_window, build_stages
+
+STATE_ARRAYS = ("weights", "rotation", "translation", "gaze", "vision_weights", "audio_weights")
+
+
+def _states(frames, audio, concurrent: bool) -> tuple[list, set[str]]:
+    """The states of ``frames`` through the render's stages; and the threads the speech calls ran on."""
+    stages = build_stages(StageChoice(live=False, audio=True, tracker="mediapipe"))
+    proc = FrameProcessor(stages.tracker, stages.reconstructor, stages.speech, live=False, chain=stages.chain)
+    proc.speech_lookahead_s = stages.speech.offline_lookahead_s
+    proc.concurrent_speech = concurrent
+    threads: set[str] = set()
+    process = stages.speech.process
+
+    def spy(*args):
+        threads.add(threading.current_thread().name)
+        return process(*args)
+
+    stages.speech.process = spy
+    out = []
+    try:
+        for f in frames:
+            w = audio_window(audio.samples, SPEECH_RATE, f.media_time_s - audio.media_time_s + proc.speech_lookahead_s,
+                             stages.speech.context_s)
+            out.append(proc.process(f, w))
+    finally:
+        proc.close()
+        stages.close()
+    return out, threads
+
+
+def test_concurrent_speech_gives_the_sequential_states(testdata):
+    """A real clip (sound and a face): every array of every state is bit-identical in both orders."""
+    from avatar_app.capture.video_file import VideoFileSource
+
+    with VideoFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4") as src:
+        audio = src.read_audio(SPEECH_RATE)
+        frames = list(src.frames())[:40]
+    seq, seq_threads = _states(frames, audio, concurrent=False)
+    conc, conc_threads = _states(frames, audio, concurrent=True)
+    assert seq_threads == {threading.current_thread().name} and conc_threads == {"speech"}
+    assert any(s.audio_weights.max() > 0.05 for s in seq), "the clip's speech should move the mouth"
+    assert sum(s.face_found for s in seq) == len(frames)
+    for a, b in zip(seq, conc, strict=True):
+        for name in STATE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"frame {a.frame_index} {name}")
+        assert a.face_found == b.face_found
+        s0, s1 = b.stamps["speech"]
+        assert 0 < s0 <= s1 and list(b.stamps)[:3] == ["track", "reconstruct", "speech"]
+
+
+class _Tracker:
+    """A tracker that finds no face, or raises when ``fail`` is set."""
+
+    def __init__(self):
+        self.fail = False
+
+    def process_video_frame(self, image, t_ms):
+        if self.fail:
+            raise AvatarError("tracker broke")
+        return None
+
+
+class _Speech:
+    """A speech animator that returns its call count, or raises when ``fail`` is set; records its calls."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.fail = False
+        self.calls: list[tuple[float, str]] = []
+        self.done: list[float] = []
+        self.delay_s = delay_s
+
+    def process(self, window, t_s):
+        self.calls.append((t_s, threading.current_thread().name))
+        time.sleep(self.delay_s)
+        self.done.append(t_s)
+        if self.fail:
+            raise AvatarError("speech broke")
+        return np.full(NUM_BLENDSHAPES, len(self.calls) / 100.0, np.float32)
+
+
+def _frame(i: int) -> Frame:
+    return Frame(index=i, t_capture_ns=i + 1, image=np.zeros((8, 8, 3), np.uint8), media_time_s=i * 0.04)
+
+
+def _processor(speech) -> FrameProcessor:
+    return FrameProcessor(_Tracker(), reconstructor=None, speech=speech, live=False)
+
+
+def test_speech_errors_and_vision_errors_propagate():
+    """The speech stage's AvatarError reaches the caller; a vision error waits for the frame's speech call."""
+    speech = _Speech(delay_s=0.02)
+    proc = _processor(speech)
+    window = np.zeros(1600, np.float32)
+    try:
+        speech.fail = True
+        with pytest.raises(AvatarError, match="speech broke"):
+            proc.process(_frame(0), window)
+        speech.fail = False
+        proc.tracker.fail = True
+        with pytest.raises(AvatarError, match="tracker broke"):
+            proc.process(_frame(1), window)
+        assert speech.done == [0.0, 0.04]  # the call had ended when the error was raised
+        proc.tracker.fail = False
+        state = proc.process(_frame(2), window)
+        assert state.audio_weights[0] == pytest.approx(0.03)
+    finally:
+        proc.close()
+
+
+def test_engine_swap_between_frames_and_no_overlap_without_tracking():
+    """A speech animator replaced between frames serves the next frame; demo vision runs speech inline."""
+    first, second = _Speech(), _Speech()
+    proc = _processor(first)
+    window = np.zeros(1600, np.float32)
+    try:
+        proc.process(_frame(0), window)
+        proc.speech = second
+        proc.process(_frame(1), window)
+        assert [t for t, _ in first.calls] == [0.0] and [t for t, _ in second.calls] == [0.04]
+        assert first.calls[0][1] == "speech"
+        vision = FaceParams(blendshapes=np.zeros(NUM_BLENDSHAPES, np.float32))
+        proc.process(_frame(2), window, vision=vision)
+        assert second.calls[-1][1] == threading.current_thread().name
+    finally:
+        proc.close()
+
+
+def test_the_speech_thread_ends_when_idle_or_closed_and_comes_back():
+    """No thread is left behind: close ends it, so does a pause; the next frame starts a new one."""
+    def speech_threads():
+        return [t for t in threading.enumerate() if t.name == "speech" and t.is_alive()]
+
+    def wait_gone():
+        deadline = time.monotonic() + 5.0
+        while speech_threads() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not speech_threads()
+
+    speech = _Speech()
+    proc = _processor(speech)
+    window = np.zeros(1600, np.float32)
+    before = speech_threads()
+    proc.process(_frame(0), window)
+    assert len(speech_threads()) == len(before) + 1
+    proc.close()
+    assert wait_gone()
+    proc._worker.idle_s = 0.05
+    proc.process(_frame(1), window)
+    assert wait_gone()
+    proc.process(_frame(2), window)
+    assert [name for _, name in speech.calls] == ["speech"] * 3
+    proc.close()
+    proc.close()
+    assert wait_gone()
