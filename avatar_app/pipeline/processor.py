@@ -30,17 +30,29 @@ log = logging.getLogger(__name__)
 
 
 class _SpeechJob:
-    """One speech call handed to the worker: its result or exception, and when it ran."""
+    """One speech call: its result or exception, and when it ran.
 
-    __slots__ = ("fn", "args", "done", "value", "error", "start_ns", "end_ns")
+    Whoever claims it first runs it: the worker thread, or the processing thread
+    when the worker had not started it by the time vision was done (a busy
+    machine that did not schedule the worker yet), so the frame never waits for
+    a thread that is not running.
+    """
+
+    __slots__ = ("fn", "args", "done", "value", "error", "start_ns", "end_ns", "_claim")
 
     def __init__(self, fn, args):
         self.fn, self.args = fn, args
         self.done = threading.Event()
         self.value = self.error = None
         self.start_ns = self.end_ns = 0
+        self._claim = threading.Lock()
+
+    def claim(self) -> bool:
+        """True for the one caller that gets to run the job."""
+        return self._claim.acquire(blocking=False)
 
     def run(self) -> None:
+        """Run the call (after :meth:`claim`), keeping its result or exception."""
         self.start_ns = now_ns()
         try:
             self.value = self.fn(*self.args)
@@ -94,7 +106,8 @@ class _SpeechWorker:
                 continue
             if job is None:
                 return
-            job.run()
+            if job.claim():
+                job.run()
 
     def close(self) -> None:
         """End the thread after the jobs already handed over (it does not wait for them)."""
@@ -122,8 +135,9 @@ class FrameProcessor:
         speech_lookahead_s: seconds of audio after the frame time given to the speech
             animator (offline rendering only: its ``offline_lookahead_s``; live stays causal).
         concurrent_speech: True (default) runs the speech animator on the worker thread
-            while the calling thread tracks and reconstructs; False runs the stages one
-            after the other on the calling thread. Both give the same states.
+            while the calling thread tracks and reconstructs (the calling thread runs it
+            itself after vision when the worker has not started it by then); False runs
+            the stages one after the other on the calling thread. Both give the same states.
 
     Thread: one processing thread at a time. ``reconstructor`` and ``speech`` may be
     replaced between two frames (an engine swap) from another thread: every call
@@ -192,8 +206,9 @@ class FrameProcessor:
 
         Raises:
             AvatarError: a stage (tracker, reconstructor, speech) failed. When vision
-                fails, its error is raised once the frame's speech call (already
-                under way beside it) has ended.
+                fails, its error is raised once the frame's speech call, if the
+                worker had started it, has ended (else the call is not made, as in
+                the sequential order).
 
         The ``speech`` stamp is the speech call's own start and end; with
         :attr:`concurrent_speech` it overlaps ``track`` and ``reconstruct``.
@@ -208,14 +223,19 @@ class FrameProcessor:
             if self.concurrent_speech and vision is None and self.tracker is not None:  # beside tracking
                 self._worker.submit(job)
                 queued = True
+        mine = False
         try:
             vision, face_found = self._vision(frame, vision, stamps)
         finally:
-            if queued:
-                job.done.wait()  # the animator is idle again when this call returns or raises
+            # The animator is idle again when this call returns or raises: a job the worker
+            # started is waited for; one it did not start yet is taken back (and run below).
+            if job is not None:
+                mine = not queued or job.claim()
+                if not mine:
+                    job.done.wait()
         audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
         if job is not None:
-            if not queued:
+            if mine:
                 job.run()
             stamps["speech"] = (job.start_ns, job.end_ns)
             audio_w = np.asarray(job.result(), np.float32)

@@ -50,7 +50,8 @@ def test_concurrent_speech_gives_the_sequential_states(testdata):
         frames = list(src.frames())[:40]
     seq, seq_threads = _states(frames, audio, concurrent=False)
     conc, conc_threads = _states(frames, audio, concurrent=True)
-    assert seq_threads == {threading.current_thread().name} and conc_threads == {"speech"}
+    # the worker ran the calls (the processing thread takes back those it had not started)
+    assert seq_threads == {threading.current_thread().name} and "speech" in conc_threads
     assert any(s.audio_weights.max() > 0.05 for s in seq), "the clip's speech should move the mouth"
     assert sum(s.face_found for s in seq) == len(frames)
     for a, b in zip(seq, conc, strict=True):
@@ -62,12 +63,16 @@ def test_concurrent_speech_gives_the_sequential_states(testdata):
 
 
 class _Tracker:
-    """A tracker that finds no face, or raises when ``fail`` is set."""
+    """A tracker that finds no face, or raises when ``fail`` is set; it first waits (2 s at most)
+    until the frame's speech call has started, so the worker runs it."""
 
-    def __init__(self):
+    def __init__(self, speech):
         self.fail = False
+        self.speech = speech
 
     def process_video_frame(self, image, t_ms):
+        self.speech.started.wait(2.0)
+        self.speech.started.clear()
         if self.fail:
             raise AvatarError("tracker broke")
         return None
@@ -81,9 +86,11 @@ class _Speech:
         self.calls: list[tuple[float, str]] = []
         self.done: list[float] = []
         self.delay_s = delay_s
+        self.started = threading.Event()
 
     def process(self, window, t_s):
         self.calls.append((t_s, threading.current_thread().name))
+        self.started.set()
         time.sleep(self.delay_s)
         self.done.append(t_s)
         if self.fail:
@@ -96,7 +103,7 @@ def _frame(i: int) -> Frame:
 
 
 def _processor(speech) -> FrameProcessor:
-    return FrameProcessor(_Tracker(), reconstructor=None, speech=speech, live=False)
+    return FrameProcessor(_Tracker(speech), reconstructor=None, speech=speech, live=False)
 
 
 def test_speech_errors_and_vision_errors_propagate():
@@ -127,7 +134,7 @@ def test_engine_swap_between_frames_and_no_overlap_without_tracking():
     window = np.zeros(1600, np.float32)
     try:
         proc.process(_frame(0), window)
-        proc.speech = second
+        proc.speech = proc.tracker.speech = second
         proc.process(_frame(1), window)
         assert [t for t, _ in first.calls] == [0.0] and [t for t, _ in second.calls] == [0.04]
         assert first.calls[0][1] == "speech"
@@ -165,3 +172,17 @@ def test_the_speech_thread_ends_when_idle_or_closed_and_comes_back():
     proc.close()
     proc.close()
     assert wait_gone()
+
+
+def test_a_job_the_worker_did_not_start_runs_on_the_processing_thread(monkeypatch):
+    """A worker that never gets to run (a busy machine) costs the frame nothing: the caller takes the call back."""
+    speech = _Speech()
+    proc = _processor(speech)
+    monkeypatch.setattr(proc.tracker, "process_video_frame", lambda image, t_ms: None)  # no waiting
+    monkeypatch.setattr(proc._worker, "submit", lambda job: None)  # handed over, never started
+    state = proc.process(_frame(0), np.zeros(1600, np.float32))
+    assert speech.calls == [(0.0, threading.current_thread().name)]
+    assert state.audio_weights[0] == pytest.approx(0.01) and "speech" in state.stamps
+    speech.fail = True
+    with pytest.raises(AvatarError, match="speech broke"):
+        proc.process(_frame(1), np.zeros(1600, np.float32))
