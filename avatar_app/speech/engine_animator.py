@@ -49,6 +49,7 @@ _META_RF = "avatar_app.receptive_field"
 _META_LOOKAHEAD = "avatar_app.lookahead_ms"
 #: How far visible mouth motion leads the sound, s (see ``offline_lookahead_s``).
 VISUAL_LEAD_S = 0.04
+_FRAME_OFFSETS = np.arange(FRAME_LEN)[None, :]
 
 
 def default_model_path() -> Path:
@@ -164,9 +165,9 @@ class EngineSpeechAnimator:
         if need > 0:
             x = np.concatenate([np.zeros(need, np.float32), x])
             start = first_start
-        offs = np.array([h * HOP_LEN - FRAME_LEN - start for h in hops])
-        idx = offs[:, None] + np.arange(FRAME_LEN)[None, :]
-        return frames_to_log_mel(x[idx]), x[idx]
+        offs = np.arange(hops.start, hops.stop, hops.step) * HOP_LEN - (FRAME_LEN + start)
+        frames = x[offs[:, None] + _FRAME_OFFSETS]
+        return frames_to_log_mel(frames), frames
 
     # -- processing ----------------------------------------------------------------
     def process(self, window: np.ndarray, t_s: float) -> np.ndarray:
