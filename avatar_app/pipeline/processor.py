@@ -7,8 +7,14 @@ with the same stages give the same states.
 Speech does not depend on vision until fusion, so while the calling thread
 tracks and reconstructs a frame, the speech animator runs on the frame's audio
 on a worker thread (:class:`_SpeechWorker`); the processor waits for it before
-fusing. MediaPipe's graph and ONNX Runtime release the GIL while they compute,
-so the two overlap on a multi-core machine. Each animator call still sees the
+fusing. MediaPipe's graph calls (``add_packet_to_input_stream``,
+``wait_until_idle``) and ONNX Runtime's ``run`` release the GIL while they
+compute, so the two overlap on a multi-core machine; what still serialises is
+Python: the animator's own Python and numpy work holds the GIL, and MediaPipe's
+output callbacks (and the tracker around its graph calls) wait for it then, so
+that part of the speech stage lengthens the track stage (measured on the
+2-core machine: a pure-Python 1 ms job beside tracking lengthened it by about
+as much, a GIL-free 1 ms sleep by ~0.3 ms). Each animator call still sees the
 frames in order, one at a time, so the states equal those of the sequential
 order (tested in tests/pipeline/test_processor_concurrency.py).
 """
