@@ -37,7 +37,7 @@ from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.errors import AvatarError, InputError, ModelLoadError
 from avatar_app.resources import resource_path
 from avatar_app.speech.base import SPEECH_MASK, SPEECH_SAMPLE_RATE, check_window
-from avatar_app.speech.features import FRAME_LEN, HOP_LEN, HOP_S, analyse_frames
+from avatar_app.speech.features import FRAME_LEN, HOP_LEN, HOP_S, level_and_flatness
 from avatar_app.speech.mel import N_MELS, frames_to_log_mel
 from avatar_app.speech.vad import GateConfig, VoiceActivityGate
 
@@ -50,6 +50,7 @@ _META_LOOKAHEAD = "avatar_app.lookahead_ms"
 #: How far visible mouth motion leads the sound, s (see ``offline_lookahead_s``).
 VISUAL_LEAD_S = 0.04
 _FRAME_OFFSETS = np.arange(FRAME_LEN)[None, :]
+_NOT_SPEECH = ~SPEECH_MASK
 
 
 def default_model_path() -> Path:
@@ -218,14 +219,14 @@ class EngineSpeechAnimator:
         out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -1:]
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
-        ff = analyse_frames(frames)
-        for i in range(n_new):
-            is_open = self.gate.update(float(ff.level_db[i]), float(ff.flatness[i]))
+        level_db, flatness = level_and_flatness(frames)
+        for level, flat in zip(level_db.tolist(), flatness.tolist()):
+            is_open = self.gate.update(level, flat)
             target = 1.0 if is_open else 0.0
             a = self._a_att if target > self._gain else self._a_rel
             self._gain += (target - self._gain) * a
         raw = np.clip(out[-1], 0.0, 1.0).astype(np.float32)
-        raw[~SPEECH_MASK] = 0.0
+        raw[_NOT_SPEECH] = 0.0
         self.last_raw = raw
         self._weights = raw * np.float32(self._gain)
 
