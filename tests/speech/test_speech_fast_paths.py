@@ -52,10 +52,12 @@ def test_gate_features_are_bit_identical(speech):
     ref = reference_analyse(frames)
     for a, b in zip((got.level_db, got.flatness, got.tilt_db), ref):
         np.testing.assert_array_equal(a, b)
-    for k in (1, 4, 7):  # the animator's batches: the new hops of one video frame
-        level, flatness = F.level_and_flatness(frames[100:100 + k])
-        np.testing.assert_array_equal(level, ref[0][100:100 + k])
-        np.testing.assert_array_equal(flatness, ref[1][100:100 + k])
+    for k in (1, 2, 4, 7):  # the animator's batches: the new hops of one video frame
+        batch = frames[100:100 + k]
+        level, flatness = F.level_and_flatness(batch)
+        ref_level, ref_flatness, _ = reference_analyse(batch)  # (a batch's sums depend on its size)
+        np.testing.assert_array_equal(level, ref_level)
+        np.testing.assert_array_equal(flatness, ref_flatness)
 
 
 def test_newest_output_needs_only_the_receptive_field(animator, speech):
