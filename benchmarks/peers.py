@@ -19,7 +19,7 @@ taken within the run stay meaningful on a shared machine:
 - ``avatar_app``: the project's per-frame processing (``FrameProcessor``:
   track + reconstruct + speech + fuse, offline, no render) with the default
   reconstructor and speech animator, per stage from the frame's stamps (speech
-  runs beside track + reconstruct on the processor's worker thread, so the
+  runs inside the track stage, while MediaPipe's threads compute, so the
   stages' sum exceeds the frame's wall time);
 - ``avatar_app_sequential`` (with ``--sequential``): the same with the stages one
   after the other on the calling thread (``concurrent_speech = False``), the A/B

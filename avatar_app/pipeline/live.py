@@ -2,7 +2,7 @@
 
 A source thread delivers frames into a newest-wins slot (``capture``); the
 "pipeline" thread takes the newest frame, runs :class:`FrameProcessor` on it
-(the speech stage beside tracking, on the processor's "speech" thread) and
+(the speech stage while the frame is tracked, see the processor) and
 publishes an immutable AvatarState (``latest_state``, and ``on_state`` on the
 pipeline thread). Stage stamps of each frame: "capture" (camera to slot),
 "queue" (waiting in the slot), then the processor's stages.

@@ -3,7 +3,7 @@
 ``render_file`` runs in four phases: open (paths, the video, the avatar) ->
 audio (the track for speech and for the clip; a silent one drives nothing) -> loop
 (decode -> track -> reconstruct -> fuse -> tune on the calling thread, speech
-beside track and reconstruct on the processor's worker thread, :class:`OfflineRun`)
+while the frame is tracked, :mod:`~avatar_app.pipeline.processor`, :class:`OfflineRun`)
 -> finish (settle the outputs, the report). Rendering runs on a
 :class:`~avatar_app.render.thread.RenderThread` with the ordered policy (it owns
 the EGL context) and encoding in the recorder's threads, so the three

@@ -4,19 +4,24 @@
 rendering, the demo and the studio's offline mode all call, so the same frames
 with the same stages give the same states.
 
-Speech does not depend on vision until fusion, so while the calling thread
-tracks and reconstructs a frame, the speech animator runs on the frame's audio
-on a worker thread (:class:`_SpeechWorker`); the processor waits for it before
-fusing. MediaPipe's graph calls (``add_packet_to_input_stream``,
-``wait_until_idle``) and ONNX Runtime's ``run`` release the GIL while they
-compute, so the two overlap on a multi-core machine; what still serialises is
-Python: the animator's own Python and numpy work holds the GIL, and MediaPipe's
-output callbacks (and the tracker around its graph calls) wait for it then, so
-that part of the speech stage lengthens the track stage (measured on the
-2-core machine: a pure-Python 1 ms job beside tracking lengthened it by about
-as much, a GIL-free 1 ms sleep by ~0.3 ms). Each animator call still sees the
-frames in order, one at a time, so the states equal those of the sequential
-order (tested in tests/pipeline/test_processor_concurrency.py).
+Speech does not depend on vision until fusion, so it runs while the frame is
+tracked, and the processor has its result before fusing:
+
+- with MediaPipe's tracker (``tracker.runs_meanwhile``), on the calling thread
+  itself, between handing the frame to MediaPipe's graph and waiting for it:
+  the graph computes on MediaPipe's own threads, so nothing but MediaPipe's two
+  output callbacks (which wait for the GIL while the animator's Python runs)
+  serialises;
+- with other trackers, on a worker thread (:class:`_SpeechWorker`) beside track
+  and reconstruct. ONNX Runtime's ``run`` and MediaPipe's graph calls release
+  the GIL, but the animator's Python and numpy work holds it, and whatever the
+  calling thread does in Python waits for it then.
+
+Measured on the 2-core machine, interleaved in one process with the CPUs given
+to it (``chrt``, the machine being loaded by others): frame p50 7.37 ms
+sequential, 6.38 on the worker thread, 6.21 alongside MediaPipe's graph. Each
+animator call still sees the frames in order, one at a time, so the states
+equal those of the sequential order (tests/pipeline/test_processor_concurrency.py).
 """
 from __future__ import annotations
 
@@ -140,16 +145,18 @@ class FrameProcessor:
         last_error: the last post-processing error, as text ("" when none).
         speech_lookahead_s: seconds of audio after the frame time given to the speech
             animator (offline rendering only: its ``offline_lookahead_s``; live stays causal).
-        concurrent_speech: True (default) runs the speech animator on the worker thread
-            while the calling thread tracks and reconstructs (the calling thread runs it
-            itself after vision when the worker has not started it by then); False runs
-            the stages one after the other on the calling thread. Both give the same states.
+        concurrent_speech: True (default) runs the speech animator while the frame is
+            tracked: inside the tracker's call while MediaPipe's threads compute
+            (``tracker.runs_meanwhile``), else on the worker thread while the calling
+            thread tracks and reconstructs (the calling thread runs it itself after
+            vision when the worker has not started it by then); False runs the stages
+            one after the other on the calling thread. All give the same states.
 
     Thread: one processing thread at a time. ``reconstructor`` and ``speech`` may be
     replaced between two frames (an engine swap) from another thread: every call
     returns only after its speech call ended, so no animator is in use between
-    frames. The speech calls run on a daemon thread named "speech" that ends after
-    a second without frames or at :meth:`close`.
+    frames. Worker-thread speech calls run on a daemon thread named "speech" that
+    ends after a second without frames or at :meth:`close`.
     """
 
     def __init__(self, tracker, reconstructor, speech=None, live: bool = False, chain: PostChain | None = None):
@@ -176,18 +183,22 @@ class FrameProcessor:
         """The chain's mouth-fusion step (:class:`~avatar_app.fusion.mouth.Fusion`)."""
         return self.chain.fusion
 
-    def _vision(self, frame: Frame, vision: FaceParams | None, stamps: StageStamps) -> tuple[FaceParams, bool]:
-        """Track and reconstruct (or take ``vision`` as given); FaceParams and whether a face was found."""
+    def _vision(self, frame: Frame, vision: FaceParams | None, stamps: StageStamps,
+                meanwhile=None) -> tuple[FaceParams, bool]:
+        """Track and reconstruct (or take ``vision`` as given); FaceParams and whether a face was found.
+
+        ``meanwhile`` goes to the tracker (``runs_meanwhile`` trackers only)."""
         t_s = frame.media_time_s
         if vision is not None:
             return vision, True
         if self.tracker is None:
             return self.hold.update(None, t_s), False
+        extra = {} if meanwhile is None else {"meanwhile": meanwhile}
         with stage_timer(stamps, "track"):
             if self.live:
-                landmarks = self.tracker.process_live(frame.image, frame.t_capture_ns)
+                landmarks = self.tracker.process_live(frame.image, frame.t_capture_ns, **extra)
             else:
-                landmarks = self.tracker.process_video_frame(frame.image, frame.media_time_s * 1000.0)
+                landmarks = self.tracker.process_video_frame(frame.image, frame.media_time_s * 1000.0, **extra)
         self.last_landmarks = landmarks
         with stage_timer(stamps, "reconstruct"):
             params = self.reconstructor.reconstruct(landmarks, t_s) if landmarks is not None else None
@@ -217,21 +228,25 @@ class FrameProcessor:
                 the sequential order).
 
         The ``speech`` stamp is the speech call's own start and end; with
-        :attr:`concurrent_speech` it overlaps ``track`` and ``reconstruct``.
+        :attr:`concurrent_speech` it lies inside ``track`` (or overlaps ``track``
+        and ``reconstruct`` on the worker thread).
         """
         stamps = frame.capture_stamps() if stamps is None else stamps
         t_s = frame.media_time_s
         speech = self.speech
-        job = None
+        job = meanwhile = None
         queued = False
         if speech is not None and audio_window is not None:
             job = _SpeechJob(speech.process, (audio_window, t_s + self.speech_lookahead_s))
             if self.concurrent_speech and vision is None and self.tracker is not None:  # beside tracking
-                self._worker.submit(job)
-                queued = True
+                if getattr(self.tracker, "runs_meanwhile", False):
+                    meanwhile = job.run  # on this thread, while MediaPipe's threads track
+                else:
+                    self._worker.submit(job)
+                    queued = True
         mine = False
         try:
-            vision, face_found = self._vision(frame, vision, stamps)
+            vision, face_found = self._vision(frame, vision, stamps, meanwhile)
         finally:
             # The animator is idle again when this call returns or raises: a job the worker
             # started is waited for; one it did not start yet is taken back (and run below).
@@ -241,7 +256,7 @@ class FrameProcessor:
                     job.done.wait()
         audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
         if job is not None:
-            if mine:
+            if mine and not job.done.is_set():
                 job.run()
             stamps["speech"] = (job.start_ns, job.end_ns)
             audio_w = np.asarray(job.result(), np.float32)

@@ -15,9 +15,14 @@ from avatar_app.pipeline import SPEECH_RATE, FrameProcessor, StageChoice, audio_
 STATE_ARRAYS = ("weights", "rotation", "translation", "gaze", "vision_weights", "audio_weights")
 
 
-def _states(frames, audio, concurrent: bool) -> tuple[list, set[str]]:
-    """The states of ``frames`` through the render's stages; and the threads the speech calls ran on."""
+def _states(frames, audio, concurrent: bool, meanwhile: bool = True) -> tuple[list, set[str]]:
+    """The states of ``frames`` through the render's stages; and the threads the speech calls ran on.
+
+    ``meanwhile=False`` hides the MediaPipe tracker's ``runs_meanwhile``, so the worker thread runs speech.
+    """
     stages = build_stages(StageChoice(live=False, audio=True, tracker="mediapipe"))
+    assert stages.tracker.runs_meanwhile
+    stages.tracker.runs_meanwhile = meanwhile
     proc = FrameProcessor(stages.tracker, stages.reconstructor, stages.speech, live=False, chain=stages.chain)
     proc.speech_lookahead_s = stages.speech.offline_lookahead_s
     proc.concurrent_speech = concurrent
@@ -42,24 +47,55 @@ def _states(frames, audio, concurrent: bool) -> tuple[list, set[str]]:
 
 
 def test_concurrent_speech_gives_the_sequential_states(testdata):
-    """A real clip (sound and a face): every array of every state is bit-identical in both orders."""
+    """A real clip (sound and a face): every array of every state is bit-identical in the three orders:
+    sequential, speech while MediaPipe's threads track (the default), speech on the worker thread."""
     from avatar_app.capture.video_file import VideoFileSource
 
     with VideoFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4") as src:
         audio = src.read_audio(SPEECH_RATE)
         frames = list(src.frames())[:40]
+    me = threading.current_thread().name
     seq, seq_threads = _states(frames, audio, concurrent=False)
-    conc, conc_threads = _states(frames, audio, concurrent=True)
+    meanwhile, meanwhile_threads = _states(frames, audio, concurrent=True)
+    worker, worker_threads = _states(frames, audio, concurrent=True, meanwhile=False)
     # the worker ran the calls (the processing thread takes back those it had not started)
-    assert seq_threads == {threading.current_thread().name} and "speech" in conc_threads
+    assert seq_threads == meanwhile_threads == {me} and "speech" in worker_threads
     assert any(s.audio_weights.max() > 0.05 for s in seq), "the clip's speech should move the mouth"
     assert sum(s.face_found for s in seq) == len(frames)
-    for a, b in zip(seq, conc, strict=True):
+    for a, b, c in zip(seq, meanwhile, worker, strict=True):
         for name in STATE_ARRAYS:
-            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"frame {a.frame_index} {name}")
-        assert a.face_found == b.face_found
-        s0, s1 = b.stamps["speech"]
-        assert 0 < s0 <= s1 and list(b.stamps)[:3] == ["track", "reconstruct", "speech"]
+            for other in (b, c):
+                np.testing.assert_array_equal(getattr(a, name), getattr(other, name),
+                                              err_msg=f"frame {a.frame_index} {name}")
+        assert a.face_found == b.face_found == c.face_found
+        assert list(b.stamps)[:3] == list(c.stamps)[:3] == ["track", "reconstruct", "speech"]
+        (t0, t1), (s0, s1) = b.stamps["track"], b.stamps["speech"]
+        assert t0 < s0 <= s1 < t1  # the speech call ran inside the track stage
+        assert 0 < c.stamps["speech"][0] <= c.stamps["speech"][1]
+
+
+def test_the_tracker_calls_meanwhile_once_per_frame_during_its_graph(testdata):
+    """FaceTracker hands ``meanwhile`` to the frame's first graph run: called once per frame (detection
+    frames too), the landmarks unchanged; a call that raises before tracking does not call it."""
+    from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.core.errors import TrackingError
+    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+
+    with VideoFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4") as src:
+        frames = list(src.frames())[:30]
+    calls: list[int] = []
+    with FaceTracker(RunningMode.VIDEO, redetect_s=0.2) as a, FaceTracker(RunningMode.VIDEO, redetect_s=0.2) as b:
+        for f in frames:
+            ts = f.media_time_s * 1000.0
+            plain = a.process_video_frame(f.image, ts)
+            got = b.process_video_frame(f.image, ts, meanwhile=lambda i=f.index: calls.append(i))
+            assert (plain is None) == (got is None)
+            if plain is not None:
+                np.testing.assert_array_equal(plain.points, got.points)
+        assert calls == [f.index for f in frames]
+        with pytest.raises(TrackingError):
+            b.process_video_frame(frames[0].image, 0.0, meanwhile=lambda: calls.append(-1))
+    assert -1 not in calls
 
 
 class _Tracker:
