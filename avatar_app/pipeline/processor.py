@@ -223,9 +223,8 @@ class FrameProcessor:
 
         Raises:
             AvatarError: a stage (tracker, reconstructor, speech) failed. When vision
-                fails, its error is raised once the frame's speech call, if the
-                worker had started it, has ended (else the call is not made, as in
-                the sequential order).
+                fails, its error is raised; the frame's speech call may have run
+                then (it runs while the frame is tracked) and has ended.
 
         The ``speech`` stamp is the speech call's own start and end; with
         :attr:`concurrent_speech` it lies inside ``track`` (or overlaps ``track``

@@ -168,7 +168,8 @@ class Graph:
             inputs: ``{input stream name: packet}``.
             meanwhile: a callable (no arguments, must not raise) called on this thread
                 after the packets went in, while MediaPipe's threads compute, before
-                the wait (other work overlaps the graph without a second Python thread).
+                the wait (other work overlaps the graph without a second Python thread;
+                during the first ``quiet_runs`` runs it is called after the wait).
 
         Returns:
             ``{output stream name: packet}`` for the outputs that produced a packet.
@@ -182,7 +183,9 @@ class Graph:
         if self._quiet_left > 0:
             self._quiet_left -= 1
             with native_stderr_to_log():
-                self._feed(inputs, ts, meanwhile)
+                self._feed(inputs, ts)
+            if meanwhile is not None:  # after: its own output is not MediaPipe's start-up log
+                meanwhile()
         else:
             self._feed(inputs, ts, meanwhile)
         return self._outputs
