@@ -18,7 +18,12 @@ taken within the run stay meaningful on a shared machine:
   refine_landmarks=True).process``;
 - ``avatar_app``: the project's per-frame processing (``FrameProcessor``:
   track + reconstruct + speech + fuse, offline, no render) with the default
-  reconstructor and speech animator, per stage from the frame's stamps;
+  reconstructor and speech animator, per stage from the frame's stamps (speech
+  runs inside the track stage, while MediaPipe's threads compute, so the
+  stages' sum exceeds the frame's wall time);
+- ``avatar_app_sequential`` (with ``--sequential``): the same with the stages one
+  after the other on the calling thread (``concurrent_speech = False``), the A/B
+  of the overlap in the same run;
 - ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
   ran before (legacy FaceMesh for two faces, landmarks copied into numpy).
 
@@ -180,8 +185,9 @@ class MediaPipeAlone(_Timed):
 class AvatarApp(_Timed):
     """The project's FrameProcessor with its default reconstructor and speech animator."""
 
-    def __init__(self, speech_samples: np.ndarray, speech_offset_s: float):
-        super().__init__("avatar_app")
+    def __init__(self, speech_samples: np.ndarray, speech_offset_s: float, concurrent: bool = True):
+        super().__init__("avatar_app" if concurrent else "avatar_app_sequential")
+        self.concurrent = concurrent
         from avatar_app.pipeline import SPEECH_RATE, StageChoice, audio_window, build_stages
 
         self._audio_window = audio_window
@@ -192,6 +198,7 @@ class AvatarApp(_Timed):
         self.proc = frame_processor_class()(self.tracker, self.reconstructor, self.speech, live=False,
                                             chain=self.built.chain)
         self.proc.speech_lookahead_s = float(getattr(self.speech, "offline_lookahead_s", 0.0) or 0.0)
+        self.proc.concurrent_speech = concurrent
         self.context_s = float(getattr(self.speech, "context_s", 0.1))
         self.samples, self.offset = speech_samples, speech_offset_s
         self.stages: dict[str, list[float]] = {s: [] for s in STAGES}
@@ -235,6 +242,8 @@ def main() -> int:
     ap.add_argument("--no-openseeface", action="store_true", help="leave the peer out")
     ap.add_argument("--no-baseline", action="store_true",
                     help="leave out the old track stage's graph (FaceMesh for two faces, landmarks to numpy)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="add avatar_app_sequential: the stages one after the other (no speech overlap)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the clip")
     ap.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each round")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
@@ -254,6 +263,8 @@ def main() -> int:
           f"{info.duration_s:.1f} s, audio {audio.samples.size / SPEECH_RATE:.1f} s", flush=True)
 
     systems: list = [MediaPipeAlone(), AvatarApp(audio.samples, float(audio.media_time_s))]
+    if args.sequential:
+        systems.append(AvatarApp(audio.samples, float(audio.media_time_s), concurrent=False))
     if not args.no_baseline:
         systems.append(MediaPipeAlone(max_faces=2, points=True))
     if not args.no_openseeface:
@@ -270,6 +281,7 @@ def main() -> int:
                     s.proc = frame_processor_class()(s.tracker, s.reconstructor, s.speech, live=False,
                                                      chain=s.built.chain)
                     s.proc.speech_lookahead_s = float(getattr(s.speech, "offline_lookahead_s", 0.0) or 0.0)
+                    s.proc.concurrent_speech = s.concurrent
         for i, frame in enumerate(frames):
             k = (i + r) % len(systems)
             for s in systems[k:] + systems[:k]:
@@ -305,6 +317,10 @@ def main() -> int:
             _ratio(app["cpu_ms"]["p50"], osf["cpu_ms"]["p50"]) if osf else None),
         "avatar_app_p50_over_mediapipe_p50": _ratio(app["wall_ms"]["p50"], mp_["wall_ms"]["p50"]),
     }
+    seq = results.get("avatar_app_sequential")
+    if seq:
+        ratios["avatar_app_p50_over_sequential_p50"] = _ratio(app["wall_ms"]["p50"], seq["wall_ms"]["p50"])
+        ratios["avatar_app_sequential_p50_over_openseeface_average"] = _ratio(seq["wall_ms"]["p50"], osf_avg)
     old = results.get("mediapipe_2faces_to_numpy")
     if old:
         ratios["old_track_graph_p50_over_mediapipe_p50"] = _ratio(old["wall_ms"]["p50"], mp_["wall_ms"]["p50"])

@@ -1,7 +1,7 @@
 """Wiring of the stages: the stage factory, the per-frame processor, live and offline modes, the studio session.
 
     stages.py     build_stages(choice): the one engine-or-solver policy
-    processor.py  FrameProcessor: track -> reconstruct -> speech -> fuse -> tune, one frame
+    processor.py  FrameProcessor: track (speech meanwhile) -> reconstruct -> fuse -> tune, one frame
     live.py       LivePipeline: newest frame wins, stages on the "pipeline" thread
     offline.py    render_file: every frame in media time (open -> audio -> loop -> finish)
     writer.py     the clip and sidecar part files of an offline render

@@ -2,8 +2,9 @@
 
 A source thread delivers frames into a newest-wins slot (``capture``); the
 "pipeline" thread takes the newest frame, runs :class:`FrameProcessor` on it
-and publishes an immutable AvatarState (``latest_state``, and ``on_state`` on
-the pipeline thread). Stage stamps of each frame: "capture" (camera to slot),
+(the speech stage while the frame is tracked, see the processor) and
+publishes an immutable AvatarState (``latest_state``, and ``on_state`` on the
+pipeline thread). Stage stamps of each frame: "capture" (camera to slot),
 "queue" (waiting in the slot), then the processor's stages.
 """
 from __future__ import annotations
@@ -160,6 +161,7 @@ class LivePipeline:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        self.processor.close()  # its speech thread
         with self._lock:
             waiting, self._next_tracker = self._next_tracker, None
         try:

@@ -2,10 +2,11 @@
 
 ``render_file`` runs in four phases: open (paths, the video, the avatar) ->
 audio (the track for speech and for the clip; a silent one drives nothing) -> loop
-(decode -> track -> reconstruct -> speech -> fuse -> tune on the calling thread,
-:class:`OfflineRun`) -> finish (settle the outputs, the report). Rendering runs
-on a :class:`~avatar_app.render.thread.RenderThread` with the ordered policy
-(it owns the EGL context) and encoding in the recorder's threads, so the three
+(decode -> track -> reconstruct -> fuse -> tune on the calling thread, speech
+while the frame is tracked, :mod:`~avatar_app.pipeline.processor`, :class:`OfflineRun`)
+-> finish (settle the outputs, the report). Rendering runs on a
+:class:`~avatar_app.render.thread.RenderThread` with the ordered policy (it owns
+the EGL context) and encoding in the recorder's threads, so the three
 overlap on a multi-core machine while the order of frames and the results stay
 deterministic. The stages come from :func:`~avatar_app.pipeline.stages.build_stages`
 and the post-processing chain is the studio's (``RenderOptions.settings``), so
@@ -287,16 +288,19 @@ class OfflineRun:
         self.interrupted = False
 
     def __iter__(self) -> Iterator[AvatarState]:
-        for frame in self.src.frames():
-            if self.stop is not None and self.stop.is_set():
-                self.interrupted = True
-                return
-            window = None
-            if self.samples is not None:
-                window = audio_window(self.samples, SPEECH_RATE,
-                                      frame.media_time_s - self.offset_s + self.proc.speech_lookahead_s,
-                                      self.context_s)
-            yield self.proc.process(frame, window)
+        try:
+            for frame in self.src.frames():
+                if self.stop is not None and self.stop.is_set():
+                    self.interrupted = True
+                    return
+                window = None
+                if self.samples is not None:
+                    window = audio_window(self.samples, SPEECH_RATE,
+                                          frame.media_time_s - self.offset_s + self.proc.speech_lookahead_s,
+                                          self.context_s)
+                yield self.proc.process(frame, window)
+        finally:
+            self.proc.close()  # its speech thread (a later frame would start it again)
 
 
 def offline_states(path: Path, settings: ChainSettings | None = None,

@@ -37,7 +37,7 @@ from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.errors import AvatarError, InputError, ModelLoadError
 from avatar_app.resources import resource_path
 from avatar_app.speech.base import SPEECH_MASK, SPEECH_SAMPLE_RATE, check_window
-from avatar_app.speech.features import FRAME_LEN, HOP_LEN, HOP_S, analyse_frames
+from avatar_app.speech.features import FRAME_LEN, HOP_LEN, HOP_S, level_and_flatness
 from avatar_app.speech.mel import N_MELS, frames_to_log_mel
 from avatar_app.speech.vad import GateConfig, VoiceActivityGate
 
@@ -49,6 +49,8 @@ _META_RF = "avatar_app.receptive_field"
 _META_LOOKAHEAD = "avatar_app.lookahead_ms"
 #: How far visible mouth motion leads the sound, s (see ``offline_lookahead_s``).
 VISUAL_LEAD_S = 0.04
+_FRAME_OFFSETS = np.arange(FRAME_LEN)[None, :]
+_NOT_SPEECH = ~SPEECH_MASK
 
 
 def default_model_path() -> Path:
@@ -164,9 +166,9 @@ class EngineSpeechAnimator:
         if need > 0:
             x = np.concatenate([np.zeros(need, np.float32), x])
             start = first_start
-        offs = np.array([h * HOP_LEN - FRAME_LEN - start for h in hops])
-        idx = offs[:, None] + np.arange(FRAME_LEN)[None, :]
-        return frames_to_log_mel(x[idx]), x[idx]
+        offs = np.arange(hops.start, hops.stop, hops.step) * HOP_LEN - (FRAME_LEN + start)
+        frames = x[offs[:, None] + _FRAME_OFFSETS]
+        return frames_to_log_mel(frames), frames
 
     # -- processing ----------------------------------------------------------------
     def process(self, window: np.ndarray, t_s: float) -> np.ndarray:
@@ -217,14 +219,14 @@ class EngineSpeechAnimator:
         out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -1:]
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
-        ff = analyse_frames(frames)
-        for i in range(n_new):
-            is_open = self.gate.update(float(ff.level_db[i]), float(ff.flatness[i]))
+        level_db, flatness = level_and_flatness(frames)
+        for level, flat in zip(level_db.tolist(), flatness.tolist()):
+            is_open = self.gate.update(level, flat)
             target = 1.0 if is_open else 0.0
             a = self._a_att if target > self._gain else self._a_rel
             self._gain += (target - self._gain) * a
         raw = np.clip(out[-1], 0.0, 1.0).astype(np.float32)
-        raw[~SPEECH_MASK] = 0.0
+        raw[_NOT_SPEECH] = 0.0
         self.last_raw = raw
         self._weights = raw * np.float32(self._gain)
 

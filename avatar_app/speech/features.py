@@ -35,6 +35,17 @@ _LOW = (_FREQS >= 200.0) & (_FREQS < 1000.0)
 _MID = (_FREQS >= 1000.0) & (_FREQS <= 3000.0)
 
 _N_FLAT = int(_FLAT_BAND.sum())
+
+
+def _band(mask: np.ndarray) -> slice:
+    """The bins of a contiguous band mask as a slice."""
+    idx = np.flatnonzero(mask)
+    if not idx.size or idx[-1] - idx[0] + 1 != idx.size:
+        raise ValueError("a band mask must be one run of bins")
+    return slice(int(idx[0]), int(idx[-1]) + 1)
+
+
+_BAND_S, _FLAT_S, _LOW_S, _MID_S = (_band(m) for m in (_BAND, _FLAT_BAND, _LOW, _MID))
 # Mean square of the band-limited frame from the one-sided power spectrum (Parseval):
 # sum_k 2|X_k|^2 / (N_FFT * sum(w^2)).
 _POWER_SCALE = 2.0 / (N_FFT * float(np.sum(_WINDOW.astype(np.float64) ** 2)))
@@ -62,6 +73,35 @@ class FrameFeatures:
     tilt_db: np.ndarray
 
 
+def _power(frames: np.ndarray) -> np.ndarray:
+    """(K, 257) float64 power spectra (+ eps), column-major: the band slices of it are views whose row
+    sums add the bins in the order numpy sums a boolean-mask copy (``power[:, mask]`` is column-major
+    too), so the features equal those of the masked copies bit for bit, without the copies."""
+    spec = np.fft.rfft(frames * _WINDOW, N_FFT, axis=-1)
+    return np.asfortranarray(spec.real**2 + spec.imag**2 + _EPS)
+
+
+def _level_flatness(power: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    band_power = power[:, _BAND_S].sum(axis=1)
+    level_db = np.maximum(10.0 * np.log10(band_power * _POWER_SCALE + _EPS), MIN_LEVEL_DB)
+    flat = power[:, _FLAT_S]
+    # geometric over arithmetic mean (sums / count: what ndarray.mean computes, without its overhead)
+    flatness = np.exp(np.log(flat).sum(axis=1) / _N_FLAT) / (flat.sum(axis=1) / _N_FLAT)
+    return level_db, flatness
+
+
+def level_and_flatness(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``level_db`` and ``flatness`` of :func:`analyse_frames` alone (what the voice gate reads).
+
+    Args:
+        frames: (K, 400) float32 mono audio at 16 kHz in [-1, 1].
+
+    Returns:
+        (K,) float64 arrays, equal to ``analyse_frames(frames).level_db`` and ``.flatness``.
+    """
+    return _level_flatness(_power(frames))
+
+
 def analyse_frames(frames: np.ndarray) -> FrameFeatures:
     """Compute :class:`FrameFeatures` for a batch of frames.
 
@@ -71,12 +111,7 @@ def analyse_frames(frames: np.ndarray) -> FrameFeatures:
     Returns:
         FrameFeatures with (K,) arrays.
     """
-    spec = np.fft.rfft(frames * _WINDOW, N_FFT, axis=-1)
-    power = spec.real**2 + spec.imag**2 + _EPS
-    band_power = power[:, _BAND].sum(axis=1)
-    level_db = np.maximum(10.0 * np.log10(band_power * _POWER_SCALE + _EPS), MIN_LEVEL_DB)
-    flat = power[:, _FLAT_BAND]
-    # geometric over arithmetic mean (sums / count: what ndarray.mean computes, without its overhead)
-    flatness = np.exp(np.log(flat).sum(axis=1) / _N_FLAT) / (flat.sum(axis=1) / _N_FLAT)
-    tilt_db = 10.0 * np.log10(power[:, _MID].sum(axis=1) / power[:, _LOW].sum(axis=1))
+    power = _power(frames)
+    level_db, flatness = _level_flatness(power)
+    tilt_db = 10.0 * np.log10(power[:, _MID_S].sum(axis=1) / power[:, _LOW_S].sum(axis=1))
     return FrameFeatures(level_db=level_db, flatness=flatness, tilt_db=tilt_db)

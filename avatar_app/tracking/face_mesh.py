@@ -113,9 +113,18 @@ class FaceTracker:
             The default keeps those runs under 5 % of frames at 25-30 fps, so
             they stay out of the 95th percentile of the frame time.
 
+    Attributes:
+        runs_meanwhile: True: the ``meanwhile`` callable of ``process_video_frame`` /
+            ``process_live`` runs while MediaPipe's own threads compute the frame (the
+            calling thread only waits for them then), so a caller's other work overlaps
+            tracking without a second Python thread. False for a tracker whose models
+            run on the calling thread (it calls ``meanwhile`` after tracking).
+
     Raises:
         InputError: a parameter out of range.
     """
+
+    runs_meanwhile = True
 
     def __init__(
         self,
@@ -152,6 +161,7 @@ class FaceTracker:
         self._gate = float(gate)
         self._redetect_s = None if redetect_s is None else float(redetect_s)
         self._closed = False
+        self._meanwhile = None
         self._landmarker = self._detector = self._far_detector = None
         self._open_graphs()
         self._forget()
@@ -199,13 +209,17 @@ class FaceTracker:
         image = self._check_image(bgr)
         return self._process(image, t_s=None, t_ns=0)
 
-    def process_video_frame(self, bgr: np.ndarray, timestamp_ms: float) -> Landmarks | None:
+    def process_video_frame(self, bgr: np.ndarray, timestamp_ms: float, meanwhile=None) -> Landmarks | None:
         """Landmarks of the followed face in one video frame.
 
         Args:
             bgr: (H, W, 3) uint8 BGR frame.
             timestamp_ms: media time of the frame, milliseconds; must be larger
                 than the previous call's.
+            meanwhile: a callable (no arguments, must not raise) to call once on this
+                thread while MediaPipe's threads run the frame's first graph (see
+                :attr:`runs_meanwhile`); called after tracking when no graph took it;
+                not called when tracking raises before it.
 
         Returns:
             Landmarks (``t_ns`` = the timestamp in ns), or None when the
@@ -222,15 +236,16 @@ class FaceTracker:
         self._check_increasing(ts, "ms")
         image = self._check_image(bgr)
         self._last_ts = ts
-        return self._process(image, t_s=ts / 1e3, t_ns=int(round(ts * 1e6)))
+        return self._process_meanwhile(image, ts / 1e3, int(round(ts * 1e6)), meanwhile)
 
-    def process_live(self, bgr: np.ndarray, timestamp_ns: int) -> Landmarks | None:
+    def process_live(self, bgr: np.ndarray, timestamp_ns: int, meanwhile=None) -> Landmarks | None:
         """Landmarks of the followed face in one camera frame.
 
         Args:
             bgr: (H, W, 3) uint8 BGR frame.
             timestamp_ns: capture time on the process clock (``now_ns()``),
                 integer nanoseconds; must be larger than the previous call's.
+            meanwhile: as in :meth:`process_video_frame`.
 
         Returns:
             Landmarks (``t_ns = timestamp_ns``), or None when the followed face
@@ -247,7 +262,7 @@ class FaceTracker:
         self._check_increasing(ts, "ns")
         image = self._check_image(bgr)
         self._last_ts = ts
-        return self._process(image, t_s=ts / 1e9, t_ns=ts)
+        return self._process_meanwhile(image, ts / 1e9, ts, meanwhile)
 
     def reset(self) -> None:
         """Forget the followed face and the last timestamp (e.g. before a new video).
@@ -319,6 +334,24 @@ class FaceTracker:
             raise InputError(f"image must have shape (H, W, 3) BGR, got {bgr.shape}")
         return bgr
 
+    def _process_meanwhile(self, image: np.ndarray, t_s: float, t_ns: int, meanwhile) -> Landmarks | None:
+        """:meth:`_process`, handing ``meanwhile`` to the frame's first graph run (:meth:`_take_meanwhile`)."""
+        self._meanwhile = meanwhile
+        try:
+            out = self._process(image, t_s=t_s, t_ns=t_ns)
+        except BaseException:
+            self._meanwhile = None
+            raise
+        rest = self._take_meanwhile()
+        if rest is not None:  # no graph took it (a tracker on other engines)
+            rest()
+        return out
+
+    def _take_meanwhile(self):
+        """The frame's ``meanwhile`` callable for the graph run about to start (once), or None."""
+        fn, self._meanwhile = self._meanwhile, None
+        return fn
+
     def _process(self, image: np.ndarray, t_s: float | None, t_ns: int) -> Landmarks | None:
         h, w = image.shape[:2]
         frame = self._frame(image)
@@ -381,7 +414,7 @@ class FaceTracker:
         if far and self._far_detector is None:
             self._far_detector = mp_graphs.detection_graph(True, self._min_detection_confidence)
         graph = self._far_detector if far else self._detector
-        boxes, rects = mp_graphs.detections(graph.run({"image": frame}))
+        boxes, rects = mp_graphs.detections(graph.run({"image": frame}, meanwhile=self._take_meanwhile()))
         scale = np.array([w, h, w, h], np.float64)
         return [b * scale for b in boxes], [mp_graphs.rect_packet(r) for r in rects]
 
@@ -390,7 +423,7 @@ class FaceTracker:
         for the next frame), or (None, None) when the ROI holds no face."""
         from avatar_app.tracking import mp_graphs
 
-        out = self._landmarker.run({"image": frame, "roi": roi})
+        out = self._landmarker.run({"image": frame, "roi": roi}, meanwhile=self._take_meanwhile())
         if "landmarks" not in out:
             return None, None
         return mp_graphs.landmarks_array(out["landmarks"]), out.get("roi_next")

@@ -161,11 +161,15 @@ class Graph:
         if not packet.is_empty():
             self._outputs[stream] = packet
 
-    def run(self, inputs: dict) -> dict:
+    def run(self, inputs: dict, meanwhile=None) -> dict:
         """Feed one packet per input stream (at the next timestamp) and wait for the outputs.
 
         Args:
             inputs: ``{input stream name: packet}``.
+            meanwhile: a callable (no arguments, must not raise) called on this thread
+                after the packets went in, while MediaPipe's threads compute, before
+                the wait (other work overlaps the graph without a second Python thread;
+                during the first ``quiet_runs`` runs it is called after the wait).
 
         Returns:
             ``{output stream name: packet}`` for the outputs that produced a packet.
@@ -180,13 +184,17 @@ class Graph:
             self._quiet_left -= 1
             with native_stderr_to_log():
                 self._feed(inputs, ts)
+            if meanwhile is not None:  # after: its own output is not MediaPipe's start-up log
+                meanwhile()
         else:
-            self._feed(inputs, ts)
+            self._feed(inputs, ts, meanwhile)
         return self._outputs
 
-    def _feed(self, inputs: dict, ts) -> None:
+    def _feed(self, inputs: dict, ts, meanwhile=None) -> None:
         for name, packet in inputs.items():
             self._graph.add_packet_to_input_stream(stream=name, packet=packet.at(ts))
+        if meanwhile is not None:
+            meanwhile()
         self._graph.wait_until_idle()
 
     def close(self) -> None:

@@ -226,6 +226,8 @@ class OnnxFaceTracker(FaceTracker):
         ModelLoadError: a landmark model is missing or does not load.
     """
 
+    runs_meanwhile = False  # the engines run on the calling thread: nothing to overlap there
+
     def __init__(self, mode: RunningMode = RunningMode.VIDEO, *, engines: LandmarkEngines | None = None,
                  backend: str | None = None, precision: str | None = None, manager=None, **kwargs) -> None:
         self._own_engines = engines is None

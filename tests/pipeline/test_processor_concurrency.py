@@ -1,0 +1,224 @@
+"""FrameProcessor runs speech beside tracking: the same states as the sequential order, errors as before."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from avatar_app.core.blendshapes import NUM_BLENDSHAPES
+from avatar_app.core.errors import AvatarError
+from avatar_app.core.types import FaceParams, Frame
+from avatar_app.pipeline import SPEECH_RATE, FrameProcessor, StageChoice, audio_window, build_stages
+
+STATE_ARRAYS = ("weights", "rotation", "translation", "gaze", "vision_weights", "audio_weights")
+
+
+def _states(frames, audio, concurrent: bool, meanwhile: bool = True) -> tuple[list, set[str]]:
+    """The states of ``frames`` through the render's stages; and the threads the speech calls ran on.
+
+    ``meanwhile=False`` hides the MediaPipe tracker's ``runs_meanwhile``, so the worker thread runs speech.
+    """
+    stages = build_stages(StageChoice(live=False, audio=True, tracker="mediapipe"))
+    assert stages.tracker.runs_meanwhile
+    stages.tracker.runs_meanwhile = meanwhile
+    proc = FrameProcessor(stages.tracker, stages.reconstructor, stages.speech, live=False, chain=stages.chain)
+    proc.speech_lookahead_s = stages.speech.offline_lookahead_s
+    proc.concurrent_speech = concurrent
+    threads: set[str] = set()
+    process = stages.speech.process
+
+    def spy(*args):
+        threads.add(threading.current_thread().name)
+        return process(*args)
+
+    stages.speech.process = spy
+    out = []
+    try:
+        for f in frames:
+            w = audio_window(audio.samples, SPEECH_RATE, f.media_time_s - audio.media_time_s + proc.speech_lookahead_s,
+                             stages.speech.context_s)
+            out.append(proc.process(f, w))
+    finally:
+        proc.close()
+        stages.close()
+    return out, threads
+
+
+def test_concurrent_speech_gives_the_sequential_states(testdata):
+    """A real clip (sound and a face): every array of every state is bit-identical in the three orders:
+    sequential, speech while MediaPipe's threads track (the default), speech on the worker thread."""
+    from avatar_app.capture.video_file import VideoFileSource
+
+    with VideoFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4") as src:
+        audio = src.read_audio(SPEECH_RATE)
+        frames = list(src.frames())[:40]
+    me = threading.current_thread().name
+    seq, seq_threads = _states(frames, audio, concurrent=False)
+    meanwhile, meanwhile_threads = _states(frames, audio, concurrent=True)
+    worker, worker_threads = _states(frames, audio, concurrent=True, meanwhile=False)
+    # the worker ran the calls (the processing thread takes back those it had not started)
+    assert seq_threads == meanwhile_threads == {me} and "speech" in worker_threads
+    assert any(s.audio_weights.max() > 0.05 for s in seq), "the clip's speech should move the mouth"
+    assert sum(s.face_found for s in seq) == len(frames)
+    for a, b, c in zip(seq, meanwhile, worker, strict=True):
+        for name in STATE_ARRAYS:
+            for other in (b, c):
+                np.testing.assert_array_equal(getattr(a, name), getattr(other, name),
+                                              err_msg=f"frame {a.frame_index} {name}")
+        assert a.face_found == b.face_found == c.face_found
+        assert list(b.stamps)[:3] == list(c.stamps)[:3] == ["track", "reconstruct", "speech"]
+        (t0, t1), (s0, s1) = b.stamps["track"], b.stamps["speech"]
+        assert t0 < s0 <= s1 < t1  # the speech call ran inside the track stage
+        assert 0 < c.stamps["speech"][0] <= c.stamps["speech"][1]
+
+
+def test_the_tracker_calls_meanwhile_once_per_frame_during_its_graph(testdata):
+    """FaceTracker hands ``meanwhile`` to the frame's first graph run: called once per frame (detection
+    frames too), the landmarks unchanged; a call that raises before tracking does not call it."""
+    from avatar_app.capture.video_file import VideoFileSource
+    from avatar_app.core.errors import TrackingError
+    from avatar_app.tracking.face_mesh import FaceTracker, RunningMode
+
+    with VideoFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4") as src:
+        frames = list(src.frames())[:30]
+    calls: list[int] = []
+    with FaceTracker(RunningMode.VIDEO, redetect_s=0.2) as a, FaceTracker(RunningMode.VIDEO, redetect_s=0.2) as b:
+        for f in frames:
+            ts = f.media_time_s * 1000.0
+            plain = a.process_video_frame(f.image, ts)
+            got = b.process_video_frame(f.image, ts, meanwhile=lambda i=f.index: calls.append(i))
+            assert (plain is None) == (got is None)
+            if plain is not None:
+                np.testing.assert_array_equal(plain.points, got.points)
+        assert calls == [f.index for f in frames]
+        with pytest.raises(TrackingError):
+            b.process_video_frame(frames[0].image, 0.0, meanwhile=lambda: calls.append(-1))
+    assert -1 not in calls
+
+
+class _Tracker:
+    """A tracker that finds no face, or raises when ``fail`` is set; it first waits (2 s at most)
+    until the frame's speech call has started, so the worker runs it."""
+
+    def __init__(self, speech):
+        self.fail = False
+        self.speech = speech
+
+    def process_video_frame(self, image, t_ms):
+        self.speech.started.wait(2.0)
+        self.speech.started.clear()
+        if self.fail:
+            raise AvatarError("tracker broke")
+        return None
+
+
+class _Speech:
+    """A speech animator that returns its call count, or raises when ``fail`` is set; records its calls."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.fail = False
+        self.calls: list[tuple[float, str]] = []
+        self.done: list[float] = []
+        self.delay_s = delay_s
+        self.started = threading.Event()
+
+    def process(self, window, t_s):
+        self.calls.append((t_s, threading.current_thread().name))
+        self.started.set()
+        time.sleep(self.delay_s)
+        self.done.append(t_s)
+        if self.fail:
+            raise AvatarError("speech broke")
+        return np.full(NUM_BLENDSHAPES, len(self.calls) / 100.0, np.float32)
+
+
+def _frame(i: int) -> Frame:
+    return Frame(index=i, t_capture_ns=i + 1, image=np.zeros((8, 8, 3), np.uint8), media_time_s=i * 0.04)
+
+
+def _processor(speech) -> FrameProcessor:
+    return FrameProcessor(_Tracker(speech), reconstructor=None, speech=speech, live=False)
+
+
+def test_speech_errors_and_vision_errors_propagate():
+    """The speech stage's AvatarError reaches the caller; a vision error waits for the frame's speech call."""
+    speech = _Speech(delay_s=0.02)
+    proc = _processor(speech)
+    window = np.zeros(1600, np.float32)
+    try:
+        speech.fail = True
+        with pytest.raises(AvatarError, match="speech broke"):
+            proc.process(_frame(0), window)
+        speech.fail = False
+        proc.tracker.fail = True
+        with pytest.raises(AvatarError, match="tracker broke"):
+            proc.process(_frame(1), window)
+        assert speech.done == [0.0, 0.04]  # the call had ended when the error was raised
+        proc.tracker.fail = False
+        state = proc.process(_frame(2), window)
+        assert state.audio_weights[0] == pytest.approx(0.03)
+    finally:
+        proc.close()
+
+
+def test_engine_swap_between_frames_and_no_overlap_without_tracking():
+    """A speech animator replaced between frames serves the next frame; demo vision runs speech inline."""
+    first, second = _Speech(), _Speech()
+    proc = _processor(first)
+    window = np.zeros(1600, np.float32)
+    try:
+        proc.process(_frame(0), window)
+        proc.speech = proc.tracker.speech = second
+        proc.process(_frame(1), window)
+        assert [t for t, _ in first.calls] == [0.0] and [t for t, _ in second.calls] == [0.04]
+        assert first.calls[0][1] == "speech"
+        vision = FaceParams(blendshapes=np.zeros(NUM_BLENDSHAPES, np.float32))
+        proc.process(_frame(2), window, vision=vision)
+        assert second.calls[-1][1] == threading.current_thread().name
+    finally:
+        proc.close()
+
+
+def test_the_speech_thread_ends_when_idle_or_closed_and_comes_back():
+    """No thread is left behind: close ends it, so does a pause; the next frame starts a new one."""
+    def speech_threads():
+        return [t for t in threading.enumerate() if t.name == "speech" and t.is_alive()]
+
+    def wait_gone():
+        deadline = time.monotonic() + 5.0
+        while speech_threads() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not speech_threads()
+
+    speech = _Speech()
+    proc = _processor(speech)
+    window = np.zeros(1600, np.float32)
+    before = speech_threads()
+    proc.process(_frame(0), window)
+    assert len(speech_threads()) == len(before) + 1
+    proc.close()
+    assert wait_gone()
+    proc._worker.idle_s = 0.05
+    proc.process(_frame(1), window)
+    assert wait_gone()
+    proc.process(_frame(2), window)
+    assert [name for _, name in speech.calls] == ["speech"] * 3
+    proc.close()
+    proc.close()
+    assert wait_gone()
+
+
+def test_a_job_the_worker_did_not_start_runs_on_the_processing_thread(monkeypatch):
+    """A worker that never gets to run (a busy machine) costs the frame nothing: the caller takes the call back."""
+    speech = _Speech()
+    proc = _processor(speech)
+    monkeypatch.setattr(proc.tracker, "process_video_frame", lambda image, t_ms: None)  # no waiting
+    monkeypatch.setattr(proc._worker, "submit", lambda job: None)  # handed over, never started
+    state = proc.process(_frame(0), np.zeros(1600, np.float32))
+    assert speech.calls == [(0.0, threading.current_thread().name)]
+    assert state.audio_weights[0] == pytest.approx(0.01) and "speech" in state.stamps
+    speech.fail = True
+    with pytest.raises(AvatarError, match="speech broke"):
+        proc.process(_frame(1), np.zeros(1600, np.float32))
