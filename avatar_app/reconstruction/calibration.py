@@ -7,6 +7,12 @@ habits). The reference of each feature is a percentile of the buffer, e.g. a
 high percentile of the eye aperture for "eyes open" and a low percentile of the
 lip gap for "mouth closed". Everything depends only on the samples and their
 timestamps, so the same frames give the same references offline and live.
+
+The estimates are incremental: :class:`SortedColumns` keeps every column of the
+ring buffer sorted and, when a sample is admitted, inserts it (warm-up, buffer
+growing) or swaps it for the sample it overwrites, in place and without
+re-sorting, so an order statistic is a row look-up. The values are bit-identical
+to sorting the buffer from scratch.
 """
 from __future__ import annotations
 
@@ -63,6 +69,132 @@ class SampleSchedule:
         self.count = min(self.count + 1, self.capacity)
         self._t_last = t_s
         return slot
+
+
+class SortedColumns:
+    """The samples of a ring buffer with every column kept sorted, one row at a time.
+
+    Row ``i`` of :attr:`sorted` holds the ``i``-th smallest value of each column: the array
+    ``np.sort(ring[:n], axis=0)`` would give, NaNs last as ``np.sort`` puts them (equal
+    values are interchangeable, so the rows are bit-identical to a fresh sort; the one
+    exception is a column holding both ``-0.0`` and ``0.0``, whose order of zeros numpy
+    leaves unspecified). :meth:`insert` adds a sample while the ring grows and
+    :meth:`replace` swaps the sample a full ring overwrites for the new one: a vectorised
+    binary search over the columns finds both ranks (or a compare-and-count for narrow
+    buffers) and one branch-free pass moves each column's values between them by one
+    row (a bit-select on the integer view, into preallocated scratch arrays, so no
+    large array is allocated per sample). Cost is O(n * width) memory passes instead
+    of a sort; on this project's 2-core dev VM (numpy 1.26, loaded by other work,
+    load average 5-7) a full (480, 195) float64 ring took 0.26 ms per admitted sample
+    vs 0.34 ms for ``np.sort`` (min of 1000, interleaved).
+
+    Args:
+        capacity: most samples (rows); >= 1.
+        width: columns.
+        dtype: float32 or float64.
+
+    Raises:
+        InputError: parameters out of range or a non-float dtype.
+    """
+
+    _DENSE_RANK_WIDTH = 48  # narrower buffers count (sorted < key) directly: fewer numpy calls
+
+    def __init__(self, capacity: int, width: int, dtype: type | np.dtype = np.float64) -> None:
+        dt = np.dtype(dtype)
+        if capacity < 1 or width < 1 or dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise InputError("capacity >= 1, width >= 1 and a float32 or float64 dtype are required")
+        self.capacity, self.width = int(capacity), int(width)
+        ints = np.int32 if dt.itemsize == 4 else np.int64
+        # Row r + 1 of _pad holds sorted row r; row 0 and the rows after the n-th are +inf
+        # padding, so the binary search never reads out of bounds and never passes the end.
+        self._pad = np.empty((2 * self.capacity + 2, self.width), dt)
+        self._bits = self._pad.view(ints)
+        self._ints = ints
+        self._cols = np.arange(self.width, dtype=np.intp)
+        self._cols2 = np.concatenate([self._cols, self._cols])
+        self._ridx = np.int16 if self.capacity < 2 ** 15 - 2 else np.int32
+        self._rows = np.arange(self.capacity + 1, dtype=self._ridx)[:, None]
+        self._a = np.empty((self.capacity + 1, self.width), bool)
+        self._b = np.empty((self.capacity + 1, self.width), bool)
+        self._m = np.empty((self.capacity + 1, self.width), ints)
+        self._d = np.empty((self.capacity + 1, self.width), ints)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every sample."""
+        self._pad.fill(np.inf)
+        self.n = 0
+
+    @property
+    def sorted(self) -> np.ndarray:
+        """(n, width) the column-sorted samples; a view that the next update overwrites."""
+        return self._pad[1:self.n + 1]
+
+    def _rank(self, keys: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """(len(keys),) intp: how many of column ``cols[j]``'s n values are < ``keys[j]``; n for NaN."""
+        n, w = self.n, self.width
+        if w <= self._DENSE_RANK_WIDTH:
+            s = self.sorted
+            pos = np.concatenate([np.count_nonzero(s < keys[i:i + w], axis=0)
+                                  for i in range(0, keys.size, w)]).astype(np.intp)
+        else:
+            flat = self._pad.reshape(-1)
+            pos = cols.copy()  # flat index of pad row c = sorted row c - 1, from c = 0
+            step = 1 << (n.bit_length() - 1) if n else 0
+            while step:
+                cand = pos + step * w
+                pos += (flat.take(cand) < keys) * (step * w)
+                step >>= 1
+            pos //= w
+        pos[np.isnan(keys)] = n
+        return pos
+
+    def insert(self, x: np.ndarray) -> None:
+        """Add one sample while the buffer grows.
+
+        Args:
+            x: (width,) values of the sample's dtype.
+
+        Raises:
+            InputError: the buffer is full (use :meth:`replace`).
+        """
+        n = self.n
+        if n >= self.capacity:
+            raise InputError("the sorted buffer is full; replace a sample instead")
+        p = self._rank(x, self._cols)
+        below = np.greater(self._rows[:n + 1], p.astype(self._ridx), out=self._b[:n + 1])
+        cur = self._bits[1:n + 2]  # rows past the insertion point move one row down
+        d = np.bitwise_xor(self._bits[0:n + 1], cur, out=self._d[:n + 1])
+        d &= np.negative(below, dtype=self._ints, out=self._m[:n + 1])
+        cur ^= d
+        self._pad[p + 1, self._cols] = x
+        self.n = n + 1
+
+    def replace(self, old: np.ndarray, x: np.ndarray) -> None:
+        """Swap one stored sample for a new one (the ring overwrote its slot).
+
+        Args:
+            old: (width,) the values leaving (each must be in its column).
+            x: (width,) the values arriving.
+        """
+        n, w = self.n, self.width
+        q = self._rank(np.concatenate([old, x]), self._cols2)
+        r = np.minimum(q[:w], n - 1)  # the first row holding old (the last for NaN)
+        p = np.minimum(q[w:] - (old < x), n - 1)  # x's row once old is gone
+        rows = self._rows[:n]
+        # Rows r..p-1 take the row below (r < p); rows p+1..r the row above (r > p).
+        moved = np.greater_equal(rows, (r + (r > p)).astype(self._ridx), out=self._a[:n])
+        after = np.greater(rows, p.astype(self._ridx), out=self._b[:n])
+        moved ^= after
+        cur, nxt = self._bits[1:n + 1], self._bits[2:n + 2]
+        m = np.negative(after, dtype=self._ints, out=self._m[:n])
+        d = np.bitwise_xor(self._bits[0:n], nxt, out=self._d[:n])
+        d &= m
+        d ^= nxt  # the row above where after, the row below elsewhere
+        d ^= cur
+        d &= np.negative(moved, dtype=self._ints, out=m)
+        cur ^= d
+        self._pad[p + 1, self._cols] = x
 
 
 class ScheduledEstimate:
@@ -126,10 +258,20 @@ class RunningPercentiles(ScheduledEstimate):
             raise InputError("percentiles must be a non-empty 1-D list of values in [0, 100]")
         super().__init__(warmup_s, slow_interval_s, capacity)
         self._q = q / 100.0
-        self._buf = np.zeros((int(capacity), q.size), dtype=np.float64)
+        self._buf = np.zeros((int(capacity), q.size), dtype=np.float64)  # the ring, by slot
+        self._sorted = SortedColumns(int(capacity), q.size, np.float64)
+
+    def reset(self) -> None:
+        """Forget every sample."""
+        super().reset()
+        self._sorted.reset()
 
     def update(self, x: np.ndarray, t_s: float) -> bool:
         """Offer one sample; it is kept if the schedule says so.
+
+        Cost per kept sample: one :class:`SortedColumns` insert or replace plus a look-up,
+        O(capacity * K) memory passes without a sort (see :class:`SortedColumns` for
+        measured figures).
 
         Args:
             x: (K,) feature vector (finite).
@@ -146,17 +288,23 @@ class RunningPercentiles(ScheduledEstimate):
             raise InputError(f"expected a feature vector of shape {self._q.shape}, got {x.shape}")
         if not np.all(np.isfinite(x)):
             return False
+        full = self._schedule.count == self._schedule.capacity
         slot = self._schedule.admit(t_s)
         if slot is None:
             return False
+        if full:
+            self._sorted.replace(self._buf[slot].copy(), x)
+        else:
+            self._sorted.insert(x)
         self._buf[slot] = x
         self._value = self._percentiles()
         return True
 
     def _percentiles(self) -> np.ndarray:
-        """Linear-interpolated percentiles (numpy's default method), one per column."""
+        """(K,) float64 linear-interpolated percentiles (numpy's default method), one per
+        column, from the sorted columns: bit-identical to sorting the ring afresh."""
         n = self._schedule.count
-        s = np.sort(self._buf[:n], axis=0)
+        s = self._sorted.sorted
         pos = self._q * (n - 1)
         lo = np.floor(pos).astype(np.intp)
         hi = np.minimum(lo + 1, n - 1)
