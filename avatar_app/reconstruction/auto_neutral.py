@@ -25,10 +25,12 @@ outside the eyes and mouth (222 of 478; the eye points' median is only needed
 when no sample falls in an eye's aperture band, then it is computed from the
 buffer), and the regions' samples are stored contiguously, so an admitted sample
 costs no re-sort of the whole buffer. The values are bit-identical to the
-from-scratch ``np.median`` / ``mean`` over the buffer. Measured on the 2-core dev
-VM (numpy 1.26, shared with other work, load average 4-7), a full buffer of 240:
-9.7 ms before (``np.median`` over (240, 478, 3) plus the means) vs 1.3 ms after
-per admitted sample, median of 200 interleaved A/B runs.
+from-scratch ``np.median`` / ``mean`` over the buffer (signed zeros: see
+``SortedColumns``). Measured by
+benchmarks/calibration.py with a full buffer of 240 faces (median of 600 admitted
+samples, A/B interleaved, 2-core dev VM shared with other work, numpy 1.26):
+6.9 ms per admitted sample before (``np.median`` over (240, 478, 3) plus the region
+means) vs 1.07 ms after at load average 3.9-4.4; 13.1 vs 1.26 ms at 5.2-5.5.
 """
 from __future__ import annotations
 

@@ -12,7 +12,9 @@ The estimates are incremental: :class:`SortedColumns` keeps every column of the
 ring buffer sorted and, when a sample is admitted, inserts it (warm-up, buffer
 growing) or swaps it for the sample it overwrites, in place and without
 re-sorting, so an order statistic is a row look-up. The values are bit-identical
-to sorting the buffer from scratch.
+to sorting the buffer from scratch (but for the sign of a zero result where a
+column holds both -0.0 and +0.0, whose order ``np.sort`` leaves unspecified; equal
+as values always).
 """
 from __future__ import annotations
 
@@ -77,16 +79,19 @@ class SortedColumns:
     Row ``i`` of :attr:`sorted` holds the ``i``-th smallest value of each column: the array
     ``np.sort(ring[:n], axis=0)`` would give, NaNs last as ``np.sort`` puts them (equal
     values are interchangeable, so the rows are bit-identical to a fresh sort; the one
-    exception is a column holding both ``-0.0`` and ``0.0``, whose order of zeros numpy
-    leaves unspecified). :meth:`insert` adds a sample while the ring grows and
+    exception: -0.0 sorts before +0.0 here, an order ``np.sort`` leaves unspecified, so a
+    column holding both may show its zeros in another order, equal as values; NaN
+    payloads are kept where ``np.sort`` may rewrite them). :meth:`insert` adds a sample while the ring grows and
     :meth:`replace` swaps the sample a full ring overwrites for the new one: a vectorised
     binary search over the columns finds both ranks (or a compare-and-count for narrow
     buffers) and one branch-free pass moves each column's values between them by one
     row (a bit-select on the integer view, into preallocated scratch arrays, so no
     large array is allocated per sample). Cost is O(n * width) memory passes instead
-    of a sort; on this project's 2-core dev VM (numpy 1.26, loaded by other work,
-    load average 5-7) a full (480, 195) float64 ring took 0.26 ms per admitted sample
-    vs 0.34 ms for ``np.sort`` (min of 1000, interleaved).
+    of a sort, plus a fixed ~0.1 ms of numpy calls, so it pays for wide rings only.
+    Measured by benchmarks/calibration.py (median of 600 admitted samples, A/B
+    interleaved, 2-core dev VM shared with other work, load average 3.9-4.4, numpy
+    1.26), :class:`RunningPercentiles` with a full ring, per admitted sample:
+    480 x 195: 0.41 ms with the former ``np.sort`` vs 0.33 ms; 480 x 123: 0.28 vs 0.26.
 
     Args:
         capacity: most samples (rows); >= 1.
@@ -130,20 +135,33 @@ class SortedColumns:
         """(n, width) the column-sorted samples; a view that the next update overwrites."""
         return self._pad[1:self.n + 1]
 
+    @staticmethod
+    def _before(vals: np.ndarray, keys: np.ndarray, plus0: np.ndarray | None) -> np.ndarray:
+        """Whether each value sorts before its key: ``vals < keys``, and ``vals <= 0`` for a
+        +0.0 key (``plus0``), so -0.0 sorts before +0.0 and each zero keeps its sign."""
+        before = vals < keys
+        if plus0 is not None:
+            before |= (vals == keys) & plus0
+        return before
+
     def _rank(self, keys: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """(len(keys),) intp: how many of column ``cols[j]``'s n values are < ``keys[j]``; n for NaN."""
+        """(len(keys),) intp: how many of column ``cols[j]``'s n values sort before ``keys[j]``
+        (:meth:`_before`); n for a NaN key."""
         n, w = self.n, self.width
+        plus0 = (keys == 0) & ~np.signbit(keys)
+        plus0 = plus0 if plus0.any() else None
         if w <= self._DENSE_RANK_WIDTH:
             s = self.sorted
-            pos = np.concatenate([np.count_nonzero(s < keys[i:i + w], axis=0)
-                                  for i in range(0, keys.size, w)]).astype(np.intp)
+            pos = np.concatenate([
+                np.count_nonzero(self._before(s, keys[i:i + w], None if plus0 is None else plus0[i:i + w]), axis=0)
+                for i in range(0, keys.size, w)]).astype(np.intp)
         else:
             flat = self._pad.reshape(-1)
             pos = cols.copy()  # flat index of pad row c = sorted row c - 1, from c = 0
             step = 1 << (n.bit_length() - 1) if n else 0
             while step:
                 cand = pos + step * w
-                pos += (flat.take(cand) < keys) * (step * w)
+                pos += self._before(flat.take(cand), keys, plus0) * (step * w)
                 step >>= 1
             pos //= w
         pos[np.isnan(keys)] = n
@@ -179,8 +197,11 @@ class SortedColumns:
         """
         n, w = self.n, self.width
         q = self._rank(np.concatenate([old, x]), self._cols2)
-        r = np.minimum(q[:w], n - 1)  # the first row holding old (the last for NaN)
-        p = np.minimum(q[w:] - (old < x), n - 1)  # x's row once old is gone
+        # the row holding old: the first equal one (the last for +0.0, which sorts after -0.0;
+        # the last row for NaN)
+        r = np.minimum(q[:w] - ((old == 0) & ~np.signbit(old)), n - 1)
+        plus0 = (x == 0) & ~np.signbit(x)
+        p = np.minimum(q[w:] - self._before(old, x, plus0 if plus0.any() else None), n - 1)  # x's row once old is gone
         rows = self._rows[:n]
         # Rows r..p-1 take the row below (r < p); rows p+1..r the row above (r > p).
         moved = np.greater_equal(rows, (r + (r > p)).astype(self._ridx), out=self._a[:n])
@@ -246,6 +267,13 @@ class RunningPercentiles(ScheduledEstimate):
         InputError: parameters out of range.
     """
 
+    #: Rings of at least this many cells (capacity x K) keep :class:`SortedColumns`; smaller
+    #: ones sort the ring afresh per kept sample, which is cheaper there (same bits either way).
+    #: Measured per admitted sample, p50, both paths forced (benchmarks/calibration.py, 2-core
+    #: dev VM, load average 11): 480 x 5: sort 0.027 ms vs incremental 0.10 ms; 480 x 19:
+    #: 0.064 vs 0.14; 480 x 123: 0.28 vs 0.23; 480 x 195: 0.50 vs 0.38.
+    INCREMENTAL_MIN_CELLS = 32768
+
     def __init__(
         self,
         percentiles: np.ndarray | list[float],
@@ -259,19 +287,21 @@ class RunningPercentiles(ScheduledEstimate):
         super().__init__(warmup_s, slow_interval_s, capacity)
         self._q = q / 100.0
         self._buf = np.zeros((int(capacity), q.size), dtype=np.float64)  # the ring, by slot
-        self._sorted = SortedColumns(int(capacity), q.size, np.float64)
+        self._sorted = (SortedColumns(int(capacity), q.size, np.float64)
+                        if int(capacity) * q.size >= self.INCREMENTAL_MIN_CELLS else None)
 
     def reset(self) -> None:
         """Forget every sample."""
         super().reset()
-        self._sorted.reset()
+        if self._sorted is not None:
+            self._sorted.reset()
 
     def update(self, x: np.ndarray, t_s: float) -> bool:
         """Offer one sample; it is kept if the schedule says so.
 
-        Cost per kept sample: one :class:`SortedColumns` insert or replace plus a look-up,
-        O(capacity * K) memory passes without a sort (see :class:`SortedColumns` for
-        measured figures).
+        Cost per kept sample: for rings of :attr:`INCREMENTAL_MIN_CELLS` or more, one
+        :class:`SortedColumns` insert or replace plus a look-up (O(capacity * K) memory
+        passes, no sort); for smaller ones an ``np.sort`` of the ring.
 
         Args:
             x: (K,) feature vector (finite).
@@ -292,9 +322,9 @@ class RunningPercentiles(ScheduledEstimate):
         slot = self._schedule.admit(t_s)
         if slot is None:
             return False
-        if full:
+        if self._sorted is not None and full:
             self._sorted.replace(self._buf[slot].copy(), x)
-        else:
+        elif self._sorted is not None:
             self._sorted.insert(x)
         self._buf[slot] = x
         self._value = self._percentiles()
@@ -302,9 +332,11 @@ class RunningPercentiles(ScheduledEstimate):
 
     def _percentiles(self) -> np.ndarray:
         """(K,) float64 linear-interpolated percentiles (numpy's default method), one per
-        column, from the sorted columns: bit-identical to sorting the ring afresh."""
+        column, from the kept-sorted columns (bit-identical to sorting the ring afresh, see
+        :class:`SortedColumns` for signed zeros) or,
+        for a small ring, from a fresh sort."""
         n = self._schedule.count
-        s = self._sorted.sorted
+        s = self._sorted.sorted if self._sorted is not None else np.sort(self._buf[:n], axis=0)
         pos = self._q * (n - 1)
         lo = np.floor(pos).astype(np.intp)
         hi = np.minimum(lo + 1, n - 1)

@@ -30,6 +30,12 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(nan, np.isnan(b)) and np.array_equal(a.view(ints)[~nan], b.view(ints)[~nan])
 
 
+def _total_order_sort(a: np.ndarray) -> np.ndarray:
+    """np.sort along axis 0 with -0.0 before +0.0 (np.sort leaves their order unspecified)."""
+    order = np.lexsort((~np.signbit(a), a), axis=0)
+    return np.take_along_axis(a, order, axis=0)
+
+
 def _times(rng: np.random.Generator, count: int, slow_interval_s: float) -> np.ndarray:
     """Non-decreasing frame times: mostly 30 fps, with repeats and gaps."""
     dt = rng.choice([0.0, 1 / 30, 1 / 30, 1 / 30, 0.1, slow_interval_s], size=count)
@@ -62,6 +68,8 @@ def test_sorted_columns_equal_np_sort_after_every_insert_and_replace(dtype, widt
                 x[rng.random(width) < 0.3] = np.nan
             if rng.random() < 0.1:
                 x[rng.random(width) < 0.3] = rng.choice([-np.inf, np.inf])
+            if rng.random() < 0.3:
+                x[rng.random(width) < 0.5] = rng.choice([-0.0, 0.0])
             if n < capacity:
                 sc.insert(x)
                 n += 1
@@ -70,7 +78,8 @@ def test_sorted_columns_equal_np_sort_after_every_insert_and_replace(dtype, widt
             ring[slot] = x
             slot = (slot + 1) % capacity
             assert sc.n == n
-            assert _same_bits(sc.sorted, np.sort(ring[:n], axis=0)), (capacity, k)
+            assert np.array_equal(sc.sorted, np.sort(ring[:n], axis=0), equal_nan=True), (capacity, k)
+            assert _same_bits(sc.sorted, _total_order_sort(ring[:n])), (capacity, k)
         with pytest.raises(InputError, match="full"):
             sc.insert(x)
         sc.reset()
@@ -99,13 +108,16 @@ def _reference_percentiles(q: np.ndarray, ring: np.ndarray) -> np.ndarray:
     return s[lo, cols] * (1.0 - frac) + s[hi, cols] * frac
 
 
+@pytest.mark.parametrize("incremental", [True, False])
 @pytest.mark.parametrize("width", [3, 19, 120])
-def test_running_percentiles_equal_a_fresh_sort_at_every_admitted_sample(width):
+def test_running_percentiles_equal_a_fresh_sort_at_every_admitted_sample(width, incremental, monkeypatch):
+    monkeypatch.setattr(RunningPercentiles, "INCREMENTAL_MIN_CELLS", 1 if incremental else 10 ** 9)
     rng = np.random.default_rng(width)
     q = rng.uniform(0, 100, width)
     q[:2] = (0.0, 100.0)
     capacity, warmup_s, slow_s = 37, 1.0, 0.25
     rp = RunningPercentiles(q, warmup_s=warmup_s, slow_interval_s=slow_s, capacity=capacity)
+    assert (rp._sorted is not None) == incremental
     times = _times(rng, 1500, slow_s)
     kept: list[np.ndarray] = []
     held: list[tuple[np.ndarray, np.ndarray]] = []  # (a returned value, a copy of it)
