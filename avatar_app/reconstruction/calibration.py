@@ -121,7 +121,6 @@ class SortedColumns:
         self._rows = np.arange(self.capacity + 1, dtype=self._ridx)[:, None]
         self._a = np.empty((self.capacity + 1, self.width), bool)
         self._b = np.empty((self.capacity + 1, self.width), bool)
-        self._m = np.empty((self.capacity + 1, self.width), ints)
         self._d = np.empty((self.capacity + 1, self.width), ints)
         self.reset()
 
@@ -183,7 +182,7 @@ class SortedColumns:
         below = np.greater(self._rows[:n + 1], p.astype(self._ridx), out=self._b[:n + 1])
         cur = self._bits[1:n + 2]  # rows past the insertion point move one row down
         d = np.bitwise_xor(self._bits[0:n + 1], cur, out=self._d[:n + 1])
-        d &= np.negative(below, dtype=self._ints, out=self._m[:n + 1])
+        np.multiply(d, below, out=d)  # prev ^ cur past the insertion point, 0 before it
         cur ^= d
         self._pad[p + 1, self._cols] = x
         self.n = n + 1
@@ -202,18 +201,17 @@ class SortedColumns:
         r = np.minimum(q[:w] - ((old == 0) & ~np.signbit(old)), n - 1)
         plus0 = (x == 0) & ~np.signbit(x)
         p = np.minimum(q[w:] - self._before(old, x, plus0 if plus0.any() else None), n - 1)  # x's row once old is gone
-        rows = self._rows[:n]
         # Rows r..p-1 take the row below (r < p); rows p+1..r the row above (r > p).
-        moved = np.greater_equal(rows, (r + (r > p)).astype(self._ridx), out=self._a[:n])
-        after = np.greater(rows, p.astype(self._ridx), out=self._b[:n])
-        moved ^= after
-        cur, nxt = self._bits[1:n + 1], self._bits[2:n + 2]
-        m = np.negative(after, dtype=self._ints, out=self._m[:n])
-        d = np.bitwise_xor(self._bits[0:n], nxt, out=self._d[:n])
-        d &= m
-        d ^= nxt  # the row above where after, the row below elsewhere
+        up = r < p
+        rows = self._rows[:n]
+        moved = np.greater_equal(rows, np.where(up, r, p + 1).astype(self._ridx), out=self._a[:n])
+        moved &= np.less(rows, np.where(up, p, r + 1).astype(self._ridx), out=self._b[:n])
+        cur, nxt, prev = self._bits[1:n + 1], self._bits[2:n + 2], self._bits[0:n]
+        d = np.bitwise_xor(prev, nxt, out=self._d[:n])
+        d &= np.negative(up, dtype=self._ints)  # per column: (prev ^ nxt) where up, else 0
+        d ^= prev  # the row below in up columns, the row above in the others
         d ^= cur
-        d &= np.negative(moved, dtype=self._ints, out=m)
+        np.multiply(d, moved, out=d)  # ... ^ cur where moved, 0 elsewhere
         cur ^= d
         self._pad[p + 1, self._cols] = x
 
