@@ -29,8 +29,9 @@ from-scratch ``np.median`` / ``mean`` over the buffer (signed zeros: see
 ``SortedColumns``). Measured by
 benchmarks/calibration.py with a full buffer of 240 faces (median of 600 admitted
 samples, A/B interleaved, 2-core dev VM shared with other work, numpy 1.26):
-6.9 ms per admitted sample before (``np.median`` over (240, 478, 3) plus the region
-means) vs 1.07 ms after at load average 3.9-4.4; 13.1 vs 1.26 ms at 5.2-5.5.
+8.5 ms per admitted sample before (``np.median`` over (240, 478, 3) plus the region
+means) vs 1.08 ms after at load average 5.0 (p95 19.5 vs 5.4 ms); 6.9 vs 1.07 ms
+at 3.9-4.4.
 """
 from __future__ import annotations
 

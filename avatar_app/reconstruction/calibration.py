@@ -89,9 +89,9 @@ class SortedColumns:
     large array is allocated per sample). Cost is O(n * width) memory passes instead
     of a sort, plus a fixed ~0.1 ms of numpy calls, so it pays for wide rings only.
     Measured by benchmarks/calibration.py (median of 600 admitted samples, A/B
-    interleaved, 2-core dev VM shared with other work, load average 3.9-4.4, numpy
-    1.26), :class:`RunningPercentiles` with a full ring, per admitted sample:
-    480 x 195: 0.41 ms with the former ``np.sort`` vs 0.33 ms; 480 x 123: 0.28 vs 0.26.
+    interleaved, 2-core dev VM shared with other work, load average 5.0, numpy 1.26),
+    :class:`RunningPercentiles` with a full ring, per admitted sample: 480 x 195:
+    0.52 ms with the former ``np.sort`` vs 0.41 ms; 480 x 123: 0.32 vs 0.29.
 
     Args:
         capacity: most samples (rows); >= 1.
