@@ -81,12 +81,14 @@ class SortedColumns:
     values are interchangeable, so the rows are bit-identical to a fresh sort; the one
     exception: -0.0 sorts before +0.0 here, an order ``np.sort`` leaves unspecified, so a
     column holding both may show its zeros in another order, equal as values; NaN
-    payloads are kept where ``np.sort`` may rewrite them). :meth:`insert` adds a sample while the ring grows and
-    :meth:`replace` swaps the sample a full ring overwrites for the new one: a vectorised
-    binary search over the columns finds both ranks (or a compare-and-count for narrow
-    buffers) and one branch-free pass moves each column's values between them by one
-    row (a bit-select on the integer view, into preallocated scratch arrays, so no
-    large array is allocated per sample). Cost is O(n * width) memory passes instead
+    payloads are kept where ``np.sort`` may rewrite them).
+
+    :meth:`insert` adds a sample while the ring grows and :meth:`replace` swaps the
+    sample a full ring overwrites for the new one: a vectorised binary search over the
+    columns finds both ranks (or a compare-and-count for narrow buffers), then a few
+    branch-free passes (xor / multiply on the integer view, into preallocated scratch
+    arrays, so no large array is allocated per sample) move each column's values
+    between the two ranks by one row. Cost is O(n * width) memory passes instead
     of a sort, plus a fixed ~0.1 ms of numpy calls, so it pays for wide rings only.
     Measured by benchmarks/calibration.py (median of 600 admitted samples, A/B
     interleaved, 2-core dev VM shared with other work, load average 5.0, numpy 1.26),
