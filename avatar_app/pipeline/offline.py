@@ -33,6 +33,7 @@ from avatar_app.speech.base import describe_speech
 from avatar_app.pipeline.writer import (  # noqa: F401
     SIDECAR_SUFFIX,
     ClipWriter,
+    check_output_name,
     note_audio_length,
     reraise_for_target,
     settle_outputs,
@@ -454,6 +455,7 @@ def render_file(
         rec_audio, speech_audio = open_audio(src, input_path, options, report)
         fps_out = float(options.fps or info.fps or 30.0)
         avatar = load_avatar_option(options, report)
+        check_output_name(output_path, options)  # a wrong -o is refused before the stages are built
         stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings,
                                           on_fallback=report.warnings.append, tracker=options.tracker,
                                           tracker_backend=options.tracker_backend,

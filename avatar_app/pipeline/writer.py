@@ -50,21 +50,7 @@ class ClipWriter:
         from avatar_app.record.sidecar import SidecarWriter
 
         w, h = options.size
-        transparent = options.background == "transparent"
-        suffix = output_path.suffix.lower()
-        if transparent and suffix not in (".mov", ".webm"):
-            raise InputError(
-                f"A transparent background needs a format that keeps alpha: name the output "
-                f"{output_path.with_suffix('.mov').name} (ProRes 4444) or "
-                f"{output_path.with_suffix('.webm').name} (VP9), not {output_path.name}",
-                output_path,
-            )
-        if not transparent and suffix in (".mov", ".webm"):
-            raise InputError(
-                f"{output_path.name}: .mov and .webm are for transparent clips (--background transparent); "
-                "use .mp4 for an opaque background",
-                output_path,
-            )
+        check_output_name(output_path, options)
         _make_output_folder(output_path)
         if output_path.is_dir():
             raise RecordingError(f"Cannot write {output_path}: it is a folder")
@@ -296,6 +282,46 @@ def reraise_for_target(writer: ClipWriter, exc: BaseException) -> None:
         if translated is not exc:
             raise translated from exc
     raise exc
+
+
+def check_output_name(output_path: Path, options: RenderOptions) -> None:
+    """The checks of an output name that need no file written: the suffix fits the background
+    (``.mov``/``.webm`` for a transparent one, ``.mp4`` else), the recording format takes it, no file
+    stands where its folder would be, and it is not a folder.
+
+    :class:`ClipWriter` makes them again; a render makes them first, before its stages are built
+    (seconds), so a mistyped ``-o`` is refused at once.
+
+    Raises:
+        InputError: a suffix that does not fit.
+        RecordingError: a file blocks the folder, or the output is a folder (the messages
+            :class:`ClipWriter` gives).
+    """
+    from avatar_app.record.formats import recording_format_for
+
+    output_path = Path(output_path)
+    transparent = options.background == "transparent"
+    suffix = output_path.suffix.lower()
+    if transparent and suffix not in (".mov", ".webm"):
+        raise InputError(
+            f"A transparent background needs a format that keeps alpha: name the output "
+            f"{output_path.with_suffix('.mov').name} (ProRes 4444) or "
+            f"{output_path.with_suffix('.webm').name} (VP9), not {output_path.name}",
+            output_path,
+        )
+    if not transparent and suffix in (".mov", ".webm"):
+        raise InputError(
+            f"{output_path.name}: .mov and .webm are for transparent clips (--background transparent); "
+            "use .mp4 for an opaque background",
+            output_path,
+        )
+    folder = output_path.parent
+    blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise RecordingError(f"Cannot create the output folder {folder}: {blocker} is a file, not a folder")
+    if output_path.is_dir():
+        raise RecordingError(f"Cannot write {output_path}: it is a folder")
+    recording_format_for(output_path)
 
 
 def _make_output_folder(output_path: Path) -> None:

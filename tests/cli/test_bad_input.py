@@ -126,9 +126,9 @@ def test_missing_audio_file(testdata, tmp_path):
 
 
 @pytest.mark.gl
-def test_output_folder_missing_is_created(testdata, tmp_path):
+def test_output_folder_missing_is_created(short_grid_clip, tmp_path):
     out = tmp_path / "new" / "deeper" / "o.mp4"
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120")
+    proc = run_cli("render", str(short_grid_clip), "-o", str(out), "--size", "160x120")
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size > 0 and out.with_suffix(".blendshapes.jsonl").exists()
 
@@ -178,11 +178,11 @@ def test_bad_avatar_leaves_no_output(testdata, tmp_path):
 
 
 @pytest.mark.gl
-def test_transparent_mov_keeps_alpha(testdata, tmp_path):
+def test_transparent_mov_keeps_alpha(short_grid_clip, tmp_path):
     import av
 
-    out = tmp_path / "t.mov"
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out),
+    out = tmp_path / "t.mov"  # (the first frame is checked: the 0.4 s clip)
+    proc = run_cli("render", str(short_grid_clip), "-o", str(out),
                    "--background", "transparent", "--size", "320x180")
     assert proc.returncode == 0, proc.stderr
     with av.open(str(out)) as c:
