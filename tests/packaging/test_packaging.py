@@ -149,6 +149,7 @@ def _bundle_window_shows_avatar(exe: Path, clip: Path, work: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.build
 @pytest.mark.gui
 def test_linux_bundle_renders_and_shows_the_avatar(testdata, tmp_path_factory):
     work = tmp_path_factory.mktemp("bundle")
@@ -223,6 +224,7 @@ def test_linux_bundle_renders_and_shows_the_avatar(testdata, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.build
 def test_wheel_installs_into_a_fresh_venv_and_renders(testdata, tmp_path):
     # a clean copy of the checkout: the build writes build/ and *.egg-info next to the sources
     src = tmp_path / "src"

@@ -346,6 +346,7 @@ def test_fp16_engines_pass_verification_on_real_crops(testdata, tmp_path, monkey
 
 
 @pytest.mark.slow
+@pytest.mark.build
 def test_int8_mesh_passes_verification_on_real_crops(testdata, tmp_path, monkeypatch):
     """The mesh's INT8 engine: the card's recipe (sensitivity search at ``int8_margin`` 0.25, calibration
     crops only) makes a mixed-precision file that verifies on validation crops of other recordings within
