@@ -317,6 +317,12 @@ def _print_interrupted(rep) -> None:
           f"({rep.frames_out} frames; blendshapes in {rep.sidecar_path})", file=sys.stderr)
 
 
+def _followed(rep) -> str:
+    """Which face was tracked when several were in view ("" for one): the tracker's rule (face_mesh)."""
+    n = getattr(rep, "faces_in_view", 0)
+    return f", the largest of {n} faces in view, then followed" if rep.tracker and n > 1 else ""
+
+
 def _print_report(rep) -> None:
     for w in rep.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -325,7 +331,8 @@ def _print_report(rep) -> None:
         f"wrote {rep.output_path} ({rep.frames_out} frames, {rep.duration_s:.2f} s video, "
         f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path}; "
         f"face in {rep.faces_found}/{rep.frames_in} frames ("
-        f"{'tracked by ' + rep.tracker if rep.tracker else 'recorded face data, no tracker run'}; "
+        f"{'tracked by ' + rep.tracker if rep.tracker else 'recorded face data, no tracker run'}"
+        f"{_followed(rep)}; "
         f"{rep.face_solver or 'geometric solver'}); "
         f"mouth from {rep.speech_backend or 'the video alone'}; "
         f"{rep.fps:.1f} fps ({stages})"
