@@ -314,7 +314,13 @@ def _print_interrupted(rep) -> None:
     else:
         what = f"{_seconds(v)} of video and {_seconds(a)} of audio"
     print(f"interrupted: kept {what} in {rep.output_path} "
-          f"({rep.frames_out} frames; blendshapes in {rep.sidecar_path.name})", file=sys.stderr)
+          f"({rep.frames_out} frames; blendshapes in {rep.sidecar_path})", file=sys.stderr)
+
+
+def _followed(rep) -> str:
+    """Which face was tracked when several were in view ("" for one): the tracker's rule (face_mesh)."""
+    n = getattr(rep, "faces_in_view", 0)
+    return f", the largest of {n} faces in view, then followed" if rep.tracker and n > 1 else ""
 
 
 def _print_report(rep) -> None:
@@ -323,9 +329,10 @@ def _print_report(rep) -> None:
     stages = ", ".join(f"{k} {v[0]:.1f} ms" for k, v in rep.stage_ms.items())
     print(
         f"wrote {rep.output_path} ({rep.frames_out} frames, {rep.duration_s:.2f} s video, "
-        f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path.name}; "
+        f"{rep.audio_duration_s:.2f} s audio) and {rep.sidecar_path}; "
         f"face in {rep.faces_found}/{rep.frames_in} frames ("
-        f"{'tracked by ' + rep.tracker if rep.tracker else 'recorded face data, no tracker run'}; "
+        f"{'tracked by ' + rep.tracker if rep.tracker else 'recorded face data, no tracker run'}"
+        f"{_followed(rep)}; "
         f"{rep.face_solver or 'geometric solver'}); "
         f"mouth from {rep.speech_backend or 'the video alone'}; "
         f"{rep.fps:.1f} fps ({stages})"
@@ -357,7 +364,7 @@ def _cmd_render(args) -> int:
             print(f"warning: {w}", file=sys.stderr)
         print(
             f"error: {rep.input_problem}; rendered the first {_seconds(rep.duration_s)} "
-            f"({rep.frames_out} frames) into {rep.output_path} and {rep.sidecar_path.name}",
+            f"({rep.frames_out} frames) into {rep.output_path} and {rep.sidecar_path}",
             file=sys.stderr,
         )
         return 2

@@ -16,6 +16,8 @@ Typical use::
 """
 from __future__ import annotations
 
+# first: ONNX Runtime reads its telemetry opt-out when it is imported (ort_env)
+from avatar_app.inference import ort_env  # noqa: F401  (isort: skip)
 from avatar_app.inference.backends import (DEFAULT_PREFERENCE, Backend, BackendStatus,
                                            backend_names, backend_statuses, candidate_plan,
                                            get_backend, register_backend, unregister_backend)

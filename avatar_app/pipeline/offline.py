@@ -106,6 +106,10 @@ class RenderReport:
         tracker: the face tracker that ran (``render --tracker``): its ``describe()``
             (``ONNX tracker: face_detection.onnx on ort_cpu (fp32) ...``), ``"MediaPipe face mesh"``,
             or "" when none ran.
+        faces_in_view: the most faces the tracker's detector saw at once (its ``faces_found``,
+            counted at each detector run); above 1, the summary says which face was followed
+            (the largest one when tracking starts, see :mod:`avatar_app.tracking.face_mesh`).
+            0 when unknown (no tracker, a remote render).
         speech_backend: what turned the voice into mouth motion: the speech engine's
             description (``speech2face.onnx on ort_cpu (fp32)``), ``"loudness solver"``
             (its fallback), or "" when no audio drove the mouth.
@@ -135,6 +139,7 @@ class RenderReport:
     face_solver: str = ""
     speech_backend: str = ""
     tracker: str = ""
+    faces_in_view: int = 0
 
     @property
     def fps(self) -> float:
@@ -471,7 +476,7 @@ def render_file(
 
         def loop(out: _Output) -> None:
             try:
-                _render_loop(run, out, options, report, fps_out, info, progress)
+                _render_loop(run, out, options, report, fps_out, info, progress, stages.tracker)
             finally:
                 stages.close()
 
@@ -485,8 +490,10 @@ def render_file(
 
 
 def _render_loop(run: OfflineRun, out: _Output, options: RenderOptions, report: RenderReport, fps_out: float,
-                 info, progress) -> None:
-    """The loop phase: every state into the sidecar and to the render thread (resampled to ``options.fps``)."""
+                 info, progress, tracker=None) -> None:
+    """The loop phase: every state into the sidecar and to the render thread (resampled to ``options.fps``).
+
+    ``tracker``: the face tracker, whose ``faces_found`` (faces in view) feeds ``report.faces_in_view``."""
     prev: AvatarState | None = None
     k_out = 0
     total = max(int(info.frame_count), 1)
@@ -494,6 +501,7 @@ def _render_loop(run: OfflineRun, out: _Output, options: RenderOptions, report: 
         out.writer.sidecar.write(state)
         report.frames_in += 1
         report.faces_found += int(state.face_found)
+        report.faces_in_view = max(report.faces_in_view, int(getattr(tracker, "faces_found", 0) or 0))
         if options.fps is None:
             out.put(state)
         else:

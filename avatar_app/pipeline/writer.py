@@ -8,7 +8,10 @@ existing files as they were.
 """
 from __future__ import annotations
 
+import errno
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,8 +55,7 @@ class ClipWriter:
         w, h = options.size
         check_output_name(output_path, options)
         _make_output_folder(output_path)
-        if output_path.is_dir():
-            raise RecordingError(f"Cannot write {output_path}: it is a folder")
+        check_output_creatable(output_path)
         self.output_path = output_path
         from avatar_app.record.formats import recording_format_for
 
@@ -99,7 +101,9 @@ class ClipWriter:
             reason = self.parts.rename_in(str(reason))
             kept = f"; the existing {target.name} was left as it was" if target.exists() else ""
             return RecordingError(f"writing {target} failed: {reason}. Nothing was written{kept}")
-        return RecordingError(self.parts.rename_in(str(exc)))
+        # the recorder speaks the window's words ("cannot create recording X"): render's are "the output"
+        message = self.parts.rename_in(str(exc)).replace("cannot create recording ", "cannot create the output ", 1)
+        return RecordingError(message)
 
     def commit(self) -> None:
         """Rename the finished part files over the clip and the sidecar.
@@ -337,3 +341,43 @@ def _make_output_folder(output_path: Path) -> None:
         blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
         why = f"{blocker} is a file, not a folder" if blocker is not None else (exc.strerror or exc)
         raise RecordingError(f"Cannot create the output folder {folder}: {why}") from exc
+
+
+def check_output_creatable(output_path: Path) -> None:
+    """Check up front that the clip and its sidecar can be created in the output's (existing) folder.
+
+    A probe file is created in the folder and deleted, so the check holds for
+    what the render will do (part files beside the targets, renamed over them),
+    whatever the reason it cannot: permissions, a read-only or virtual file
+    system (``/proc``), a full disk.
+
+    Raises:
+        RecordingError: one line naming the output as given and why, e.g.
+            ``cannot create the output /proc/x.mp4: no file can be created in /proc
+            (No such file or directory). Nothing was written``.
+    """
+    for target in (output_path, sidecar_path_for(output_path)):
+        if target.is_dir():
+            what = "it is" if target == output_path else f"its sidecar {target} is"
+            raise RecordingError(f"Cannot write {output_path}: {what} a folder")
+    folder = output_path.parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{output_path.stem}.probe-", dir=folder)
+    except OSError as exc:
+        kept = f"; the existing {output_path.name} was left as it was" if output_path.exists() else ""
+        raise RecordingError(f"cannot create the output {output_path}: {_create_reason(folder, exc)}. "
+                             f"Nothing was written{kept}") from exc
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _create_reason(folder: Path, exc: OSError) -> str:
+    """Why no file can be created in ``folder``, in words a user understands."""
+    where = "the current folder" if str(folder) in ("", ".") else str(folder)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{where} is not writable (permission denied)"
+    if exc.errno == errno.EROFS:
+        return f"{where} is on a read-only file system"
+    if exc.errno == errno.ENOSPC:
+        return "the disk is full"
+    return f"no file can be created in {where} ({exc.strerror or exc})"
