@@ -1,0 +1,53 @@
+"""New-user trial 20: layout after shrinking, read-only settings, stopped source, stale tracker messages."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.gui, pytest.mark.gl, pytest.mark.qt_log_ignore(r"does not support propagateSizeHints")]
+
+VIDEO = "video/grid_s1_bbaf2n.mp4"
+
+
+def _window(qtbot, testdata, settings):
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.ui.main_window import MainWindow
+
+    win = MainWindow(source=testdata / VIDEO, settings=settings,
+                     engines=EngineController(models={"face_recon": None, "speech2face": None}))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    return win
+
+
+def _resize(qtbot, win, w, h):
+    win.resize(w, h)
+    qtbot.waitUntil(lambda: win.size().toTuple() == (max(w, win.minimumSizeHint().width()),
+                                                     max(h, win.minimumSizeHint().height())), timeout=5000)
+    qtbot.wait(300)
+
+
+def test_side_docks_get_their_width_back_after_the_window_shrank(qtbot, testdata, settings):
+    win = _window(qtbot, testdata, settings)
+    _resize(qtbot, win, 1440, 900)
+    before = {k: win.docks[k].width() for k in ("sources", "tracking")}
+    _resize(qtbot, win, 300, 200)  # clamped to the window's minimum
+    _resize(qtbot, win, 1440, 900)
+    for k, w in before.items():
+        assert win.docks[k].width() >= min(w, win.docks[k].widget().widget().minimumSizeHint().width()) - 2, \
+            (k, win.docks[k].width(), w)
+    assert win.docks["tracking"].widget().horizontalScrollBar().maximum() == 0
+    win.close()
+
+
+def test_a_saved_layout_with_squeezed_docks_is_restored_with_room(qtbot, testdata, settings, monkeypatch):
+    win = _window(qtbot, testdata, settings)
+    monkeypatch.setattr(win, "regrow_side_docks", lambda: [])  # the old behaviour: the squeeze stays
+    _resize(qtbot, win, 300, 200)
+    _resize(qtbot, win, 1440, 900)
+    assert win.docks["tracking"].widget().horizontalScrollBar().maximum() > 0  # squeezed, as in the trial
+    win.save_settings()
+    win.close()
+    win2 = _window(qtbot, testdata, settings)
+    qtbot.waitUntil(lambda: win2.docks["tracking"].widget().horizontalScrollBar().maximum() == 0, timeout=3000)
+    win2.close()
