@@ -113,6 +113,9 @@ class MainWindow(QMainWindow):
                              self.status_labels, self.panels_visible, self._raise_sources, parent=self)
         self.resize(1440, 900)
         self._restore_layout()
+        self._settings_warned = False
+        if not self.settings.isWritable():
+            QTimer.singleShot(0, self.check_settings_saved)  # once the window shows: said in its status bar
         self.recording.update_format_note()
         self.recording.update_enabled()
         self.live.start()
@@ -371,6 +374,21 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
         self.settings.sync()
+        self.check_settings_saved()
+
+    def check_settings_saved(self) -> bool:
+        """Whether the settings file can be written; says once in the status bar when not.
+
+        A read-only or immutable settings file (or one in a folder that cannot be made) left settings
+        and layout silently unsaved (QSettings.status() AccessError); the studio keeps running.
+        """
+        from PySide6.QtCore import QSettings as _QSettings
+
+        ok = self.settings.isWritable() and self.settings.status() != _QSettings.Status.AccessError
+        if not ok and not self._settings_warned:
+            self._settings_warned = True
+            self.notifier.status_error(f"Settings could not be saved: {self.settings.fileName()} is not writable")
+        return ok
 
     # ================================================================== drag and drop, keys
     def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)

@@ -51,3 +51,27 @@ def test_a_saved_layout_with_squeezed_docks_is_restored_with_room(qtbot, testdat
     win2 = _window(qtbot, testdata, settings)
     qtbot.waitUntil(lambda: win2.docks["tracking"].widget().horizontalScrollBar().maximum() == 0, timeout=3000)
     win2.close()
+
+
+def test_unwritable_settings_are_said_once_and_the_studio_keeps_running(qtbot, testdata, tmp_path, monkeypatch):
+    from PySide6.QtCore import QSettings
+
+    from avatar_app.ui.messages import Notifier
+
+    said = []
+    real = Notifier.status_error
+    monkeypatch.setattr(Notifier, "status_error", lambda self, m: (said.append(m), real(self, m)))
+    (tmp_path / "a_file").write_text("not a folder")
+    path = tmp_path / "a_file" / "settings.ini"  # cannot be created, also as root
+    settings = QSettings(str(path), QSettings.Format.IniFormat)
+    settings.setValue("record_folder", str(tmp_path / "recordings"))
+    win = _window(qtbot, testdata, settings)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 3,
+                    timeout=20000)
+    win.save_settings()
+    win.save_settings()
+    msgs = [m for m in said if m.startswith("Settings could not be saved")]
+    assert msgs == [f"Settings could not be saved: {path} is not writable"]
+    frames = win.session.pipeline.frames_processed
+    qtbot.waitUntil(lambda: win.session.pipeline.frames_processed > frames, timeout=10000)
+    win.close()
