@@ -265,6 +265,7 @@ class LiveView(QObject):
         self._update_no_face(pipe)
         if pipe is None:
             self.viewport.set_overlay_lines(None)
+            self.panels["sources"].on_tick()  # "Stopped" once a source was stopped (stop_pipeline)
             return
         summary = pipe.stats.summary()
         self.update_overlay(summary)

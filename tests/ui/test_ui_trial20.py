@@ -75,3 +75,21 @@ def test_unwritable_settings_are_said_once_and_the_studio_keeps_running(qtbot, t
     frames = win.session.pipeline.frames_processed
     qtbot.waitUntil(lambda: win.session.pipeline.frames_processed > frames, timeout=10000)
     win.close()
+
+
+def test_a_stopped_source_is_said_in_the_sources_panel_and_on_the_preview(qtbot, testdata, settings):
+    win = _window(qtbot, testdata, settings)
+    _resize(qtbot, win, 1440, 900)
+    src = win.panels["sources"]
+    qtbot.waitUntil(lambda: src.delivering_label.text().startswith("Delivering"), timeout=20000)
+    qtbot.waitUntil(lambda: src.preview_panel.preview.pixmap() is not None
+                    and not src.preview_panel.preview.pixmap().isNull(), timeout=10000)
+    win.session.stop_pipeline()
+    qtbot.waitUntil(lambda: src.delivering_label.text().startswith("Stopped"), timeout=5000)
+    preview = src.preview_panel.preview
+    assert preview.pixmap() is None or preview.pixmap().isNull()  # the last frame is gone
+    assert "stopped" in preview.text().lower()
+    win.session.open_file(testdata / VIDEO)  # a new source: delivering and a frame again
+    qtbot.waitUntil(lambda: src.delivering_label.text().startswith("Delivering"), timeout=20000)
+    qtbot.waitUntil(lambda: not src.preview_panel.stopped, timeout=10000)
+    win.close()
