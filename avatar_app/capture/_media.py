@@ -320,12 +320,13 @@ def iter_audio(container: av.container.InputContainer, stream: av.stream.Stream,
         out_count += x.shape[0]
 
 
-def check_report(report: DecodeReport, unit: str, path: Path) -> bool:
+def check_report(report: DecodeReport, unit: str, path: Path, warn: bool = True) -> bool:
     """Judge a finished decode: raise if nothing decoded, warn if some errors.
 
     Args:
         unit: what was decoded, for messages ("video frame", "audio frame").
         path: the file, named in messages.
+        warn: log the warning (False: a looping player's later passes, already warned once).
 
     Returns:
         True if the stream is corrupt or truncated (a warning was logged).
@@ -339,8 +340,9 @@ def check_report(report: DecodeReport, unit: str, path: Path) -> bool:
             f"'{path}' is corrupt or truncated: no {unit} could be decoded{detail}", path=path)
     if report.errors == 0:
         return False
-    logger.warning("'%s' is corrupt or truncated: %d %ss decoded, %d problem(s) (%s)",
-                   path, report.frames, unit, report.errors, report.first_error)
+    if warn:
+        logger.warning("'%s' is corrupt or truncated: %d %ss decoded, %d problem(s) (%s)",
+                       path, report.frames, unit, report.errors, report.first_error)
     return True
 
 

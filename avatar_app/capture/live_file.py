@@ -155,7 +155,9 @@ class LiveFileSource:
         if expected >= 10 and frames < 0.9 * expected:
             self.notice = (f"only {frames} of about {expected} frames of '{self.path.name}' could be decoded "
                            f"(the file is damaged or cut short); playing what decodes")
-            logger.warning("%s", self.notice)
+            # the decoder warned already (video_file) and the notice is surfaced by the consumer (the
+            # studio's status bar): logged once, not again here
+            (logger.debug if self._source.truncated else logger.warning)("%s", self.notice)
 
     def _play_audio(self) -> None:
         rate = self.sample_rate
@@ -191,7 +193,7 @@ class LiveFileSource:
                         pending = pending[block:]
             if pending.shape[0] and not self._write_when_due(pending, t_base, written):
                 return
-            _media.check_report(report, "audio frame", self.path)
+            _media.check_report(report, "audio frame", self.path, warn=n_loop == 0)  # once per source
             if not self.loop:
                 return
             n_loop += 1

@@ -217,7 +217,8 @@ class VideoFileSource:
         self._check_report(report, "video frame")
 
     def _check_report(self, report: _media.DecodeReport, unit: str) -> None:
-        if _media.check_report(report, unit, self.path):
+        # warned once per source: a looping player (LiveFileSource) decodes the file again each pass
+        if _media.check_report(report, unit, self.path, warn=not self.truncated):
             self.truncated = True
             self.problem = self.problem or report.first_error
 

@@ -122,6 +122,10 @@ def validation_set(info: ModelInfo) -> tuple[dict[str, np.ndarray], str]:
     return info.example_feeds(batch=16, seed=2), "synthetic"
 
 
+#: Phrase of :func:`real_data_missing`'s reasons (the studio's Tracking row tells them apart by it).
+REAL_DATA_ONLY = "verified only on real face crops"
+
+
 def real_data_missing(info: ModelInfo, precision: str) -> str:
     """Why a reduced precision of ``info`` cannot be verified here, or "" when it can.
 
@@ -137,11 +141,13 @@ def real_data_missing(info: ModelInfo, precision: str) -> str:
         precision: ``"fp32"``, ``"fp16"`` or ``"int8"``.
 
     Returns:
-        "" when the precision can be built and verified, else the reason, naming the
-        script that makes the sets.
+        "" when the precision can be built and verified, else the reason in user terms (the
+        missing file named). Developers make the sets in a checkout with
+        ``python training/landmarks/make_sets.py`` (README); a pip-installed studio has no
+        ``training/`` folder, so the reason does not name it.
     """
     if precision == "fp32" or not info.card.get("real_data_only") or info.validation_path.is_file():
         return ""
-    return (f"{precision.upper()} of {info.name} is verified only on real face crops and this machine has none "
-            f"({info.validation_path.name}); make them with python training/landmarks/make_sets.py, FP32 serves")
+    return (f"{precision.upper()} of {info.name} is {REAL_DATA_ONLY} and none are installed "
+            f"({info.validation_path.name} not found)")
 

@@ -87,12 +87,15 @@ class TrackerController:
 
     Attributes:
         error: why the last ONNX tracker did not load, as the user should read it ("" when none).
-        notice: which asked-for precision did not pass verification and what serves instead ("").
+        notice: which asked-for precision did not pass verification and what serves instead, one
+            short line ("" when none). notice_detail: the same per engine with the full reasons.
         building: a tracker is being built (the current one keeps tracking).
         build_fraction: how far the build of the ONNX tracker's engines is, in [0, 1], over both
             (detector then mesh: each counts half); 0 when none runs or an engine loads from the cache.
         build_stage: what the build does now, e.g. ``"mesh (2 of 2): building ort_cpu"`` ("" when none).
         swaps: trackers handed to a running pipeline.
+        said: the last status-bar message about the tracker ("" when none): stale once a new choice
+            is requested (``building``); the window then clears it if it still shows.
 
     Progress comes from the engine layer's build reports, as the engine rows' do: the
     session's :class:`~avatar_app.pipeline.engines.EngineController` emits ``progress`` for every
@@ -107,6 +110,8 @@ class TrackerController:
         self.session = session
         self.error = ""
         self.notice = ""
+        self.notice_detail = ""
+        self.said = ""
         self.building = False
         self.build_fraction = 0.0
         self.build_stage = ""
@@ -263,7 +268,7 @@ class TrackerController:
         self.session.settings.engines.tracker = chosen
         store.save_area(self.session.store, self.session.settings.engines)
         self._generation += 1
-        self.error = self.notice = ""
+        self.error = self.notice = self.notice_detail = ""
         self.building = True
         self.build_fraction, self.build_stage = 0.0, ""
         self._changed()
@@ -290,7 +295,8 @@ class TrackerController:
             return None
         pipe.replace_tracker(tracker, retire=self._retire)
         self.swaps += 1
-        self.session.dispatch(lambda: self._done(gen, self._fell_back(tracker, chosen)))
+        falls = self._fallbacks(tracker, chosen)
+        self.session.dispatch(lambda: self._done(gen, self.short_notice(falls), self._fell_back(tracker, chosen)))
         return tracker
 
     def _on_build_progress(self, model_path, stage: str, fraction: float) -> None:
@@ -325,11 +331,11 @@ class TrackerController:
             old.close()
 
     @staticmethod
-    def _fell_back(tracker, chosen: dict) -> str:
-        """Which asked-for precision did not pass verification, and why ("" when all did)."""
+    def _fallbacks(tracker, chosen: dict) -> list[tuple[str, str, str, str]]:
+        """(engine, asked precision, serving precision, why) for each engine that fell back."""
         if chosen["kind"] == "mediapipe" or chosen["precision"] in (None, "fp32"):
-            return ""
-        lines = []
+            return []
+        out = []
         for name, slot in zip(_ENGINE_NAMES, getattr(getattr(tracker, "engines", None), "slots", ())):
             res = slot.result
             runner = slot.active
@@ -338,9 +344,28 @@ class TrackerController:
                 # the reason on the backend that serves, else the last backend tried (not the first
                 # backend of the plan that is merely not installed)
                 why = next((a.reason for a in tried if a.backend == runner.backend), tried[-1].reason if tried else "")
-                lines.append(f"{chosen['precision'].upper()} {name} not verified, {runner.precision.value.upper()} "
-                             f"serves" + (f": {why}" if why else ""))
-        return "\n".join(lines)
+                out.append((name, chosen["precision"].upper(), runner.precision.value.upper(), why))
+        return out
+
+    @classmethod
+    def _fell_back(cls, tracker, chosen: dict) -> str:
+        """Which asked-for precision did not pass verification, and why, one line per engine ("" when all did)."""
+        return "\n".join(f"{asked} {name} not verified, {serving} serves" + (f": {why}" if why else "")
+                          for name, asked, serving, why in cls._fallbacks(tracker, chosen))
+
+    @staticmethod
+    def short_notice(fallbacks: list[tuple[str, str, str, str]]) -> str:
+        """One short line for the Tracking row and the status bar ("" for no fallback), e.g.
+        ``"FP16 not used for detector and mesh (no face samples to check it): FP32 serves"``."""
+        from avatar_app.inference.calibration import REAL_DATA_ONLY
+
+        if not fallbacks:
+            return ""
+        names = " and ".join(f[0] for f in fallbacks)
+        asked, serving = fallbacks[0][1], fallbacks[0][2]
+        # the common case in user terms; any other reason is in notice_detail (the row's tooltip)
+        why = " (no face samples installed to check it)" if all(REAL_DATA_ONLY in f[3] for f in fallbacks) else ""
+        return f"{asked} not used for {names}{why}: {serving} serves"
 
     def _failed(self, gen: int, exc: Exception, pipe) -> None:
         if gen != self._generation:
@@ -349,16 +374,16 @@ class TrackerController:
         self.build_fraction, self.build_stage = 0.0, ""
         running = self.serving() or "MediaPipe"
         self.error = f"The ONNX tracker could not be loaded ({str(exc).rstrip('.')}); {running} keeps tracking."
-        self.session.events.status.emit(self.error, 10000)
+        self._say(self.error)
         self._changed()
 
-    def _done(self, gen: int, notice: str) -> None:
+    def _done(self, gen: int, notice: str, detail: str = "") -> None:
         if gen != self._generation:
             return
-        self.building, self.notice = False, notice
+        self.building, self.notice, self.notice_detail = False, notice, detail
         self.build_fraction, self.build_stage = 0.0, ""
         if notice:
-            self.session.events.status.emit(f"Tracking: {notice.splitlines()[0]}", 10000)
+            self._say(f"Tracking: {notice}")
         self._changed()
 
     def note_fallback(self, message: str) -> None:
@@ -368,8 +393,12 @@ class TrackerController:
 
     def _fallback(self, text: str) -> None:
         self.error = text.rstrip(".") + "."
-        self.session.events.status.emit(self.error, 10000)
+        self._say(self.error)
         self._changed()
+
+    def _say(self, text: str) -> None:
+        self.said = text
+        self.session.events.status.emit(text, 10000)
 
     def _changed(self) -> None:
         self.session.dispatch(lambda: self.session.events.engine_changed.emit(self.NAME))

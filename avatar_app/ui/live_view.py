@@ -166,6 +166,9 @@ class LiveView(QObject):
         self.panels["sources"].mic_label.setText(text)
 
     def _on_engine_changed(self, name: str) -> None:
+        tr = self.session.trackers
+        if name == tr.NAME and tr.building and tr.said and self.notifier.message == tr.said:
+            self.notifier.status_bar.clearMessage()  # a new choice: the old choice's fallback notice is stale
         self.update_engine_status()
         self._freeze_pending = True
 
@@ -265,6 +268,7 @@ class LiveView(QObject):
         self._update_no_face(pipe)
         if pipe is None:
             self.viewport.set_overlay_lines(None)
+            self.panels["sources"].on_tick()  # "Stopped" once a source was stopped (stop_pipeline)
             return
         summary = pipe.stats.summary()
         self.update_overlay(summary)

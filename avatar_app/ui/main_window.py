@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 
 #: How long the "Press Ctrl+H to show panels" hint stays on the clean capture view, ms.
 CLEAN_VIEW_HINT_MS = 3000
+#: Preferred width of the side dock areas, px (the default layout; a squeezed area grows back to it).
+SIDE_DOCK_WIDTHS = {"sources": 350, "tracking": 420}
+#: Width the viewport keeps at least while side docks grow back, px.
+VIEW_KEEP_WIDTH = 480
 VIDEO_FILTER = "Videos (*.mp4 *.mpg *.mov *.mkv *.webm *.avi);;All files (*)"
 
 
@@ -109,6 +113,9 @@ class MainWindow(QMainWindow):
                              self.status_labels, self.panels_visible, self._raise_sources, parent=self)
         self.resize(1440, 900)
         self._restore_layout()
+        self._settings_warned = False
+        if not self.settings.isWritable():
+            QTimer.singleShot(0, self.check_settings_saved)  # once the window shows: said in its status bar
         self.recording.update_format_note()
         self.recording.update_enabled()
         self.live.start()
@@ -155,7 +162,8 @@ class MainWindow(QMainWindow):
             for key in group[1:]:
                 self.tabifyDockWidget(self.docks[group[0]], self.docks[key])
             self.docks[group[0]].raise_()
-        self.resizeDocks([self.docks["sources"], self.docks["tracking"]], [350, 420], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks[k] for k in SIDE_DOCK_WIDTHS], list(SIDE_DOCK_WIDTHS.values()),
+                         Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["preview"], self.docks["sources"]], [300, 560], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["latency"]], [230], Qt.Orientation.Vertical)
 
@@ -234,6 +242,53 @@ class MainWindow(QMainWindow):
         if state is not None:
             self.restoreState(state)
             QTimer.singleShot(0, self.hide_stray_tab_bars)
+        # a layout saved in a small window restores its squeezed side docks: grown back once laid out
+        QTimer.singleShot(0, self.regrow_side_docks)
+
+    def regrow_side_docks(self) -> list[str]:
+        """Widen the side dock areas squeezed below their panel's minimum width; returns the keys widened.
+
+        Shrinking the window takes the side docks' width and growing it gives the width to the
+        viewport only: the Tracking panel stayed cut with a horizontal scroll bar, and that layout was
+        saved and restored. Each left/right area whose front panel needs more width than its dock has
+        gets it back, up to its preferred width (SIDE_DOCK_WIDTHS, else the panel's minimum), while the
+        viewport keeps VIEW_KEEP_WIDTH px. An area the user narrowed but where the panel still fits is
+        left alone. Called after each window resize and after the layout is restored.
+        """
+        from PySide6.QtWidgets import QScrollArea
+
+        grow: dict[QDockWidget, int] = {}
+        for key, dock in self.docks.items():
+            area = self.dockWidgetArea(dock)
+            if (dock.isFloating() or not dock.isVisible() or dock.visibleRegion().isEmpty()
+                    or area not in (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea)):
+                continue
+            scroll = dock.widget()
+            if not isinstance(scroll, QScrollArea) or scroll.widget() is None:
+                continue
+            need = scroll.widget().minimumSizeHint().width() + (dock.width() - scroll.viewport().width())
+            if dock.width() >= need:
+                continue
+            grow[dock] = max(need, SIDE_DOCK_WIDTHS.get(key, need))
+        spare = self.centralWidget().width() - VIEW_KEEP_WIDTH
+        if not grow or spare <= 0:
+            return []
+        docks, sizes = [], []
+        for dock, want in grow.items():
+            extra = min(want - dock.width(), spare)
+            if extra <= 0:
+                continue
+            spare -= extra
+            docks.append(dock)
+            sizes.append(dock.width() + extra)
+        if docks:
+            self.resizeDocks(docks, sizes, Qt.Orientation.Horizontal)
+        return [k for k, d in self.docks.items() if d in docks]
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)
+        if event.size().width() > event.oldSize().width() >= 0:
+            QTimer.singleShot(0, self.regrow_side_docks)  # once the docks' layout has the new width
 
     def hide_stray_tab_bars(self) -> list[QTabBar]:
         """Hide the window's tab bars that hold no tab; returns them.
@@ -319,6 +374,21 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
         self.settings.sync()
+        self.check_settings_saved()
+
+    def check_settings_saved(self) -> bool:
+        """Whether the settings file can be written; says once in the status bar when not.
+
+        A read-only or immutable settings file (or one in a folder that cannot be made) left settings
+        and layout silently unsaved (QSettings.status() AccessError); the studio keeps running.
+        """
+        from PySide6.QtCore import QSettings as _QSettings
+
+        ok = self.settings.isWritable() and self.settings.status() != _QSettings.Status.AccessError
+        if not ok and not self._settings_warned:
+            self._settings_warned = True
+            self.notifier.status_error(f"Settings could not be saved: {self.settings.fileName()} is not writable")
+        return ok
 
     # ================================================================== drag and drop, keys
     def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)

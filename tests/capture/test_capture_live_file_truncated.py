@@ -33,3 +33,28 @@ def test_a_whole_file_gets_no_notice(testdata):
         s.start()
         assert _wait_for(lambda: s.finished or s.error is not None, 60.0)
     assert s.error is None and s.notice is None
+
+
+def test_a_truncated_file_looping_warns_once(tmp_path, testdata, caplog):
+    """Trial 20: the studio logged the same truncation warning 4-6 times (once per loop)."""
+    import logging
+
+    src = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(src[:60000])
+    caplog.set_level(logging.DEBUG, logger="avatar_app")
+    with LiveFileSource(cut, loop=True) as s:
+        s.start()
+        assert _wait_for(lambda: s.notice is not None)
+        decoded = int(s.notice.split()[1])  # "only N of about M frames ..."
+        last = []
+
+        def looped():
+            f = s.get_latest(0.05)
+            if f is not None:
+                last.append(f.index)
+            return bool(last) and last[-1] >= 3 * decoded + 1  # the file played 3 times and more
+
+        assert _wait_for(looped, 60.0)
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and "cut.mp4" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]

@@ -178,10 +178,13 @@ def test_a_precision_that_fails_verification_is_named_with_what_serves(playing, 
     said = []
     playing.events.status.connect(lambda text, ms: said.append(text))
     assert playing.set_tracker_choice("onnx", "ort_cpu", "fp16").result(timeout=120) is not None
-    notice = playing.trackers.notice
-    assert f"FP16 detector not verified, FP32 serves: {rejected}" in notice, notice
+    notice, detail = playing.trackers.notice, playing.trackers.notice_detail
+    assert f"FP16 detector not verified, FP32 serves: {rejected}" in detail, detail
+    # one short line (the mesh may fall back too: no face crops here); the reasons are in the tooltip
+    assert notice.startswith("FP16 not used for detector") and notice.endswith(": FP32 serves"), notice
+    assert "\n" not in notice and rejected not in notice
     assert not playing.trackers.error and not playing.trackers.building
-    assert any(t.startswith("Tracking: FP16 detector not verified") for t in said), said
+    assert f"Tracking: {notice}" in said, said
 
 
 class _Tracker:
@@ -243,6 +246,36 @@ def test_fallback_reason_is_the_serving_backends_not_the_first_uninstalled_one()
     text = TrackerController._fell_back(tracker, {"kind": "onnx", "precision": "int8"})
     assert "rejected: max error 0.258" in text and "not installed" not in text
     assert text.count("\n") == 0 and text.startswith("INT8 ") and "FP32 serves" in text
+
+
+def test_the_fallback_notice_is_one_short_line_in_user_terms():
+    """Trial 20: two long lines, each saying "FP32 serves" twice and naming training/landmarks/make_sets.py
+    (absent from a pip install). Now one short line; the per-engine reasons stay in notice_detail."""
+    from types import SimpleNamespace as NS
+
+    from avatar_app.inference.base import Precision
+    from avatar_app.inference.calibration import real_data_missing
+    from avatar_app.inference.manager import Attempt
+    from avatar_app.pipeline.stage_swaps import TrackerController
+
+    def card_info(name):
+        return NS(name=name, card={"real_data_only": True}, validation_path=NS(name=f"{name}.val.npz",
+                                                                               is_file=lambda: False))
+
+    slots = []
+    for stem in ("face_detection", "face_landmark"):
+        why = real_data_missing(card_info(stem), "int8")
+        assert "make_sets" not in why and "training/" not in why and "FP32 serves" not in why, why
+        assert f"{stem}.val.npz" in why
+        slots.append(NS(result=NS(attempts=[Attempt("ort_cpu", "int8", False, why), Attempt("ort_cpu", "fp32", True)]),
+                        active=NS(precision=Precision.FP32, backend="ort_cpu")))
+    tracker = NS(engines=NS(slots=tuple(slots)))
+    chosen = {"kind": "onnx", "precision": "int8"}
+    short = TrackerController.short_notice(TrackerController._fallbacks(tracker, chosen))
+    assert short == "INT8 not used for detector and mesh (no face samples installed to check it): FP32 serves"
+    detail = TrackerController._fell_back(tracker, chosen)
+    assert detail.count("\n") == 1 and all(line.count("FP32 serves") == 1 for line in detail.splitlines()), detail
+    assert TrackerController.short_notice([]) == ""
 
 
 def test_the_tracker_build_reports_progress_over_both_engines(playing, monkeypatch, tiny_models):

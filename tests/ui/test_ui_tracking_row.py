@@ -256,3 +256,38 @@ def test_all_three_rows_fit_the_dock_at_the_default_window_size(qtbot, settings,
         qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
     finally:
         win.close()
+
+
+def test_a_new_choice_clears_the_old_choices_tracker_message(qtbot, file_window, monkeypatch, tmp_path):
+    """Trial 20: after switching back to MediaPipe the status bar still said the ONNX choice's notice."""
+    from avatar_app.tracking import onnx_tracker
+
+    monkeypatch.setattr(onnx_tracker, "model_paths", lambda: (tmp_path / "face_detection.onnx",
+                                                              tmp_path / "face_landmark.onnx"))
+    win = file_window
+    box = win.panels["engines"].tracker_box
+    box.select("onnx", "ort_cpu", None)  # fails: the status bar says so for 10 s
+    qtbot.waitUntil(lambda: win.notifier.message.startswith("The ONNX tracker could not be loaded"), timeout=30000)
+    assert win.status.currentMessage()
+    win.notifier.status("Neutral face calibrated", 5000)  # another message is not the tracker's: kept
+    box.select("mediapipe")
+    qtbot.wait(100)
+    assert win.status.currentMessage() == "Neutral face calibrated"
+    box.select("onnx", "ort_cpu", None)
+    qtbot.waitUntil(lambda: win.notifier.message.startswith("The ONNX tracker could not be loaded"), timeout=30000)
+    box.select("mediapipe")
+    qtbot.waitUntil(lambda: win.status.currentMessage() == "" and win.notifier.message == "", timeout=5000)
+    _switched(qtbot, win, "mediapipe")
+    assert not box.message.text()
+
+
+def test_the_fallback_notice_is_one_line_with_the_reasons_as_tooltip(qtbot, file_window):
+    """Trial 20: the row showed two long lines naming training/landmarks/make_sets.py."""
+    win = file_window
+    box = win.panels["engines"].tracker_box
+    ctl = win.session.trackers
+    ctl.notice = "INT8 not used for detector and mesh (no face samples installed to check it): FP32 serves"
+    ctl.notice_detail = "INT8 detector not verified, FP32 serves: why 1\nINT8 mesh not verified, FP32 serves: why 2"
+    box.refresh()
+    assert box.message.text() == ctl.notice and "\n" not in box.message.text()
+    assert box.message.toolTip() == ctl.notice_detail

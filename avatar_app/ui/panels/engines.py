@@ -291,6 +291,7 @@ class _TrackerBox(QGroupBox):
         self.serving.setText(ctl.serving() or "no source")
         text = "\n".join(t for t in (ctl.error, ctl.notice) if t)
         self.message.setText(text)
+        self.message.setToolTip("\n".join(t for t in (ctl.error, ctl.notice_detail) if t))
         self.message.setVisible(bool(text))
         self.message.setStyleSheet("color: #c0392b;" if text else "")
 

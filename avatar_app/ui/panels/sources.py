@@ -41,6 +41,9 @@ class PreviewPanel(QWidget):
         self.preview.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.preview.setFixedHeight(220)
         self.preview.setStyleSheet("background: #202020; color: #aaa;")
+        self.preview.setWordWrap(True)
+        #: whether the preview says the source stopped (show_stopped) rather than showing a frame
+        self.stopped = False
         lay.addWidget(self.preview)
         # fixed heights, elided, the whole text in the tooltip: a long error never covers the preview
         self.source_label = ElidedLabel("", lines=3)
@@ -78,7 +81,15 @@ class PreviewPanel(QWidget):
         rgb = np.ascontiguousarray(cv2.cvtColor(small, cv2.COLOR_BGR2RGB))
         qimg = QImage(rgb.data, rgb.shape[1], rgb.shape[0], rgb.strides[0], QImage.Format.Format_RGB888).copy()
         self.preview.setPixmap(QPixmap.fromImage(qimg))
+        self.stopped = False
         return True
+
+    def show_stopped(self, why: str = "") -> None:
+        """Replace the last frame by "Source stopped" (and why): a frozen frame looked like a live one."""
+        self.stopped = True
+        self.preview.clear()
+        self.preview.setText(f"Source stopped\n{why}" if why else "Source stopped")
+        self.preview.setToolTip(why)
 
 
 class SourcesPanel(Panel):
@@ -98,6 +109,7 @@ class SourcesPanel(Panel):
         self.preview = self.preview_panel.preview
         self.source_label = self.preview_panel.source_label
         self.delivering_label = self.preview_panel.delivering_label
+        self._delivered = False  # a source delivered since the last change: without one now, it stopped
         lay = QVBoxLayout(self)
         lay.addWidget(self._camera_group())
         lay.addWidget(self._mic_group())
@@ -313,9 +325,14 @@ class SourcesPanel(Panel):
             self.meter.show_value(int(METER_FLOOR_DB))
         src = getattr(pipe, "source", None)
         granted = getattr(src, "granted", None)
-        if pipe is not None and not pipe.running:
-            self.delivering_label.setText("Stopped: nothing is delivered")
+        if (pipe is None and self._delivered) or (pipe is not None and not pipe.running):
+            # stopped (StudioSession.stop_pipeline) or ended / failed: say so, here and on the preview
+            why = plain_error(pipe.error) if pipe is not None and getattr(pipe, "error", None) else ""
+            self.delivering_label.setText(f"Stopped: {why}" if why else "Stopped: nothing is delivered")
+            if not self.preview_panel.stopped:
+                self.preview_panel.show_stopped(why)
         elif granted and self.session.source_fps > 0:
+            self._delivered = True
             self.delivering_label.setText(
                 f"Delivering {granted[0]}x{granted[1]} at {self.session.source_fps:.1f} fps (measured)")
         elif pipe is None:
