@@ -238,17 +238,30 @@ def save_shot(widget, name: str) -> None:
         widget.grab().save(str(Path(folder) / f"{name}.png"))
 
 
+def file_window(source, settings):
+    """A MainWindow playing ``source`` with the built-in solvers (no engine models), not shown yet."""
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.ui.main_window import MainWindow
+
+    return MainWindow(source=source, settings=settings,
+                      engines=EngineController(models={"face_recon": None, "speech2face": None}))
+
+
+def shown_file_window(qtbot, source, settings):
+    """:func:`file_window`, shown at its own layout (no fixed viewport size) and exposed."""
+    win = file_window(source, settings)
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    return win
+
+
 def open_file_window(qtbot, source, settings, size=(640, 360)):
     """A MainWindow playing ``source`` with the built-in solvers (no engine models), shown and running.
 
     The viewport gets a fixed device-independent size so screenshots compare across runs.
     """
-    from avatar_app.pipeline.engines import EngineController
-    from avatar_app.ui.main_window import MainWindow
-
-    win = MainWindow(source=source, settings=settings,
-                     engines=EngineController(models={"face_recon": None, "speech2face": None}))
-    return show_running(qtbot, win, size)
+    return show_running(qtbot, file_window(source, settings), size)
 
 
 def show_running(qtbot, win, size=(640, 360), ready=None, timeout_ms: int = 20000):

@@ -15,14 +15,9 @@ VIDEO = "video/grid_s1_bbaf2n.mp4"
 @pytest.fixture
 def small_window(qtbot, testdata, settings):
     """A MainWindow playing a file (built-in solvers), shown and resized to 1024x640."""
-    from avatar_app.pipeline.engines import EngineController
-    from avatar_app.ui.main_window import MainWindow
+    from tests.ui_helpers import shown_file_window
 
-    win = MainWindow(source=testdata / VIDEO, settings=settings,
-             engines=EngineController(models={"face_recon": None, "speech2face": None}))
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
+    win = shown_file_window(qtbot, testdata / VIDEO, settings)
     win.resize(1024, 640)
     qtbot.waitUntil(lambda: win.size().toTuple() == (1024, 640), timeout=5000)
     qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,

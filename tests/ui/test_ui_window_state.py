@@ -1,4 +1,4 @@
-"""New-user trial 20: layout after shrinking, read-only settings, stopped source, stale tracker messages."""
+"""The window's state: layout after shrinking, read-only settings, stopped source, stale tracker messages."""
 from __future__ import annotations
 
 import pytest
@@ -9,15 +9,9 @@ VIDEO = "video/grid_s1_bbaf2n.mp4"
 
 
 def _window(qtbot, testdata, settings):
-    from avatar_app.pipeline.engines import EngineController
-    from avatar_app.ui.main_window import MainWindow
+    from tests.ui_helpers import shown_file_window
 
-    win = MainWindow(source=testdata / VIDEO, settings=settings,
-                     engines=EngineController(models={"face_recon": None, "speech2face": None}))
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    return win
+    return shown_file_window(qtbot, testdata / VIDEO, settings)
 
 
 def _resize(qtbot, win, w, h):
