@@ -276,6 +276,7 @@ def main() -> int:
             for s in systems:  # a new round starts a new stream: fresh state, media time from 0
                 if isinstance(s, AvatarApp):
                     s.tracker.reset()
+                    s.reconstructor.reset()
                     s.speech.reset()
                     s.built.chain.reset()
                     s.proc = frame_processor_class()(s.tracker, s.reconstructor, s.speech, live=False,
