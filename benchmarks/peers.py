@@ -18,12 +18,14 @@ taken within the run stay meaningful on a shared machine:
   refine_landmarks=True).process``;
 - ``avatar_app``: the project's per-frame processing (``FrameProcessor``:
   track + reconstruct + speech + fuse, offline, no render) with the default
-  reconstructor and speech animator, per stage from the frame's stamps (speech
-  runs inside the track stage, while MediaPipe's threads compute, so the
-  stages' sum exceeds the frame's wall time);
-- ``avatar_app_sequential`` (with ``--sequential``): the same with the stages one
-  after the other on the calling thread (``concurrent_speech = False``), the A/B
-  of the overlap in the same run;
+  reconstructor and speech animator, per stage from the frame's stamps, in the
+  product's default order: speech overlaps tracking only where the process has
+  4 or more CPUs (``processor.speech_overlap_default``); overlapped, speech runs
+  inside the track stage while MediaPipe's threads compute, so the stages' sum
+  exceeds the frame's wall time;
+- with ``--sequential`` (``--other-order``): the same in the other order too,
+  ``avatar_app_sequential`` (``concurrent_speech = False``) or
+  ``avatar_app_overlapped``, the A/B of the overlap in the same run;
 - ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
   ran before (legacy FaceMesh for two faces, landmarks copied into numpy).
 
@@ -185,9 +187,13 @@ class MediaPipeAlone(_Timed):
 class AvatarApp(_Timed):
     """The project's FrameProcessor with its default reconstructor and speech animator."""
 
-    def __init__(self, speech_samples: np.ndarray, speech_offset_s: float, concurrent: bool = True):
-        super().__init__("avatar_app" if concurrent else "avatar_app_sequential")
-        self.concurrent = concurrent
+    def __init__(self, speech_samples: np.ndarray, speech_offset_s: float, concurrent: bool | None = None):
+        from avatar_app.pipeline.processor import speech_overlap_default
+
+        name = "avatar_app" if concurrent is None else ("avatar_app_overlapped" if concurrent
+                                                         else "avatar_app_sequential")
+        super().__init__(name)
+        self.concurrent = speech_overlap_default() if concurrent is None else concurrent
         from avatar_app.pipeline import SPEECH_RATE, StageChoice, audio_window, build_stages
 
         self._audio_window = audio_window
@@ -242,8 +248,8 @@ def main() -> int:
     ap.add_argument("--no-openseeface", action="store_true", help="leave the peer out")
     ap.add_argument("--no-baseline", action="store_true",
                     help="leave out the old track stage's graph (FaceMesh for two faces, landmarks to numpy)")
-    ap.add_argument("--sequential", action="store_true",
-                    help="add avatar_app_sequential: the stages one after the other (no speech overlap)")
+    ap.add_argument("--sequential", "--other-order", dest="sequential", action="store_true",
+                    help="add avatar_app in the other order too (avatar_app_sequential or avatar_app_overlapped)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the clip")
     ap.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each round")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
@@ -264,7 +270,9 @@ def main() -> int:
 
     systems: list = [MediaPipeAlone(), AvatarApp(audio.samples, float(audio.media_time_s))]
     if args.sequential:
-        systems.append(AvatarApp(audio.samples, float(audio.media_time_s), concurrent=False))
+        from avatar_app.pipeline.processor import speech_overlap_default
+
+        systems.append(AvatarApp(audio.samples, float(audio.media_time_s), concurrent=not speech_overlap_default()))
     if not args.no_baseline:
         systems.append(MediaPipeAlone(max_faces=2, points=True))
     if not args.no_openseeface:
@@ -318,10 +326,12 @@ def main() -> int:
             _ratio(app["cpu_ms"]["p50"], osf["cpu_ms"]["p50"]) if osf else None),
         "avatar_app_p50_over_mediapipe_p50": _ratio(app["wall_ms"]["p50"], mp_["wall_ms"]["p50"]),
     }
-    seq = results.get("avatar_app_sequential")
-    if seq:
-        ratios["avatar_app_p50_over_sequential_p50"] = _ratio(app["wall_ms"]["p50"], seq["wall_ms"]["p50"])
-        ratios["avatar_app_sequential_p50_over_openseeface_average"] = _ratio(seq["wall_ms"]["p50"], osf_avg)
+    for other_name in ("avatar_app_sequential", "avatar_app_overlapped"):
+        other = results.get(other_name)
+        if other:
+            tail = other_name.removeprefix("avatar_app_")
+            ratios[f"avatar_app_p50_over_{tail}_p50"] = _ratio(app["wall_ms"]["p50"], other["wall_ms"]["p50"])
+            ratios[f"{other_name}_p50_over_openseeface_average"] = _ratio(other["wall_ms"]["p50"], osf_avg)
     old = results.get("mediapipe_2faces_to_numpy")
     if old:
         ratios["old_track_graph_p50_over_mediapipe_p50"] = _ratio(old["wall_ms"]["p50"], mp_["wall_ms"]["p50"])

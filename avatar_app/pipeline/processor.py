@@ -40,6 +40,37 @@ from avatar_app.fusion.chain import PostChain
 log = logging.getLogger(__name__)
 
 
+#: CPUs from which speech overlaps tracking by default (:func:`speech_overlap_default`).
+OVERLAP_MIN_CPUS = 4
+
+
+def speech_overlap_default(cpus: int | None = None) -> bool:
+    """Whether the speech stage runs beside tracking by default: only with a CPU to spare for it.
+
+    MediaPipe's graph already keeps about two cores busy while it tracks (process CPU
+    6.2 ms per 3.4 ms frame on the 2-core test machine, benchmarks/peers.py), so the
+    animator needs a third. Measured there, alone: frame p50 5.27 ms overlapped
+    against 5.70 sequential; beside two busy processes (a game): 4.45 against 4.30,
+    p95 9.94 against 9.35. So on fewer than :data:`OVERLAP_MIN_CPUS` CPUs the stages
+    run one after the other.
+
+    Args:
+        cpus: CPUs this process may run on (default: its affinity mask, which containers and
+            ``taskset`` narrow; ``os.cpu_count()`` where the platform has no affinity).
+
+    Returns:
+        True to overlap.
+    """
+    import os
+
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            cpus = os.cpu_count() or 1
+    return cpus >= OVERLAP_MIN_CPUS
+
+
 class _SpeechJob:
     """One speech call: its result or exception, and when it ran.
 
@@ -145,7 +176,8 @@ class FrameProcessor:
         last_error: the last post-processing error, as text ("" when none).
         speech_lookahead_s: seconds of audio after the frame time given to the speech
             animator (offline rendering only: its ``offline_lookahead_s``; live stays causal).
-        concurrent_speech: True (default) runs the speech animator while the frame is
+        concurrent_speech: :func:`speech_overlap_default` (True where this process may use
+            4 or more CPUs) runs the speech animator while the frame is
             tracked: inside the tracker's call while MediaPipe's threads compute
             (``tracker.runs_meanwhile``), else on the worker thread while the calling
             thread tracks and reconstructs (the calling thread runs it itself after
@@ -171,7 +203,7 @@ class FrameProcessor:
         self.last_landmarks = None
         self.last_error = ""
         self.speech_lookahead_s = 0.0
-        self.concurrent_speech = True
+        self.concurrent_speech = speech_overlap_default()
         self._worker = _SpeechWorker()
 
     def close(self) -> None:

@@ -139,7 +139,9 @@ def _frame(i: int) -> Frame:
 
 
 def _processor(speech) -> FrameProcessor:
-    return FrameProcessor(_Tracker(speech), reconstructor=None, speech=speech, live=False)
+    proc = FrameProcessor(_Tracker(speech), reconstructor=None, speech=speech, live=False)
+    proc.concurrent_speech = True  # the overlap itself, whatever this machine's CPU count makes the default
+    return proc
 
 
 def test_speech_errors_and_vision_errors_propagate():
@@ -222,3 +224,17 @@ def test_a_job_the_worker_did_not_start_runs_on_the_processing_thread(monkeypatc
     speech.fail = True
     with pytest.raises(AvatarError, match="speech broke"):
         proc.process(_frame(1), np.zeros(1600, np.float32))
+
+
+def test_speech_overlaps_tracking_by_default_only_with_a_cpu_to_spare(monkeypatch):
+    """MediaPipe's graph keeps ~2 cores busy: on fewer than 4 CPUs the stages run one after the other."""
+    import os
+
+    from avatar_app.pipeline import processor as P
+
+    assert not P.speech_overlap_default(2) and not P.speech_overlap_default(3)
+    assert P.speech_overlap_default(4) and P.speech_overlap_default(16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert FrameProcessor(None, None).concurrent_speech is False
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert FrameProcessor(None, None).concurrent_speech is True
