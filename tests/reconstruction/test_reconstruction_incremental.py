@@ -196,6 +196,20 @@ def _ring_of(kept: list[int], slots: list[int], capacity: int, data: np.ndarray)
     return data[[ring[s] for s in range(len(ring))]]
 
 
+def _offer(est, ref, h, t: float, i: int, kept: list[int], slots: list[int], capacity: int, faces, feats):
+    """Offer sample ``i`` to the estimator and to the reference schedule; the former estimate
+    recomputed from scratch over the ring when the sample was kept, else None."""
+    slot = ref.admit(float(t))
+    assert est.update(h, float(t)) == (slot is not None)
+    if slot is None:
+        return None
+    kept.append(i)
+    slots.append(slot)
+    ring = _ring_of(kept, slots, capacity, faces)
+    feat = _ring_of(kept, slots, capacity, feats)
+    return _reference_neutral(ring.copy(), feat, est.lips_closed_m)
+
+
 @pytest.mark.parametrize("capacity", [3, 16, 17])  # even and odd full buffers, and the n <= 2 start
 def test_neutral_estimator_equals_the_former_from_scratch_estimate_at_every_admitted_sample(capacity):
     rng = np.random.default_rng(capacity)
@@ -214,15 +228,9 @@ def test_neutral_estimator_equals_the_former_from_scratch_estimate_at_every_admi
             ref.reset()
             kept.clear()
             slots.clear()
-        slot = ref.admit(float(t))
-        assert est.update(h, float(t)) == (slot is not None)
-        if slot is None:
+        expected = _offer(est, ref, h, t, i, kept, slots, capacity, faces, feats)
+        if expected is None:
             continue
-        kept.append(i)
-        slots.append(slot)
-        ring = _ring_of(kept, slots, capacity, faces)
-        feat = _ring_of(kept, slots, capacity, feats)
-        expected = _reference_neutral(ring.copy(), feat, est.lips_closed_m)
         assert est.value.dtype == np.float32 and est.value.shape == (478, 3)
         assert _same_bits(est.value, expected), (capacity, i, len(kept))
         held.append((est.value, est.value.copy()))
@@ -250,15 +258,9 @@ def test_neutral_estimator_with_nan_points_equals_the_former_estimate():
         warnings.simplefilter("ignore", RuntimeWarning)
         feats = np.array([(fm.eye_aperture(h, "left"), fm.eye_aperture(h, "right"), fm.lip_gap(h)) for h in faces])
         for i, (h, t) in enumerate(zip(faces, np.arange(len(faces)) / 30.0)):
-            slot = ref.admit(float(t))
-            assert est.update(h, float(t)) == (slot is not None)
-            if slot is None:
+            expected = _offer(est, ref, h, t, i, kept, slots, capacity, faces, feats)
+            if expected is None:
                 continue
-            kept.append(i)
-            slots.append(slot)
-            ring = _ring_of(kept, slots, capacity, faces)
-            feat = _ring_of(kept, slots, capacity, feats)
-            expected = _reference_neutral(ring.copy(), feat, est.lips_closed_m)
             assert _same_bits(est.value, expected), i
             nan_other |= bool(np.isnan(est.value[5]).all())
             nan_eye |= bool(np.isnan(est.value[left]).any())
