@@ -9,9 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parents[2]
 _CI_VARS = ("CI", "GITHUB_ACTIONS", "TF_BUILD", "JENKINS_URL", "GITLAB_CI", "BUILDKITE", "CIRCLECI", "TRAVIS",
@@ -31,20 +28,25 @@ def _py(code: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-@pytest.fixture
-def warns(tmp_path) -> None:
-    """Skip where this onnxruntime prints no telemetry warning for an unwritable home (nothing to stop)."""
-    if "telemetry" not in _py("import onnxruntime", tmp_path).stderr.lower():
-        pytest.skip("this onnxruntime prints no telemetry warning for an unwritable home")
+def test_the_opt_out_is_set_before_onnxruntime_loads_and_a_users_own_value_is_kept(tmp_path):
+    code = ("import os, sys\nimport avatar_app.inference\n"
+            "print(os.environ.get('ORT_DISABLE_TELEMETRY'), 'onnxruntime' in sys.modules)")
+    assert _py(code, tmp_path).stdout.split() == ["1", "False"]
+    env = dict(_env(), ORT_DISABLE_TELEMETRY="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert r.stdout.split() == ["0", "False"], r.stdout + r.stderr
 
 
-def test_importing_the_engine_layer_first_keeps_the_warning_off_stderr(warns, tmp_path):
+def test_importing_the_engine_layer_first_keeps_the_warning_off_stderr(tmp_path):
+    """(onnxruntime 1.32 prints the warning on a plain import with this home; whatever the version,
+    nothing may reach stderr.)"""
     r = _py("import avatar_app.inference, onnxruntime", tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "", r.stderr
 
 
-def test_a_render_error_is_one_line_on_stderr_with_an_unwritable_home(warns, short_grid_clip, tmp_path):
+def test_a_render_error_is_one_line_on_stderr_with_an_unwritable_home(short_grid_clip, tmp_path):
     r = subprocess.run([sys.executable, "-m", "avatar_app", "render", str(short_grid_clip), "-o", "/proc/x.mp4",
                         "--size", "96x64", "-q"], env=_env(), cwd=tmp_path, capture_output=True, text=True,
                        timeout=300)
