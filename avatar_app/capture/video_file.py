@@ -98,8 +98,11 @@ class VideoFileSource:
                 raise InputError(
                     f"'{self.path}' has no video stream (streams found: {kinds})", path=self.path)
             self.info = self._probe(c)
-            # an MPEG-PS demuxer reads a cut-off file as complete: look at its packet chain
-            self._cut_short = _media.mpeg_ps_cut_short(self.path) if fmt in _media.MPEG_PS_FORMATS else None
+            # an MPEG-PS demuxer reads a cut-off file as complete: its packet chain is looked at once
+            # the frames have been read (not at open: the walk reads every packet header)
+            self._is_mpeg_ps = fmt in _media.MPEG_PS_FORMATS
+            self._cut_short: str | None = None
+            self._cut_checked = False
         logger.debug("opened %s: %s", self.path, self.info)
 
     # -- probing ----------------------------------------------------------------------
@@ -205,8 +208,11 @@ class VideoFileSource:
                 image = np.ascontiguousarray(image)
                 yield Frame(index=index, t_capture_ns=now_ns(), image=image, media_time_s=t)
                 index += 1
-        if self._cut_short is not None and index > 0:
-            report.note_error(RuntimeError(self._cut_short))
+        if self._is_mpeg_ps and index > 0:
+            if not self._cut_checked:  # once per source, however often it is played through
+                self._cut_short, self._cut_checked = _media.mpeg_ps_cut_short(self.path), True
+            if self._cut_short is not None:
+                report.note_error(RuntimeError(self._cut_short))
         if declared_frames > index > 0:
             report.note_error(RuntimeError(f"{index} of {declared_frames} frames in the file"))
         elif declared_end is not None and last_t is not None:
