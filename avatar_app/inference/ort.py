@@ -142,16 +142,21 @@ class SessionFromOnnx:
         backend: ``"ort_cpu"``, ``"ort_cuda"`` or ``"ort_tensorrt"``.
         threads: CPU thread settings.
         trt_cache_dir: where the TensorRT EP may cache its engines.
+        model_bytes: a serialized ONNX model to load instead of reading ``model_path``
+            (a graph derived in memory, e.g. :func:`~avatar_app.inference.conv_state.conv_state_graph`);
+            ``model_path`` then only names it in messages.
     """
 
     def __init__(self, model_path: str | Path, backend: str = "ort_cpu",
-                 threads: ThreadSettings | None = None, trt_cache_dir: Path | None = None):
+                 threads: ThreadSettings | None = None, trt_cache_dir: Path | None = None,
+                 model_bytes: bytes | None = None):
         if backend not in BACKEND_PROVIDER:
             raise BackendUnavailableError(f"unknown ONNX Runtime backend {backend!r}")
         self.model_path = Path(model_path)
         self.backend = backend
         self.threads = threads or ThreadSettings.from_env()
         self.trt_cache_dir = trt_cache_dir
+        self.model_bytes = model_bytes
 
     def providers(self) -> list:
         """Provider list passed to ONNX Runtime, most preferred first."""
@@ -183,7 +188,7 @@ class SessionFromOnnx:
             raise BackendUnavailableError(
                 f"{wanted} is not offered by this onnxruntime build "
                 f"(offered: {', '.join(offered) or 'none'}); install onnxruntime-gpu for GPU providers")
-        if not self.model_path.is_file():
+        if self.model_bytes is None and not self.model_path.is_file():
             raise ModelLoadError(f"model file not found: {self.model_path}")
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.threads.intra_op
@@ -196,7 +201,8 @@ class SessionFromOnnx:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                session = ort.InferenceSession(str(self.model_path), sess_options=so,
+                src = self.model_bytes if self.model_bytes is not None else str(self.model_path)
+                session = ort.InferenceSession(src, sess_options=so,
                                                providers=self.providers())
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/... types
             raise ModelLoadError(f"ONNX Runtime cannot load {self.model_path.name}: {exc}") from exc
@@ -237,6 +243,12 @@ class OrtRunner(BaseRunner):
                   precision: Precision | str = Precision.FP32, **kwargs) -> "OrtRunner":
         """Shortcut: ``OrtRunner(SessionFromOnnx(model_path, backend, **kwargs), precision)``."""
         return cls(SessionFromOnnx(model_path, backend, **kwargs), precision)
+
+    @property
+    def model_path(self) -> Path | None:
+        """The ONNX file the loader reads (None when the loader names none)."""
+        path = getattr(self._loader, "model_path", None)
+        return Path(path) if path is not None else None
 
     def _open_impl(self) -> None:
         self._session = self._loader()

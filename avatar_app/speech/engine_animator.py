@@ -100,7 +100,7 @@ class EngineSpeechAnimator:
     def __init__(self, model_path: str | Path | None = None, *, manager=None,
                  backend: str | None = None, precision: str | None = None,
                  gate_config: GateConfig | None = None, max_hops: int = 10, slot=None,
-                 attack_s: float = 0.015, release_s: float = 0.06):
+                 attack_s: float = 0.015, release_s: float = 0.06, streaming: bool = True):
         from avatar_app.inference import EngineManager, EngineSlot
 
         if slot is None:
@@ -122,7 +122,11 @@ class EngineSpeechAnimator:
         self.gate = VoiceActivityGate(gate_config)
         self._a_att = 1.0 - math.exp(-HOP_S / attack_s)
         self._a_rel = 1.0 - math.exp(-HOP_S / release_s)
+        self.streaming = bool(streaming)
+        self._stream = None  # the ConvStateEngine of the serving runner, or None (window call)
+        self._stream_for = None  # the runner it was derived for (a swapped slot re-derives)
         self.reset()
+        self.stream_engine()  # derive now (~0.1 s), not at the first frame
 
     def reset(self) -> None:
         """Forget the gate, the hop position and the last weights."""
@@ -133,14 +137,50 @@ class EngineSpeechAnimator:
         self.last_raw = np.zeros(NUM_BLENDSHAPES, np.float32)
         self._cache: np.ndarray | None = None  # log-mel rows of the latest hops
         self._cache_lo = 0  # hop index of the cache's first row
+        self._state: dict | None = None  # conv state after hop ``_state_hop`` (streaming path)
+        self._state_hop = -1
 
     def close(self) -> None:
-        """Close the engine slot."""
+        """Close the conv-state engine and the engine slot."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
         self.slot.close()
 
     def describe(self) -> str:
-        """Which engine serves: ``speech2face.onnx on ort_cpu (fp32)``."""
-        return self.slot.active.describe()
+        """Which engine serves: ``speech2face.onnx on ort_cpu (fp32)``, ``..., conv-state`` when streaming."""
+        runner = self.slot.active
+        stream = self._stream if runner is self._stream_for else None  # (any thread: derives nothing)
+        return stream.describe() if stream is not None else runner.describe()
+
+    def stream_engine(self):
+        """The :class:`~avatar_app.inference.conv_state.ConvStateEngine` of the serving runner, or None.
+
+        Derived (once per runner: the slot may swap engines) when ``streaming`` is on and the
+        runner is ONNX Runtime CPU; on any other backend, or when derivation fails (logged as a
+        warning with the reason), the animator keeps the window call. A new runner starts a new
+        conv state.
+        """
+        runner = self.slot.active
+        if runner is self._stream_for:
+            return self._stream
+        from avatar_app.inference.conv_state import derive_conv_state
+
+        if self._stream is not None:
+            self._stream.close()
+        self._stream, self._stream_for, self._state = None, runner, None
+        if self.streaming and runner.backend == "ort_cpu":
+            try:
+                stream = derive_conv_state(runner)
+                if stream.receptive_field != self.receptive_field:
+                    stream.close()
+                    raise ModelLoadError(f"its receptive field is {stream.receptive_field} frames, the "
+                                         f"model's metadata says {self.receptive_field}")
+                self._stream = stream
+            except AvatarError as exc:
+                _log.warning("speech engine: no conv-state streaming for %s (%s); running the "
+                             "network over its receptive field every frame", runner.describe(), exc)
+        return self._stream
 
     # -- features ----------------------------------------------------------------
     @staticmethod
@@ -199,24 +239,16 @@ class EngineSpeechAnimator:
         return self._weights.copy()
 
     def _run(self, x: np.ndarray, end_sample: int, first: int, last: int) -> None:
+        stream = self.stream_engine()
         n_new = last - first + 1
-        # Only the last hop's output is used, and it needs the receptive field only (the network
-        # is causal): the engine runs over R frames, not R + n_new - 1 (the same output: its
-        # receptive field lies inside either window).
-        t = max(self.receptive_field, n_new, 10)
-        lo = last - t + 1
-        c = self._cache
-        if c is not None and self._cache_lo <= lo and self._cache_lo + len(c) == first:
-            # older hops' features are cached (the stream is continuous): compute the new ones only
+        if stream is not None and self._state is not None and self._state_hop == first - 1:
+            # continuous stream: the conv state holds everything before `first`; run the new hops only
             new, frames = self.hop_features(x, end_sample, range(first, last + 1))
-            feats = np.concatenate([c[lo - self._cache_lo:], new])
+            y, self._state = stream.step(new[None], self._state)
+            out = y[0, -1:]
         else:
-            feats, frames = self.hop_features(x, end_sample, range(lo, last + 1))
-            frames = frames[-n_new:]
-        keep = self.receptive_field + self.max_hops
-        self._cache = feats[-keep:]
-        self._cache_lo = last + 1 - len(self._cache)
-        out = self.slot.infer({"features": feats[None]})["blendshapes"][0, -1:]
+            out, frames = self._run_window(stream, x, end_sample, first, last, n_new)
+        self._state_hop = last if stream is not None else -1
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
         level_db, flatness = level_and_flatness(frames)
@@ -230,6 +262,34 @@ class EngineSpeechAnimator:
         self.last_raw = raw
         self._weights = raw * np.float32(self._gain)
 
+    def _run_window(self, stream, x: np.ndarray, end_sample: int, first: int, last: int, n_new: int):
+        """The newest hop's raw output from one call over its receptive field, and the new hops' frames.
+
+        With a conv-state engine (a stream (re)starts: reset, time going back, a gap of more
+        than ``max_hops``, an engine swap) the call goes through it from zero state, which
+        equals the window call and leaves the state of hop ``last``.
+        """
+        # Only the last hop's output is used, and it needs the receptive field only (the network
+        # is causal): the engine runs over R frames, not R + n_new - 1 (the same output: its
+        # receptive field lies inside either window).
+        t = max(self.receptive_field, n_new, 10)
+        lo = last - t + 1
+        c = self._cache
+        if stream is None and c is not None and self._cache_lo <= lo and self._cache_lo + len(c) == first:
+            # older hops' features are cached (the stream is continuous): compute the new ones only
+            new, frames = self.hop_features(x, end_sample, range(first, last + 1))
+            feats = np.concatenate([c[lo - self._cache_lo:], new])
+        else:
+            feats, frames = self.hop_features(x, end_sample, range(lo, last + 1))
+            frames = frames[-n_new:]
+        if stream is not None:
+            self._cache = None  # the conv state carries the context from here on
+            y, self._state = stream.step(feats[None], stream.zero_state())
+            return y[0, -1:], frames
+        keep = self.receptive_field + self.max_hops
+        self._cache = feats[-keep:]
+        self._cache_lo = last + 1 - len(self._cache)
+        return self.slot.infer({"features": feats[None]})["blendshapes"][0, -1:], frames
 
 def infer_features(slot, feats: np.ndarray, receptive_field: int, max_t: int = 300,
                    max_b: int = 16) -> np.ndarray:
