@@ -1,19 +1,17 @@
-"""Speech engine: the per-frame window call against a conv-state (streaming) graph of the same weights.
+"""Speech engine: the per-frame window call against the conv-state (streaming) graph of the same weights.
 
-A measurement for a design decision (issue 18), not a product path. The shipped
-speech2face.onnx is a causal dilated convolution network: every video frame, the
-animator runs it over the newest hop's receptive field (T = R = 65 frames) and uses one
-output. The same weights as a *conv-state* graph (each block's causal Pad replaced by a
+The shipped speech2face.onnx is a causal dilated convolution network: the window path runs
+it every video frame over the newest hop's receptive field (T = R = 65 frames) and uses one
+output. The conv-state graph of the same weights (each block's causal Pad replaced by a
 Concat with that block's last (k - 1) * d input frames, fed in and returned as state:
-128 x (2 + 4 + 8 + 16 + 32 + 2) floats) compute only the new hops (4 at 25 fps). This
-script builds that graph in memory from the shipped file, streams GRID speech through
-both at 25 fps on ONNX Runtime CPU (one thread, the engine layer's settings) and writes
-the call costs and the largest difference between their newest outputs.
+128 x (2 + 4 + 8 + 16 + 32 + 2) floats; avatar_app.inference.conv_state, what the animator
+runs on ONNX Runtime CPU) computes only the new hops (4 at 25 fps). This script derives
+that graph in memory from the shipped file, streams GRID speech through both at 25 fps on
+ONNX Runtime CPU (one thread, the engine layer's settings) and writes the call costs and
+the largest difference between their newest outputs; then the whole animator
+(EngineSpeechAnimator.process: features, gate, engine) streaming and windowed, interleaved.
 
     python benchmarks/speech_state.py --out benchmarks/results/speech_state.json
-
-Adopting it would change the speech2face contract of DESIGN.md (state inputs and
-outputs), so the engine layer (backends, verification, builds) would need it too.
 """
 from __future__ import annotations
 
@@ -31,37 +29,6 @@ sys.path.insert(0, str(ROOT))
 SHARED = next((p / "shared" for p in ROOT.parents if (p / "shared").is_dir()), ROOT.parent / "shared")
 CLIPS = ("grid_s1_bbaf2n.wav", "grid_s2_swwp2s.wav")
 HOPS_PER_FRAME = 4  # 25 fps video, 10 ms hops
-
-
-def conv_state_graph(path: Path):
-    """(ONNX model, [(state input, state output, channels, frames)]) of the shipped speech2face graph."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    m = onnx.load(str(path))
-    g = m.graph
-    inits = {i.name: i for i in g.initializer}
-    nodes, states = [], []
-    for n in g.node:
-        if n.op_type != "Pad":
-            nodes.append(n)
-            continue
-        conv = next(c for c in g.node if c.op_type == "Conv" and c.input[0] == n.output[0])
-        w = numpy_helper.to_array(inits[conv.input[1]])  # (C_out, C_in, k)
-        dil = next(helper.get_attribute_value(a) for a in conv.attribute if a.name == "dilations")[0]
-        frames, ch = (w.shape[2] - 1) * dil, w.shape[1]
-        name = conv.input[1].replace(".", "_")
-        s_in, s_out = f"state_in_{name}", f"state_out_{name}"
-        g.input.append(helper.make_tensor_value_info(s_in, TensorProto.FLOAT, ["B", ch, frames]))
-        g.output.append(helper.make_tensor_value_info(s_out, TensorProto.FLOAT, ["B", ch, frames]))
-        nodes.append(helper.make_node("Concat", [s_in, n.input[0]], [n.output[0]], axis=2))
-        for suffix, val in (("start", -frames), ("end", 2**62), ("axis", 2)):
-            g.initializer.append(numpy_helper.from_array(np.array([val], np.int64), f"{name}_{suffix}"))
-        nodes.append(helper.make_node("Slice", [n.output[0], f"{name}_start", f"{name}_end", f"{name}_axis"], [s_out]))
-        states.append((s_in, s_out, ch, frames))
-    del g.node[:]
-    g.node.extend(nodes)
-    return m, states
 
 
 def _session(model):
@@ -82,6 +49,43 @@ def _stats(ns: list[int]) -> dict:
             "mean": round(float(v.mean()), 4)}
 
 
+def _animators(testdata: Path, rounds: int) -> dict:
+    """EngineSpeechAnimator.process per 25 fps frame, streaming and windowed, interleaved on the same windows."""
+    from avatar_app.inference import EngineManager
+    from avatar_app.speech.engine_animator import EngineSpeechAnimator, default_model_path
+    from tests.helpers import load_mono16k
+
+    x = np.concatenate([load_mono16k(testdata / "audio" / c) for c in CLIPS])
+    anims = {name: EngineSpeechAnimator(default_model_path(), manager=EngineManager(isolate=False), streaming=on)
+             for name, on in (("streaming", True), ("window", False))}
+    n = int(anims["window"].context_s * 16000)
+    cost = {k: {"wall": [], "cpu": []} for k in anims}
+    diff = 0.0
+    for _ in range(rounds):
+        for a in anims.values():
+            a.reset()
+        for k in range(1, len(x) // 640):
+            end = k * 640
+            w = np.zeros(n, np.float32)
+            seg = x[max(0, end - n):end]
+            w[n - len(seg):] = seg
+            outs = []
+            for name, a in anims.items():
+                c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+                outs.append(a.process(w, end / 16000))
+                t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+                cost[name]["wall"].append(t1 - t0)
+                cost[name]["cpu"].append(c1 - c0)
+            diff = max(diff, float(np.abs(outs[0] - outs[1]).max()))
+    for a in anims.values():
+        a.close()
+    doc = {k: {"wall": _stats(v["wall"]), "thread_cpu": _stats(v["cpu"])} for k, v in cost.items()}
+    doc["streaming_over_window_p50_cpu"] = round(doc["streaming"]["thread_cpu"]["p50"]
+                                                 / doc["window"]["thread_cpu"]["p50"], 3)
+    doc["max_abs_diff_weights"] = diff
+    return doc
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testdata", type=Path, default=Path(os.environ.get("AVATAR_TESTDATA", SHARED / "testdata")))
@@ -89,6 +93,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "speech_state.json")
     args = ap.parse_args()
 
+    from avatar_app.inference.conv_state import conv_state_graph
     from avatar_app.speech.engine_animator import default_model_path
     from avatar_app.speech.mel import SILENCE_VALUE, log_mel
     from tests.helpers import load_mono16k
@@ -97,6 +102,7 @@ def main() -> int:
     r = 65
     window = _session(default_model_path())
     model, states = conv_state_graph(default_model_path())
+    states = [(s.input, s.output, s.channels, s.frames) for s in states]
     stream = _session(model)
     padded = np.concatenate([np.full((r - 1, feats.shape[1]), SILENCE_VALUE, np.float32), feats])
     cost = {"window_T65": {"wall": [], "cpu": []}, f"state_T{HOPS_PER_FRAME}": {"wall": [], "cpu": []}}
@@ -123,6 +129,7 @@ def main() -> int:
             cost[f"state_T{HOPS_PER_FRAME}"]["cpu"].append(c1 - c0)
             state = {s[0]: v for s, v in zip(states, out[1:])}
             max_diff = max(max_diff, float(np.abs(out[0][0, -1] - ref).max()))
+    animator = _animators(args.testdata, args.rounds)
     doc = {
         "what": __doc__.split("\n\n")[1].replace("\n", " "),
         "audio": list(CLIPS), "frames_per_round": len(cost["window_T65"]["wall"]) // args.rounds,
@@ -130,11 +137,13 @@ def main() -> int:
         "state_shapes": [[ch, n] for _, _, ch, n in states],
         "call_ms": {k: {"wall": _stats(v["wall"]), "thread_cpu": _stats(v["cpu"])} for k, v in cost.items()},
         "max_abs_diff_newest_output": max_diff,
+        "animator_process_ms": animator,
         "load_average_at_start": [round(v, 2) for v in load],
         "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     print(json.dumps(doc["call_ms"], indent=1), "\nmax |state - window| newest output:", max_diff)
+    print("animator process():", json.dumps(animator, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2))
     print(f"wrote {args.out}")

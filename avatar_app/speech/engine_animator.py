@@ -37,8 +37,8 @@ from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.errors import AvatarError, InputError, ModelLoadError
 from avatar_app.resources import resource_path
 from avatar_app.speech.base import SPEECH_MASK, SPEECH_SAMPLE_RATE, check_window
-from avatar_app.speech.features import FRAME_LEN, HOP_LEN, HOP_S, level_and_flatness
-from avatar_app.speech.mel import N_MELS, frames_to_log_mel
+from avatar_app.speech.features import FRAME_LEN, HOP_LEN, HOP_S
+from avatar_app.speech.mel import N_MELS, frames_to_log_mel, log_mel_and_gate
 from avatar_app.speech.vad import GateConfig, VoiceActivityGate
 
 _log = logging.getLogger(__name__)
@@ -200,15 +200,14 @@ class EngineSpeechAnimator:
         """
         if len(hops) == 0:
             return np.zeros((0, N_MELS), np.float32), np.zeros((0, FRAME_LEN), np.float32)
-        first_start = hops[0] * HOP_LEN - FRAME_LEN
-        start = end_sample - len(x)
-        need = start - first_start
-        if need > 0:
-            x = np.concatenate([np.zeros(need, np.float32), x])
-            start = first_start
-        offs = np.arange(hops.start, hops.stop, hops.step) * HOP_LEN - (FRAME_LEN + start)
-        frames = x[offs[:, None] + _FRAME_OFFSETS]
+        frames = _hop_frames(x, end_sample, hops)
         return frames_to_log_mel(frames), frames
+
+    @staticmethod
+    def _hop_analysis(x: np.ndarray, end_sample: int, hops: range,
+                      n_gate: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`hop_features` of ``hops`` (not empty) and the gate features of the last ``n_gate``, one FFT."""
+        return log_mel_and_gate(_hop_frames(x, end_sample, hops), n_gate)
 
     # -- processing ----------------------------------------------------------------
     def process(self, window: np.ndarray, t_s: float) -> np.ndarray:
@@ -243,27 +242,26 @@ class EngineSpeechAnimator:
         n_new = last - first + 1
         if stream is not None and self._state is not None and self._state_hop == first - 1:
             # continuous stream: the conv state holds everything before `first`; run the new hops only
-            new, frames = self.hop_features(x, end_sample, range(first, last + 1))
+            new, level_db, flatness = self._hop_analysis(x, end_sample, range(first, last + 1), n_new)
             y, self._state = stream.step(new[None], self._state)
-            out = y[0, -1:]
+            out = y[0, -1]
         else:
-            out, frames = self._run_window(stream, x, end_sample, first, last, n_new)
+            out, level_db, flatness = self._run_window(stream, x, end_sample, first, last, n_new)
         self._state_hop = last if stream is not None else -1
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
-        level_db, flatness = level_and_flatness(frames)
         for level, flat in zip(level_db.tolist(), flatness.tolist()):
             is_open = self.gate.update(level, flat)
             target = 1.0 if is_open else 0.0
             a = self._a_att if target > self._gain else self._a_rel
             self._gain += (target - self._gain) * a
-        raw = np.clip(out[-1], 0.0, 1.0).astype(np.float32)
+        raw = np.clip(out, 0.0, 1.0)  # float32 in, float32 out: a new array
         raw[_NOT_SPEECH] = 0.0
         self.last_raw = raw
         self._weights = raw * np.float32(self._gain)
 
     def _run_window(self, stream, x: np.ndarray, end_sample: int, first: int, last: int, n_new: int):
-        """The newest hop's raw output from one call over its receptive field, and the new hops' frames.
+        """The newest hop's raw output (52,) from one call over its receptive field, and the new hops' gate features.
 
         With a conv-state engine (a stream (re)starts: reset, time going back, a gap of more
         than ``max_hops``, an engine swap) the call goes through it from zero state, which
@@ -277,19 +275,29 @@ class EngineSpeechAnimator:
         c = self._cache
         if stream is None and c is not None and self._cache_lo <= lo and self._cache_lo + len(c) == first:
             # older hops' features are cached (the stream is continuous): compute the new ones only
-            new, frames = self.hop_features(x, end_sample, range(first, last + 1))
+            new, level_db, flatness = self._hop_analysis(x, end_sample, range(first, last + 1), n_new)
             feats = np.concatenate([c[lo - self._cache_lo:], new])
         else:
-            feats, frames = self.hop_features(x, end_sample, range(lo, last + 1))
-            frames = frames[-n_new:]
+            feats, level_db, flatness = self._hop_analysis(x, end_sample, range(lo, last + 1), n_new)
         if stream is not None:
             self._cache = None  # the conv state carries the context from here on
             y, self._state = stream.step(feats[None], stream.zero_state())
-            return y[0, -1:], frames
+            return y[0, -1], level_db, flatness
         keep = self.receptive_field + self.max_hops
         self._cache = feats[-keep:]
         self._cache_lo = last + 1 - len(self._cache)
-        return self.slot.infer({"features": feats[None]})["blendshapes"][0, -1:], frames
+        return self.slot.infer({"features": feats[None]})["blendshapes"][0, -1], level_db, flatness
+
+def _hop_frames(x: np.ndarray, end_sample: int, hops: range) -> np.ndarray:
+    """(len(hops), 400) float32 frames of hops (see ``hop_features``); samples before ``x`` are zeros."""
+    first_start = hops[0] * HOP_LEN - FRAME_LEN
+    start = end_sample - len(x)
+    need = start - first_start
+    if need > 0:
+        x = np.concatenate([np.zeros(need, np.float32), x])
+        start = first_start
+    offs = np.arange(hops.start, hops.stop, hops.step) * HOP_LEN - (FRAME_LEN + start)
+    return x[offs[:, None] + _FRAME_OFFSETS]
 
 def infer_features(slot, feats: np.ndarray, receptive_field: int, max_t: int = 300,
                    max_b: int = 16) -> np.ndarray:

@@ -73,12 +73,33 @@ class FrameFeatures:
     tilt_db: np.ndarray
 
 
+def windowed(frames: np.ndarray) -> np.ndarray:
+    """(K, 400) float32: the frames times this module's float32 Hann window (the FFT's input)."""
+    return frames * _WINDOW
+
+
 def _power(frames: np.ndarray) -> np.ndarray:
+    return _spectrum_power(np.fft.rfft(windowed(frames), N_FFT, axis=-1))
+
+
+def _spectrum_power(spec: np.ndarray) -> np.ndarray:
     """(K, 257) float64 power spectra (+ eps), column-major: the band slices of it are views whose row
     sums add the bins in the order numpy sums a boolean-mask copy (``power[:, mask]`` is column-major
     too), so the features equal those of the masked copies bit for bit, without the copies."""
-    spec = np.fft.rfft(frames * _WINDOW, N_FFT, axis=-1)
     return np.asfortranarray(spec.real**2 + spec.imag**2 + _EPS)
+
+
+def spectrum_level_and_flatness(spec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`level_and_flatness` from the spectra ``np.fft.rfft(windowed(frames), N_FFT, axis=-1)``.
+
+    Args:
+        spec: (K, 257) complex128 spectra (rows of a larger FFT call too: numpy transforms rows
+            one by one, so a row's spectrum does not depend on the batch).
+
+    Returns:
+        (K,) float64 level_db and flatness, bit-identical to ``level_and_flatness(frames)``.
+    """
+    return _level_flatness(_spectrum_power(spec))
 
 
 def _level_flatness(power: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

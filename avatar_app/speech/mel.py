@@ -23,7 +23,7 @@ import numpy as np
 
 from avatar_app.core.errors import InputError
 from avatar_app.speech.base import SPEECH_SAMPLE_RATE
-from avatar_app.speech.features import FRAME_LEN, HOP_LEN, N_FFT
+from avatar_app.speech.features import FRAME_LEN, HOP_LEN, N_FFT, spectrum_level_and_flatness, windowed
 
 #: Number of mel bands.
 N_MELS = 64
@@ -82,6 +82,31 @@ def frames_to_log_mel(frames: np.ndarray) -> np.ndarray:
     spec = np.fft.rfft(np.asarray(frames, np.float64) * _WINDOW, N_FFT, axis=-1)
     power = spec.real**2 + spec.imag**2
     return np.log(power @ _FB + LOG_FLOOR).astype(np.float32)
+
+
+def log_mel_and_gate(frames: np.ndarray, n_gate: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`frames_to_log_mel` of all frames and the voice gate's features of the last ``n_gate``, one FFT call.
+
+    The two analyses window differently (float64 Hann here, the float32 one of
+    :func:`~avatar_app.speech.features.windowed` for the gate), so their rows are stacked into
+    one ``rfft`` call (numpy transforms rows one by one: each row's spectrum is the one a
+    separate call gives); every result is bit-identical to the separate calls.
+
+    Args:
+        frames: (K, 400) float32 mono 16 kHz frames.
+        n_gate: 1 <= n_gate <= K: how many of the newest frames the gate reads.
+
+    Returns:
+        (K, 64) float32 log-mel, (n_gate,) float64 level_db and flatness
+        (:func:`~avatar_app.speech.features.level_and_flatness` of ``frames[-n_gate:]``).
+    """
+    k = len(frames)
+    both = np.concatenate([np.asarray(frames, np.float64) * _WINDOW, windowed(frames[k - n_gate:])])
+    spec = np.fft.rfft(both, N_FFT, axis=-1)
+    mel = spec[:k]
+    power = mel.real**2 + mel.imag**2
+    level_db, flatness = spectrum_level_and_flatness(spec[k:])
+    return np.log(power @ _FB + LOG_FLOOR).astype(np.float32), level_db, flatness
 
 
 def n_frames(n_samples: int) -> int:

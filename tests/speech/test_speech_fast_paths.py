@@ -2,6 +2,7 @@
 
 - the engine runs over the newest hop's receptive field only (T = R): the newest output of a
   causal network is the same over any longer window;
+- the log-mel rows and the gate features of a call come from one stacked rfft call: bit-identical;
 - the gate's band features sum bin slices (views of a column-major power spectrum, summed in the
   order numpy sums the column-major mask copies) instead of mask copies: bit-identical; the
   animator's ``level_and_flatness`` (no tilt) too.
@@ -83,3 +84,17 @@ def test_video_rate_calls_equal_the_whole_track(animator, speech):
         animator.process(window, end / SR)
         want = np.where(SPEECH_MASK, np.clip(y[end // 160 - 1], 0.0, 1.0), 0.0)
         np.testing.assert_allclose(animator.last_raw, want, rtol=0, atol=1e-5)
+
+
+def test_one_fft_for_mel_and_gate_is_bit_identical(speech):
+    """The animator's log-mel and gate features from one stacked rfft call equal the two separate calls."""
+    from avatar_app.speech.mel import frames_to_log_mel, log_mel_and_gate
+
+    for k, n_gate in ((1, 1), (4, 4), (7, 7), (10, 10), (65, 4), (69, 10)):  # streaming calls, restarts
+        for s in range(0, len(speech) - F.FRAME_LEN - k * F.HOP_LEN, 4001):
+            frames = speech[s + np.arange(k)[:, None] * F.HOP_LEN + np.arange(F.FRAME_LEN)]
+            mel, level, flatness = log_mel_and_gate(frames, n_gate)
+            ref_level, ref_flatness = F.level_and_flatness(frames[k - n_gate:])
+            np.testing.assert_array_equal(mel, frames_to_log_mel(frames))
+            np.testing.assert_array_equal(level, ref_level)
+            np.testing.assert_array_equal(flatness, ref_flatness)
