@@ -6,17 +6,29 @@ Per video frame (``process(window, t_s)``):
    (:mod:`avatar_app.speech.mel`; the same frames ``log_mel`` gives for the
    whole track);
 2. for the hops new since the last call (at most ``max_hops``), the log-mel
-   rows are computed (older rows are kept from earlier calls while the stream
-   is continuous), the :class:`~avatar_app.speech.vad.VoiceActivityGate`
-   (hysteresis and hold) advances, and the engine runs ONCE over the
-   receptive field of the newest hop (``T = R`` frames, R = 65: 0.65 s; only
-   the newest hop's output is used, and the network is causal): one call per
-   video frame over a short context, no recurrent state.
-   Chosen by measurement (benchmarks/speech.py, ONNX Runtime CPU): a call
-   costs ~0.14 ms at T = 10 (the per-call floor a stateful per-hop design
-   would pay 100 times a second) and ~0.37 ms at T = 68, so at 30 fps the
-   per-frame call is the cheaper one, and the graph stays a plain convolution
-   network for every backend;
+   rows and the :class:`~avatar_app.speech.vad.VoiceActivityGate`'s features are
+   computed (one FFT call), the gate (hysteresis and hold) advances, and the
+   engine runs once per video frame, one of two ways:
+
+   - **conv-state streaming** (ONNX Runtime CPU, the default there): the engine
+     layer derives the conv-state graph of the shipped file in memory
+     (:mod:`avatar_app.inference.conv_state`: each causal Pad becomes a Concat
+     with that block's last ``(k - 1) * d`` input frames, carried as state); the
+     animator keeps the state and feeds only the new hops (T = 4 at 25 fps:
+     ~0.17 vs ~0.46 ms a call, benchmarks/speech_state.py). A stream (re)starts
+     with one zero-state call over the newest hop's receptive field (R = 65
+     frames), which is the window call below, at exactly the points where the
+     window path restarts its feature cache: ``reset()``, time going back (a
+     seek), a gap of more than ``max_hops`` hops, and an engine swap;
+   - **window call** (TensorRT, the GPU providers, a remote engine, or when the
+     derivation or its check fails: logged as a warning): the engine runs over
+     the receptive field of the newest hop (``T = R`` frames: only the newest
+     hop's output is used, and the network is causal), older log-mel rows kept
+     from earlier calls while the stream is continuous.
+
+   Both give the same newest output (within 1e-6 on GRID speech,
+   tests/speech/test_speech_streaming.py); the shipped ONNX file stays the
+   engine contract (builds, calibration, verification);
 3. the newest hop's output is multiplied by the gate's smoothed gain (15 ms attack,
    60 ms release, advanced over every new hop), so silence, steady noise and clicks give a closed, relaxed
    mouth even where the network would twitch.
