@@ -19,7 +19,8 @@ Per video frame (``process(window, t_s)``):
      with one zero-state call over the newest hop's receptive field (R = 65
      frames), which is the window call below, at exactly the points where the
      window path restarts its feature cache: ``reset()``, time going back (a
-     seek), a gap of more than ``max_hops`` hops, and an engine swap;
+     seek), a gap of more than ``max_hops`` hops, and an engine swap (the new
+     runner's graph is derived on a background thread; window calls serve meanwhile);
    - **window call** (TensorRT, the GPU providers, a remote engine, or when the
      derivation or its check fails: logged as a warning): the engine runs over
      the receptive field of the newest hop (``T = R`` frames: only the newest
@@ -41,6 +42,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -137,8 +140,11 @@ class EngineSpeechAnimator:
         self.streaming = bool(streaming)
         self._stream = None  # the ConvStateEngine of the serving runner, or None (window call)
         self._stream_for = None  # the runner it was derived for (a swapped slot re-derives)
+        self._pending: list | None = None  # a background derivation's result box (after a swap)
         self.reset()
+        self._stream_for_init = True
         self.stream_engine()  # derive now (~0.1 s), not at the first frame
+        self._stream_for_init = False
 
     def reset(self) -> None:
         """Forget the gate, the hop position and the last weights."""
@@ -168,31 +174,52 @@ class EngineSpeechAnimator:
     def stream_engine(self):
         """The :class:`~avatar_app.inference.conv_state.ConvStateEngine` of the serving runner, or None.
 
-        Derived (once per runner: the slot may swap engines) when ``streaming`` is on and the
-        runner is ONNX Runtime CPU; on any other backend, or when derivation fails (logged as a
-        warning with the reason), the animator keeps the window call. A new runner starts a new
-        conv state.
+        Derived once per runner (the slot may swap engines) when ``streaming`` is on and the
+        runner is ONNX Runtime CPU: at construction on the calling thread, after a swap on a
+        background thread (~0.1-0.2 s: the window call serves meanwhile, and the first call
+        after it is ready restarts the stream from zero state). On any other backend, or when
+        derivation fails (logged as a warning with the reason), the window call serves.
         """
         runner = self.slot.active
-        if runner is self._stream_for:
-            return self._stream
+        if runner is not self._stream_for:
+            if self._stream is not None:
+                self._stream.close()
+            self._stream, self._stream_for, self._state = None, runner, None
+            self._pending = None
+            if self.streaming and runner.backend == "ort_cpu":
+                if self._stream_for_init:
+                    self._stream = self._derive(runner)
+                else:
+                    box: list = []
+                    threading.Thread(target=lambda: box.append(self._derive(runner)), daemon=True,
+                                     name="speech-conv-state").start()
+                    self._pending = box
+        if self._pending:  # the background derivation is done (list.append is atomic)
+            self._stream, self._pending, self._state = self._pending[0], None, None
+        return self._stream
+
+    def wait_stream_engine(self, timeout_s: float = 30.0):
+        """Wait for a background derivation (tests, benchmarks), then :meth:`stream_engine`."""
+        deadline = time.monotonic() + timeout_s
+        self.stream_engine()
+        while self._pending is not None and not self._pending and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self.stream_engine()
+
+    def _derive(self, runner):
         from avatar_app.inference.conv_state import derive_conv_state
 
-        if self._stream is not None:
-            self._stream.close()
-        self._stream, self._stream_for, self._state = None, runner, None
-        if self.streaming and runner.backend == "ort_cpu":
-            try:
-                stream = derive_conv_state(runner)
-                if stream.receptive_field != self.receptive_field:
-                    stream.close()
-                    raise ModelLoadError(f"its receptive field is {stream.receptive_field} frames, the "
-                                         f"model's metadata says {self.receptive_field}")
-                self._stream = stream
-            except AvatarError as exc:
-                _log.warning("speech engine: no conv-state streaming for %s (%s); running the "
-                             "network over its receptive field every frame", runner.describe(), exc)
-        return self._stream
+        try:
+            stream = derive_conv_state(runner)
+            if stream.receptive_field != self.receptive_field:
+                stream.close()
+                raise ModelLoadError(f"its receptive field is {stream.receptive_field} frames, the "
+                                     f"model's metadata says {self.receptive_field}")
+            return stream
+        except AvatarError as exc:
+            _log.warning("speech engine: no conv-state streaming for %s (%s); running the "
+                         "network over its receptive field every frame", runner.describe(), exc)
+            return None
 
     # -- features ----------------------------------------------------------------
     @staticmethod

@@ -119,10 +119,11 @@ def test_engine_swap_restarts_the_state(pair, speech):
     for t in (0.04, 0.08, 0.12):
         stream.process(_window(stream, speech, t), t)
     stream.slot.open()  # the slot serves a new runner, as after a settings-panel swap
-    assert stream.stream_engine() is not first and stream._state is None
+    assert stream.stream_engine() is not first and stream._state is None  # (derived in the background)
+    assert stream.wait_stream_engine() not in (None, first) and stream._state is None
     for t in (0.04, 0.08, 0.12, 0.16, 0.20):
         window.process(_window(window, speech, t), t)
-    stream.process(_window(stream, speech, 0.16), 0.16)
+    stream.process(_window(stream, speech, 0.16), 0.16)  # zero-state restart on the new engine
     stream.process(_window(stream, speech, 0.20), 0.20)
     np.testing.assert_allclose(stream.last_raw, window.last_raw, rtol=0, atol=TOL)
 
@@ -140,4 +141,29 @@ def test_failed_derivation_falls_back_to_the_window_call(monkeypatch, caplog, sp
         w = a.process(_window(a, speech, 1.0), 1.0)
         assert w.shape == (52,) and np.isfinite(w).all()
     finally:
+        a.close()
+
+
+def test_the_window_call_serves_while_a_swapped_engine_derives(monkeypatch, speech):
+    import threading
+
+    a = _animator(True)
+    gate, real = threading.Event(), conv_state_mod.derive_conv_state
+
+    def slow(runner):
+        assert gate.wait(30)
+        return real(runner)
+
+    try:
+        monkeypatch.setattr(conv_state_mod, "derive_conv_state", slow)
+        a.slot.open()
+        for t in (0.04, 0.08, 0.12):  # the derivation waits: window calls serve, none blocks
+            assert a.process(_window(a, speech, t), t).shape == (52,)
+            assert a.stream_engine() is None and a._state is None
+        gate.set()
+        assert a.wait_stream_engine() is not None
+        a.process(_window(a, speech, 0.16), 0.16)
+        assert a._state is not None and a._state_hop == 16
+    finally:
+        gate.set()
         a.close()
