@@ -224,8 +224,9 @@ def derive_conv_state(runner: BaseRunner, *, check_hops: tuple[int, ...] = (4, 1
     (``DEFAULT_TOLERANCES[FP32]``, 1e-4).
 
     Args:
-        runner: an open :class:`~avatar_app.inference.ort.OrtRunner` on ``ort_cpu`` whose
-            first input is ``[B, T, F]``.
+        runner: an open FP32 :class:`~avatar_app.inference.ort.OrtRunner` on ``ort_cpu`` whose
+            first input is ``[B, T, F]`` (FP16 / INT8 files keep their own graphs: their casts and
+            Q/DQ nodes sit between the pads and the convolutions).
         check_hops: new frames per check call.
         seed: the check features' seed.
 
@@ -233,15 +234,15 @@ def derive_conv_state(runner: BaseRunner, *, check_hops: tuple[int, ...] = (4, 1
         An open :class:`ConvStateEngine` (``max_abs_diff`` set).
 
     Raises:
-        BackendUnavailableError: the runner is not an ONNX Runtime CPU runner of a file.
+        BackendUnavailableError: the runner is not an ONNX Runtime CPU FP32 runner of a file.
         ModelLoadError: the graph does not fit (:func:`conv_state_graph`), the session does not
             load, or the check fails.
     """
     from avatar_app.inference.ort import OrtRunner, SessionFromOnnx
 
     path = runner.model_path if isinstance(runner, OrtRunner) else None
-    if runner.backend != "ort_cpu" or path is None:
-        raise BackendUnavailableError(f"conv-state streaming is derived on ONNX Runtime CPU only, "
+    if runner.backend != "ort_cpu" or path is None or runner.precision is not Precision.FP32:
+        raise BackendUnavailableError(f"conv-state streaming is derived on ONNX Runtime CPU FP32 only, "
                                       f"not for {runner.describe()}")
     model, states = conv_state_graph(path)
     loader = SessionFromOnnx(path, "ort_cpu", threads=getattr(runner._loader, "threads", None),

@@ -175,7 +175,8 @@ class EngineSpeechAnimator:
         """The :class:`~avatar_app.inference.conv_state.ConvStateEngine` of the serving runner, or None.
 
         Derived once per runner (the slot may swap engines) when ``streaming`` is on and the
-        runner is ONNX Runtime CPU: at construction on the calling thread, after a swap on a
+        runner is ONNX Runtime CPU FP32 (an FP16 or INT8 file on the CPU keeps the window call,
+        as the user chose it): at construction on the calling thread, after a swap on a
         background thread (~0.1-0.2 s: the window call serves meanwhile, and the first call
         after it is ready restarts the stream from zero state). On any other backend, or when
         derivation fails (logged as a warning with the reason), the window call serves.
@@ -186,7 +187,10 @@ class EngineSpeechAnimator:
                 self._stream.close()
             self._stream, self._stream_for, self._state = None, runner, None
             self._pending = None
-            if self.streaming and runner.backend == "ort_cpu":
+            if self.streaming and runner.backend == "ort_cpu" and runner.precision.value != "fp32":
+                _log.info("speech engine: %s runs the window call (conv-state streaming is derived "
+                          "for the FP32 file only)", runner.describe())
+            elif self.streaming and runner.backend == "ort_cpu":
                 if self._stream_for_init:
                     self._stream = self._derive(runner)
                 else:

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from avatar_app.core.errors import BackendUnavailableError, ModelLoadError
-from avatar_app.inference import EngineManager
+from avatar_app.inference import EngineManager, Precision
 from avatar_app.inference.conv_state import conv_state_graph, derive_conv_state
 from avatar_app.inference.ort import OrtRunner
 from avatar_app.speech.engine_animator import default_model_path
@@ -82,12 +82,16 @@ def test_graph_without_pad_and_other_backends_are_refused(tmp_path):
 
     class FakeTrt:
         backend = "tensorrt"
+        precision = Precision.FP16
 
         def describe(self):
             return "speech2face.onnx on tensorrt (fp16)"
 
-    with pytest.raises(BackendUnavailableError, match="ONNX Runtime CPU only"):
+    with pytest.raises(BackendUnavailableError, match="ONNX Runtime CPU FP32 only"):
         derive_conv_state(FakeTrt())
+    with OrtRunner.from_path(path, precision=Precision.FP16) as fp16, \
+            pytest.raises(BackendUnavailableError, match="FP32 only"):
+        derive_conv_state(fp16)
 
 
 def test_speech2face_derivation_matches_the_reference():
