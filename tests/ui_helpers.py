@@ -162,9 +162,9 @@ class ServedCounter:
     """Counts what an EngineSlot serves, per precision, on the app's own inference path.
 
     :meth:`attach` routes the slot's ``infer`` through ``infer_with`` (what
-    ``EngineSlot.infer`` does anyway) to learn which engine served each call;
-    the wrapped model (e.g. EngineSpeechAnimator) is untouched and keeps calling
-    ``slot.infer`` on the processing thread.
+    ``EngineSlot.infer`` does anyway) and wraps ``step_with`` (the conv-state calls) to
+    learn which engine served each call; the wrapped model (e.g. EngineSpeechAnimator) is
+    untouched and keeps calling the slot on the processing thread.
 
     Attributes:
         served: precision value ("fp32", "int8") -> calls served.
@@ -188,14 +188,9 @@ class ServedCounter:
         if self.slot is slot:
             return
         self.slot = slot
-        infer_with = slot.infer_with
+        infer_with, step_with = slot.infer_with, slot.step_with
 
-        def infer(feeds):
-            try:
-                out, runner = infer_with(feeds)
-            except Exception as exc:  # noqa: BLE001 - collected for the test, then re-raised
-                self.errors.append(exc)
-                raise
+        def count(runner, row) -> None:
             p = runner.precision.value
             self.served[p] = self.served.get(p, 0) + 1
             if self.runs and self.runs[-1][0] == p:
@@ -204,10 +199,29 @@ class ServedCounter:
                 self.runs.append([p, 1])
             rows = self.last_rows.setdefault(p, [])
             if len(rows) < self.keep:
-                rows.append(np.asarray(out[self.output])[0, -1].copy())
+                rows.append(np.asarray(row).copy())
+
+        def infer(feeds):
+            try:
+                out, runner = infer_with(feeds)
+            except Exception as exc:  # noqa: BLE001 - collected for the test, then re-raised
+                self.errors.append(exc)
+                raise
+            count(runner, out[self.output][0, -1])
             return out
 
+        def step(stream, features, state):  # the conv-state calls (EngineSpeechAnimator on ORT CPU FP32)
+            try:
+                res = step_with(stream, features, state)
+            except Exception as exc:  # noqa: BLE001 - collected for the test, then re-raised
+                self.errors.append(exc)
+                raise
+            if res is not None:
+                count(res[2], res[0][0, -1])
+            return res
+
         slot.infer = infer
+        slot.step_with = step
 
     def sequence(self) -> list[str]:
         """The precisions in serving order, consecutive calls merged (e.g. ["fp32", "int8", "fp32"])."""

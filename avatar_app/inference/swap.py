@@ -5,6 +5,11 @@ precision)`` builds, verifies and opens the new engine on a background thread
 while the old one keeps serving; the swap happens under the slot's lock, i.e.
 between two ``infer`` calls, and only a fully opened, verified engine is ever
 put in the slot. A failed request leaves the old engine serving.
+
+A slot can also serve a model's conv-state (streaming) graph beside each engine
+(:meth:`EngineSlot.enable_conv_state`, :mod:`avatar_app.inference.conv_state`): it is
+derived for every new ONNX Runtime CPU FP32 engine before that engine is swapped in
+(on the worker thread), and swapped together with it.
 """
 from __future__ import annotations
 
@@ -53,6 +58,8 @@ class EngineSlot:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engine-swap-{self.model_path.stem}")
         self.swaps = 0
         self.last_error: BaseException | None = None
+        self._streaming = False
+        self._stream = None  # the ConvStateEngine of the active runner, or None
 
     # -- serving -------------------------------------------------------------
     def open(self, backend: str | None = None, precision: Precision | str | None = None) -> OpenResult:
@@ -62,11 +69,74 @@ class EngineSlot:
             ModelLoadError: not even the reference engine loads.
         """
         result = self.manager.open_engine(self.model_path, backend, precision, card=self.card)
+        stream = self._derive(result.runner) if self._streaming else None
         with self._lock:
             old, self._active, self._result = self._active, result.runner, result
+            old_stream, self._stream = self._stream, stream
+        if old_stream is not None:
+            old_stream.close()
         if old is not None:
             old.close()
         return result
+
+    # -- conv-state streaming ------------------------------------------------
+    def enable_conv_state(self):
+        """Serve the model's conv-state graph beside every engine from now on; the active one's now.
+
+        Derived (:func:`~avatar_app.inference.conv_state.derive_conv_state`, ~0.1-0.2 s) on
+        the calling thread for the active engine, and on the worker thread for each engine a
+        later request opens, before it is swapped in. Only ONNX Runtime CPU FP32 engines get
+        one; a failed derivation is logged as a warning and leaves :attr:`conv_state` None.
+
+        Returns:
+            :attr:`conv_state`.
+        """
+        if self._streaming:
+            return self._stream
+        self._streaming = True
+        runner = self._active
+        stream = self._derive(runner) if runner is not None else None
+        with self._lock:
+            if stream is not None and self._active is runner and self._stream is None:
+                self._stream, stream = stream, None
+        if stream is not None:  # swapped meanwhile: that engine got its own
+            stream.close()
+        return self._stream
+
+    @property
+    def conv_state(self):
+        """The :class:`~avatar_app.inference.conv_state.ConvStateEngine` of the active engine, or None."""
+        return self._stream
+
+    def step_with(self, stream, features: np.ndarray, state: Mapping[str, np.ndarray]):
+        """One conv-state call, if ``stream`` is still the active engine's (else None: it was swapped).
+
+        Args:
+            stream: the :attr:`conv_state` the caller's ``state`` belongs to.
+            features, state: see :meth:`ConvStateEngine.step`.
+
+        Returns:
+            (outputs, new state, the runner the graph was derived from), or None.
+        """
+        with self._lock:
+            if stream is None or stream is not self._stream:
+                return None
+            y, new_state = stream.step(features, state)
+            return y, new_state, stream.source
+
+    def _derive(self, runner: BaseRunner):
+        from avatar_app.inference.conv_state import derive_conv_state
+
+        if runner.backend != "ort_cpu" or runner.precision is not Precision.FP32:
+            logger.info("%s: no conv-state graph (derived for ONNX Runtime CPU FP32 only); the window "
+                        "call serves", runner.describe())
+            return None
+        try:
+            return derive_conv_state(runner)
+        except AvatarError as exc:
+            logger.warning("%s: no conv-state streaming (%s); the network runs over its receptive "
+                           "field at every call", runner.describe(), exc)
+            return None
 
     @property
     def active(self) -> BaseRunner:
@@ -123,6 +193,7 @@ class EngineSlot:
                 return None
             try:
                 result = self.manager.open_engine(self.model_path, backend, precision, card=self.card)
+                stream = self._derive(result.runner) if self._streaming else None
             except AvatarError as exc:
                 logger.error("engine request %s/%s for %s failed; keeping %s: %s", backend, precision,
                              self.model_path.name, self._active.describe() if self._active else "none", exc)
@@ -136,7 +207,10 @@ class EngineSlot:
                 else:
                     superseded = False
                     old, self._active, self._result = self._active, result.runner, result
+                    stream, self._stream = self._stream, stream  # (now the old one, to close)
                     self.swaps += 1
+            if stream is not None:
+                stream.close()
             if superseded:
                 result.runner.close()
                 return None
@@ -156,6 +230,9 @@ class EngineSlot:
         self._pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             runner, self._active = self._active, None
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
         if runner is not None:
             runner.close()
 

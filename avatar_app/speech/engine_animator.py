@@ -19,8 +19,9 @@ Per video frame (``process(window, t_s)``):
      with one zero-state call over the newest hop's receptive field (R = 65
      frames), which is the window call below, at exactly the points where the
      window path restarts its feature cache: ``reset()``, time going back (a
-     seek), a gap of more than ``max_hops`` hops, and an engine swap (the new
-     runner's graph is derived on a background thread; window calls serve meanwhile);
+     seek), a gap of more than ``max_hops`` hops, and an engine swap (the
+     :class:`~avatar_app.inference.EngineSlot` derives the new engine's graph on its
+     worker thread before swapping both in: the old pair serves meanwhile);
    - **window call** (TensorRT, the GPU providers, a remote engine, or when the
      derivation or its check fails: logged as a warning): the engine runs over
      the receptive field of the newest hop (``T = R`` frames: only the newest
@@ -42,8 +43,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -138,13 +137,10 @@ class EngineSpeechAnimator:
         self._a_att = 1.0 - math.exp(-HOP_S / attack_s)
         self._a_rel = 1.0 - math.exp(-HOP_S / release_s)
         self.streaming = bool(streaming)
-        self._stream = None  # the ConvStateEngine of the serving runner, or None (window call)
-        self._stream_for = None  # the runner it was derived for (a swapped slot re-derives)
-        self._pending: list | None = None  # a background derivation's result box (after a swap)
+        self._bad_stream = None
         self.reset()
-        self._stream_for_init = True
-        self.stream_engine()  # derive now (~0.1 s), not at the first frame
-        self._stream_for_init = False
+        if self.streaming and hasattr(slot, "enable_conv_state"):  # (stand-in slots may lack it)
+            slot.enable_conv_state()  # derived now (~0.1 s), not at the first frame
 
     def reset(self) -> None:
         """Forget the gate, the hop position and the last weights."""
@@ -156,74 +152,38 @@ class EngineSpeechAnimator:
         self._cache: np.ndarray | None = None  # log-mel rows of the latest hops
         self._cache_lo = 0  # hop index of the cache's first row
         self._state: dict | None = None  # conv state after hop ``_state_hop`` (streaming path)
+        self._state_owner = None  # the ConvStateEngine the state belongs to
         self._state_hop = -1
 
     def close(self) -> None:
-        """Close the conv-state engine and the engine slot."""
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        """Close the engine slot (and its conv-state engine)."""
         self.slot.close()
 
     def describe(self) -> str:
         """Which engine serves: ``speech2face.onnx on ort_cpu (fp32)``, ``..., conv-state`` when streaming."""
-        runner = self.slot.active
-        stream = self._stream if runner is self._stream_for else None  # (any thread: derives nothing)
-        return stream.describe() if stream is not None else runner.describe()
+        stream = self.stream_engine()
+        return stream.describe() if stream is not None else self.slot.active.describe()
 
     def stream_engine(self):
-        """The :class:`~avatar_app.inference.conv_state.ConvStateEngine` of the serving runner, or None.
+        """The :class:`~avatar_app.inference.conv_state.ConvStateEngine` the slot serves now, or None.
 
-        Derived once per runner (the slot may swap engines) when ``streaming`` is on and the
-        runner is ONNX Runtime CPU FP32 (an FP16 or INT8 file on the CPU keeps the window call,
-        as the user chose it): at construction on the calling thread, after a swap on a
-        background thread (~0.1-0.2 s: the window call serves meanwhile, and the first call
-        after it is ready restarts the stream from zero state). On any other backend, or when
-        derivation fails (logged as a warning with the reason), the window call serves.
+        The slot derives it for each ONNX Runtime CPU FP32 engine (:meth:`EngineSlot.enable_conv_state`,
+        before a swapped engine goes in); on any other backend or precision (an FP16 / INT8 file on
+        the CPU keeps the window call, as the user chose it), when the derivation failed (logged
+        as a warning) or with ``streaming`` off, the window call serves. A new one (an engine
+        swap) restarts the stream from zero state.
         """
-        runner = self.slot.active
-        if runner is not self._stream_for:
-            if self._stream is not None:
-                self._stream.close()
-            self._stream, self._stream_for, self._state = None, runner, None
-            self._pending = None
-            if self.streaming and runner.backend == "ort_cpu" and runner.precision.value != "fp32":
-                _log.info("speech engine: %s runs the window call (conv-state streaming is derived "
-                          "for the FP32 file only)", runner.describe())
-            elif self.streaming and runner.backend == "ort_cpu":
-                if self._stream_for_init:
-                    self._stream = self._derive(runner)
-                else:
-                    box: list = []
-                    threading.Thread(target=lambda: box.append(self._derive(runner)), daemon=True,
-                                     name="speech-conv-state").start()
-                    self._pending = box
-        if self._pending:  # the background derivation is done (list.append is atomic)
-            self._stream, self._pending, self._state = self._pending[0], None, None
-        return self._stream
-
-    def wait_stream_engine(self, timeout_s: float = 30.0):
-        """Wait for a background derivation (tests, benchmarks), then :meth:`stream_engine`."""
-        deadline = time.monotonic() + timeout_s
-        self.stream_engine()
-        while self._pending is not None and not self._pending and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return self.stream_engine()
-
-    def _derive(self, runner):
-        from avatar_app.inference.conv_state import derive_conv_state
-
-        try:
-            stream = derive_conv_state(runner)
-            if stream.receptive_field != self.receptive_field:
-                stream.close()
-                raise ModelLoadError(f"its receptive field is {stream.receptive_field} frames, the "
-                                     f"model's metadata says {self.receptive_field}")
-            return stream
-        except AvatarError as exc:
-            _log.warning("speech engine: no conv-state streaming for %s (%s); running the "
-                         "network over its receptive field every frame", runner.describe(), exc)
+        if not self.streaming:
             return None
+        stream = getattr(self.slot, "conv_state", None)
+        if stream is not None and stream.receptive_field != self.receptive_field:
+            if stream is not self._bad_stream:
+                self._bad_stream = stream
+                _log.warning("speech engine: the conv-state graph's receptive field is %d frames, the "
+                             "model's metadata says %d: the window call serves", stream.receptive_field,
+                             self.receptive_field)
+            return None
+        return stream
 
     # -- features ----------------------------------------------------------------
     @staticmethod
@@ -283,14 +243,17 @@ class EngineSpeechAnimator:
     def _run(self, x: np.ndarray, end_sample: int, first: int, last: int) -> None:
         stream = self.stream_engine()
         n_new = last - first + 1
-        if stream is not None and self._state is not None and self._state_hop == first - 1:
+        out = None
+        if (stream is not None and self._state is not None and self._state_owner is stream
+                and self._state_hop == first - 1):
             # continuous stream: the conv state holds everything before `first`; run the new hops only
             new, level_db, flatness = self._hop_analysis(x, end_sample, range(first, last + 1), n_new)
-            y, self._state = stream.step(new[None], self._state)
-            out = y[0, -1]
-        else:
+            res = self.slot.step_with(stream, new[None], self._state)
+            if res is not None:  # (None: the slot swapped engines since stream_engine())
+                out, self._state = res[0][0, -1], res[1]
+        if out is None:
             out, level_db, flatness = self._run_window(stream, x, end_sample, first, last, n_new)
-        self._state_hop = last if stream is not None else -1
+        self._state_hop = last if self._state is not None else -1
         if not np.isfinite(out).all():
             raise AvatarError("the speech engine returned non-finite weights")
         for level, flat in zip(level_db.tolist(), flatness.tolist()):
@@ -322,10 +285,13 @@ class EngineSpeechAnimator:
             feats = np.concatenate([c[lo - self._cache_lo:], new])
         else:
             feats, level_db, flatness = self._hop_analysis(x, end_sample, range(lo, last + 1), n_new)
+        self._state = self._state_owner = None
         if stream is not None:
             self._cache = None  # the conv state carries the context from here on
-            y, self._state = stream.step(feats[None], stream.zero_state())
-            return y[0, -1], level_db, flatness
+            res = self.slot.step_with(stream, feats[None], stream.zero_state())
+            if res is not None:
+                self._state, self._state_owner = res[1], stream
+                return res[0][0, -1], level_db, flatness
         keep = self.receptive_field + self.max_hops
         self._cache = feats[-keep:]
         self._cache_lo = last + 1 - len(self._cache)

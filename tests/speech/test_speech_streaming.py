@@ -118,12 +118,12 @@ def test_engine_swap_restarts_the_state(pair, speech):
     first = stream.stream_engine()
     for t in (0.04, 0.08, 0.12):
         stream.process(_window(stream, speech, t), t)
-    stream.slot.open()  # the slot serves a new runner, as after a settings-panel swap
-    assert stream.stream_engine() is not first and stream._state is None  # (derived in the background)
-    assert stream.wait_stream_engine() not in (None, first) and stream._state is None
+    stream.slot.open()  # the slot serves a new runner and its own conv-state graph
+    assert stream.stream_engine() not in (None, first) and first.source is not stream.slot.active
     for t in (0.04, 0.08, 0.12, 0.16, 0.20):
         window.process(_window(window, speech, t), t)
     stream.process(_window(stream, speech, 0.16), 0.16)  # zero-state restart on the new engine
+    assert stream._state_owner is stream.stream_engine()
     stream.process(_window(stream, speech, 0.20), 0.20)
     np.testing.assert_allclose(stream.last_raw, window.last_raw, rtol=0, atol=TOL)
 
@@ -133,7 +133,7 @@ def test_failed_derivation_falls_back_to_the_window_call(monkeypatch, caplog, sp
         raise ModelLoadError("no Pad here")
 
     monkeypatch.setattr(conv_state_mod, "derive_conv_state", fail)
-    with caplog.at_level(logging.WARNING, logger="avatar_app.speech.engine_animator"):
+    with caplog.at_level(logging.WARNING, logger="avatar_app.inference.swap"):
         a = _animator(True)
     try:
         assert a.stream_engine() is None
@@ -144,7 +144,8 @@ def test_failed_derivation_falls_back_to_the_window_call(monkeypatch, caplog, sp
         a.close()
 
 
-def test_the_window_call_serves_while_a_swapped_engine_derives(monkeypatch, speech):
+def test_the_old_engine_streams_while_a_requested_one_derives(monkeypatch, speech):
+    """A background request derives the new engine's graph before the swap: the old pair serves meanwhile."""
     import threading
 
     a = _animator(True)
@@ -155,15 +156,18 @@ def test_the_window_call_serves_while_a_swapped_engine_derives(monkeypatch, spee
         return real(runner)
 
     try:
+        old = a.stream_engine()
         monkeypatch.setattr(conv_state_mod, "derive_conv_state", slow)
-        a.slot.open()
-        for t in (0.04, 0.08, 0.12):  # the derivation waits: window calls serve, none blocks
-            assert a.process(_window(a, speech, t), t).shape == (52,)
-            assert a.stream_engine() is None and a._state is None
+        future = a.slot.request("ort_cpu", "fp32")
+        for t in (0.04, 0.08, 0.12):  # the derivation waits: the old engine streams on, nothing blocks
+            a.process(_window(a, speech, t), t)
+            assert a.stream_engine() is old and a._state_owner is old and a._state_hop == round(t * 100)
         gate.set()
-        assert a.wait_stream_engine() is not None
+        assert future.result(timeout=60) is not None
+        new = a.stream_engine()
+        assert new not in (None, old)
         a.process(_window(a, speech, 0.16), 0.16)
-        assert a._state is not None and a._state_hop == 16
+        assert a._state_owner is new and a._state_hop == 16
     finally:
         gate.set()
         a.close()
