@@ -64,7 +64,7 @@ _META_LOOKAHEAD = "avatar_app.lookahead_ms"
 #: How far visible mouth motion leads the sound, s (see ``offline_lookahead_s``).
 VISUAL_LEAD_S = 0.04
 _FRAME_OFFSETS = np.arange(FRAME_LEN)[None, :]
-_NOT_SPEECH = ~SPEECH_MASK
+_SPEECH_F32 = SPEECH_MASK.astype(np.float32)
 
 
 def default_model_path() -> Path:
@@ -261,8 +261,11 @@ class EngineSpeechAnimator:
             target = 1.0 if is_open else 0.0
             a = self._a_att if target > self._gain else self._a_rel
             self._gain += (target - self._gain) * a
-        raw = np.clip(out, 0.0, 1.0)  # float32 in, float32 out: a new array
-        raw[_NOT_SPEECH] = 0.0
+        # = np.clip(out, 0, 1) with the undriven shapes zeroed (out is finite): two ufunc calls and a
+        # multiply by the 0/1 mask instead of np.clip's Python wrapper and a boolean-mask assignment
+        raw = np.maximum(out, np.float32(0.0))
+        np.minimum(raw, np.float32(1.0), out=raw)
+        raw *= _SPEECH_F32
         self.last_raw = raw
         self._weights = raw * np.float32(self._gain)
 
