@@ -102,3 +102,26 @@ def test_speech2face_derivation_matches_the_reference():
         assert engine.describe().endswith(", conv-state")
     finally:
         runner.close()
+
+
+def test_slot_swaps_the_conv_state_engine_with_its_engine():
+    from avatar_app.inference import EngineSlot
+
+    slot = EngineSlot(EngineManager(isolate=False), default_model_path())
+    try:
+        slot.open()
+        assert slot.conv_state is None  # only on request
+        old = slot.enable_conv_state()
+        assert old is not None and slot.enable_conv_state() is old and old.source is slot.active
+        x = np.full((1, 65, 64), -8.0, np.float32)
+        y, state, runner = slot.step_with(old, x, old.zero_state())
+        assert y.shape == (1, 65, 52) and runner is slot.active
+        assert slot.request("ort_cpu", "fp32").result(timeout=120) is not None
+        new = slot.conv_state
+        assert new not in (None, old) and new.source is slot.active
+        assert slot.step_with(old, x[:, :4], state) is None  # a state of the swapped-out engine is refused
+        y2, _, _ = slot.step_with(new, x, new.zero_state())
+        np.testing.assert_array_equal(y2, y)
+    finally:
+        slot.close()
+    assert slot.conv_state is None
