@@ -31,8 +31,11 @@ each mouth corner's height above the inner lips' midpoint (``shape_fit``'s
 corner-height rows). Displacements are taken from the nose
 ridge, which no expression moves. jawOpen is at least what the chin's drop
 shows (the jaw bone: lips closed on an open jaw in /p b m/ must not read as a
-closed jaw), the extra opening closed by mouthClose so the lips stay as
-fitted. Until the user's own closed-mouth frames take over, the rest mouth is
+closed jaw), the other mouth shapes fitted again around that jaw so that
+mouthClose closes the extra opening and the corners stay as the face has them
+(:meth:`GeometricSolver._hold_jaw`). A closed-mouth frame enters the rest
+mouth only while the mouth reads as neutral (a held closed-lip pucker or
+smile is not a rest). Until the user's own closed-mouth frames take over, the rest mouth is
 at most as wide and its corners at most as high as a typical neutral mouth's
 (London neutral photos), so a still smile or a first second of smiling is not
 taken as the neutral. Measured by ``benchmarks/fidelity.py``.
@@ -122,6 +125,11 @@ _CLOSED_MOUTH_FEATURES = np.array(
 )
 
 _B = Blendshape
+# Shapes that move the mouth corners of a closed mouth: a closed-lip frame showing one of them
+# does not enter the rest mouth (GeometricSolverConfig.closed_rest_max_shape).
+_CORNER_SHAPES = np.array([_B.mouthSmileLeft, _B.mouthSmileRight, _B.mouthFrownLeft, _B.mouthFrownRight,
+                           _B.mouthStretchLeft, _B.mouthStretchRight, _B.mouthPucker, _B.mouthLeft,
+                           _B.mouthRight], np.intp)
 _EYES = np.array([Feature.EYE_APERTURE_R, Feature.EYE_APERTURE_L], np.intp)
 _IRIS = np.array([[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]], np.intp)
 _BLINK_OUT = np.array([_B.eyeBlinkRight, _B.eyeBlinkLeft], np.intp)
@@ -202,6 +210,14 @@ class GeometricSolverConfig:
     # (benchmarks/fidelity.py); 1 s / 1 s gave 0.855, 5 s / 0.25 s (the brows' schedule) 0.823.
     closed_warmup_s: float = 0.5
     closed_slow_interval_s: float = 2.0
+    # After that warm-up a closed-mouth frame enters the rest only while the mouth reads as neutral:
+    # the last frame's corner shapes (smile, frown, stretch, pucker, mouthLeft/Right) at most
+    # closed_rest_max_shape (issue 17's neutral criterion: every shape <= 0.25), or once
+    # closed_rest_force_s have passed since the last sample (a rest that went wrong still adapts).
+    # A closed-lip pucker held through a sample became the rest (lp_d11: pucker 0.57 at 8 s):
+    # pooled corner-height r 0.8993 -> 0.9005 (lp_d11 0.874 -> 0.887), London unchanged. None: no gate.
+    closed_rest_max_shape: float | None = 0.25
+    closed_rest_force_s: float = 10.0
     slow_interval_s: float = 0.25
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
@@ -342,6 +358,18 @@ def _jaw_offsets() -> np.ndarray:
     return off
 
 
+@functools.lru_cache(maxsize=1)
+def _upper_up_offsets() -> tuple[np.ndarray, np.ndarray]:
+    """``(indices (2,), offsets (2, n_mouth, 3) float64 read-only)``: mouthUpperUpLeft/Right at the mouth points."""
+    from avatar_app.avatar.face_model import load_face_model
+
+    r = _regions()
+    idx = np.array([Blendshape.mouthUpperUpLeft, Blendshape.mouthUpperUpRight], np.intp)
+    off = np.asarray(load_face_model().blendshapes, np.float64)[idx][:, r.points[:r.n_mouth]].copy()
+    off.setflags(write=False)
+    return idx, off
+
+
 def _close_rest_mouth(ref: np.ndarray) -> None:
     """Close the jaw of a rest mouth taken over open-mouthed frames, in place.
 
@@ -403,6 +431,7 @@ class GeometricSolver:
             slow_interval_s=self.config.slow_interval_s,
         )
         self._fits = None
+        self._jaw_fits = None
         regions = _regions()
         n_mouth, n_brow = regions.n_mouth, regions.n_brow + regions.n_anchor
         self._n_mouth = n_mouth
@@ -428,6 +457,9 @@ class GeometricSolver:
         self._explicit_region: np.ndarray | None = None
         self._ref: np.ndarray | None = None  # the automatic rest values, until a sample is kept
         self._region_ref: np.ndarray | None = None  # ... and rest positions of the fitted points
+        self._closed_t0: float | None = None  # the first closed-mouth frame kept in the rest
+        self._closed_last_t: float | None = None  # ... and the last
+        self._last_corner_shape: float | None = None  # the largest corner shape of the last frame
         self._last_t_s: float | None = None
         self._eye_angles = np.zeros((2, 2))  # (yaw, pitch) x (right eye, left eye), radians
         self._asym_since: float | None = None  # when one eye began to be clearly more closed
@@ -556,12 +588,51 @@ class GeometricSolver:
         mouth, brow = self._fits  # their points are the mouth and the brow rows of d, in order
         w[mouth.shapes] = mouth.solve_points(d[:r.n_mouth])
         w[brow.shapes] = brow.solve_points(d[r.n_mouth:])
-        if self.config.jaw_from_chin and chin_jaw > w[Blendshape.jawOpen]:
-            # The jaw is open at least as far as the chin shows (lips closed on an open jaw in
-            # /p b m/); mouthClose closes the extra opening, so the lips stay as fitted.
-            extra = chin_jaw - float(w[Blendshape.jawOpen])
+        if self.config.jaw_from_chin:
+            self._hold_jaw(d[:r.n_mouth], chin_jaw, w)
+        self._last_corner_shape = float(w[_CORNER_SHAPES].max())
+
+    def _hold_jaw(self, d: np.ndarray, chin_jaw: float, w: np.ndarray) -> None:
+        """Hold jawOpen at least as open as the chin shows; refit the other mouth shapes around it, in place.
+
+        The jaw bone: lips closed on an open jaw (/p b m/) must not read as a closed jaw. Two
+        readings of the chin, each a lower bound of jawOpen:
+
+        1. its drop below the nose ridge (the fit's anchor), ``jaw_range_m`` per unit: the other
+           mouth shapes are fitted again to what that jaw leaves (``shape_fit.jaw_fixed_fits``),
+           so mouthClose closes the extra opening and the corners stay where the face has them;
+        2. the chin-to-bridge distance (``chin_jaw``, the jaw of :meth:`_solve`): what it shows
+           beyond that is refitted with mouthUpperUp held as fitted. That distance also grows
+           when a smile stretches the face (a London smiling still: 0.12 of jawOpen, 0.07 when
+           the photo is turned 12 degrees), and refitted freely it came back as mouthUpperUp
+           0.37 / 0.20 (the face model's mouthClose lowers the upper lip, which a raised upper
+           lip undid; tests/reconstruction/test_reconstruction_relations.py).
+
+        Adding the extra opening to mouthClose alone (before) raised the corners 0.025 eye spans
+        per unit of it (the face model's jawOpen and mouthClose both lift them): pooled
+        corner-height r 0.893 -> 0.9005 with the corner-height weight 9 (benchmarks/fidelity.py),
+        lip gap 0.9706 -> 0.9692, GRID jaw in words unchanged.
+
+        Args:
+            d: (n_mouth, 3) float64 displacements of the mouth points from the rest, metres.
+            chin_jaw: jawOpen from the chin-to-bridge distance.
+            w: (52,) float32 weights with the mouth fitted; updated.
+        """
+        from avatar_app.reconstruction.shape_fit import jaw_fixed_fits
+
+        if self._jaw_fits is None:
+            self._jaw_fits = jaw_fixed_fits()
+        free, held = self._jaw_fits
+        r = _regions()
+        jaw = _jaw_offsets()
+        drop = min(max(-float(d[r.chin, 1]) / self.config.jaw_range_m, 0.0), 1.0)
+        if drop > w[Blendshape.jawOpen]:
+            w[Blendshape.jawOpen] = drop
+            w[free.shapes] = free.solve_points(d - drop * jaw)
+        if chin_jaw > w[Blendshape.jawOpen]:
             w[Blendshape.jawOpen] = chin_jaw
-            w[Blendshape.mouthClose] = min(float(w[Blendshape.mouthClose]) + extra, 1.0)
+            up, up_off = _upper_up_offsets()
+            w[held.shapes] = held.solve_points(d - chin_jaw * jaw - np.tensordot(w[up].astype(np.float64), up_off, 1))
 
     def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
         """The user's rest position of the fitted points (automatic calibration).
@@ -573,8 +644,11 @@ class GeometricSolver:
         c = self.config
         n = self._n_mouth
         kept = self._auto_region.update(pts.reshape(-1), t)
-        if feats[Feature.LIP_GAP] < c.lips_closed_gap_m:
-            kept = self._auto_region_closed.update(pts[:n].reshape(-1), t) or kept
+        if feats[Feature.LIP_GAP] < c.lips_closed_gap_m and self._rest_like(t):
+            if self._closed_t0 is None:
+                self._closed_t0 = t
+            if self._auto_region_closed.update(pts[:n].reshape(-1), t):
+                kept, self._closed_last_t = True, t
         if not kept and self._region_ref is not None:
             return self._region_ref  # no new sample: the rest positions are those of the last frame
         ref = self._auto_region.value.reshape(-1, 3).copy()
@@ -586,6 +660,22 @@ class GeometricSolver:
             self._corner_prior(ref, self._auto_region_closed.count)
         self._region_ref = ref
         return ref
+
+    def _rest_like(self, t: float) -> bool:
+        """Whether this frame's closed mouth may enter the rest mouth (``closed_rest_max_shape``).
+
+        True during the closed-mouth warm-up, once ``closed_rest_force_s`` have passed since the
+        last sample, and while the last frame's largest corner shape is at most the threshold
+        (the last frame's: this one's weights are fitted against the rest being chosen).
+        """
+        c = self.config
+        if c.closed_rest_max_shape is None or self._last_corner_shape is None:
+            return True
+        if self._closed_t0 is None or t - self._closed_t0 < c.closed_warmup_s:
+            return True
+        if self._closed_last_t is not None and t - self._closed_last_t >= c.closed_rest_force_s:
+            return True
+        return self._last_corner_shape <= c.closed_rest_max_shape
 
     def _corner_prior(self, ref: np.ndarray, n_closed: int) -> None:
         """Narrow and lower a rest mouth wider or higher-cornered than a typical neutral one, in place.

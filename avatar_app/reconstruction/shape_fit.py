@@ -299,8 +299,12 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
 #: mouth and closed-mouth schedule of GeometricSolver (benchmarks/fidelity.py, pooled r):
 #: corner height 0.822 (weight 0) -> 0.861, lip gap 0.979 -> 0.975, re-tracked mouth width
 #: 0.886; weight 8 gave 0.868 but re-tracked mouth width 0.878 (the default head's smile widens
-#: the mouth more than the face model's), 4: 0.856 / 0.885.
-CORNER_HEIGHT_WEIGHT = 5.0
+#: the mouth more than the face model's), 4: 0.856 / 0.885. Weight 9 once the chin's jaw no
+#: longer lifts the corners (GeometricSolver._hold_jaw refits the mouth around it): corner
+#: height 0.881 (weight 5) -> 0.9005, lip gap 0.974 -> 0.969, re-tracked mouth width 0.885 ->
+#: 0.876, London both criteria 38 % -> 39 %; 10 gave 0.901 and 12 (with a freer refit) 0.904,
+#: but one more London neutral photo read as a smile there (face 001: smile 0.153 > 0.15).
+CORNER_HEIGHT_WEIGHT = 9.0
 CORNER_HEIGHT_ROWS: tuple[tuple[dict[int, float], float], ...] = tuple(
     ({c: 1.0, 13: -0.5, 14: -0.5}, CORNER_HEIGHT_WEIGHT) for c in (61, 291))
 
@@ -310,3 +314,19 @@ def default_fits() -> tuple[RegionFit, RegionFit]:
     """The (mouth, brows) fits on the shipped face model (built once)."""
     return (make_region_fit(MOUTH_SHAPES, MOUTH_POINTS, height_rows=CORNER_HEIGHT_ROWS),
             make_region_fit(BROW_SHAPES, BROW_POINTS))
+
+
+@functools.lru_cache(maxsize=1)
+def jaw_fixed_fits() -> tuple[RegionFit, RegionFit]:
+    """Mouth fits for a jaw held open by the chin (built once): without jawOpen, and without
+    jawOpen and mouthUpperUpLeft/Right.
+
+    :meth:`~avatar_app.reconstruction.geometric.GeometricSolver._hold_jaw` holds jawOpen (and,
+    for the second, mouthUpperUp) fixed and fits the other mouth shapes to the displacement those
+    leave: the same points, weights and corner-height rows as the mouth fit of :func:`default_fits`.
+    """
+    held = ("mouthUpperUpLeft", "mouthUpperUpRight")
+    free = {k: v for k, v in MOUTH_SHAPES.items() if k != "jawOpen"}
+    return (make_region_fit(free, MOUTH_POINTS, height_rows=CORNER_HEIGHT_ROWS),
+            make_region_fit({k: v for k, v in free.items() if k not in held}, MOUTH_POINTS,
+                            height_rows=CORNER_HEIGHT_ROWS))

@@ -141,7 +141,7 @@ def test_labelled_winks_close_the_named_eye_in_the_landmarks(clips):
 
 
 # ------------------------------------------------------------------ label-free bars, comparison (a)
-_MEASURED = {"corner_height": 0.879}  # pooled r of the solver where the bar is not met yet
+_MEASURED: dict[str, float] = {}  # pooled r of the solver where a bar is not met yet (none since corner height 0.9005)
 
 
 @pytest.mark.parametrize("feature", [
@@ -155,9 +155,10 @@ def test_pooled_r_meets_the_bar(solver_result, feature):
 def test_corner_height_keeps_its_gain(solver_result):
     """Corner height 0.762 before the closed rest mouth, the corner-height rows of the mouth fit,
     the closed-mouth schedule and the corner prior's lower bound (models/face_recon.md), 0.879
-    after. The bar (0.9) is not met: in the solver's head frame the face's own corner height
-    follows the benchmark's at r 0.80 on lp_d9."""
-    assert solver_result["pooled"]["corner_height"]["r"] >= 0.87
+    after; 0.9005 with the mouth refitted around the chin's jaw, the corner-height weight 9 and
+    the neutral-only closed rest (the bar, 0.9, by a hair: in the solver's head frame the face's
+    own corner height follows the benchmark's at r 0.80 on lp_d9, a ceiling of 0.921 pooled)."""
+    assert solver_result["pooled"]["corner_height"]["r"] >= 0.9
 
 
 def test_no_clip_mean_below_the_bar(solver_result):
@@ -191,7 +192,7 @@ def test_a_wink_does_not_pull_the_open_eye_shut(solver_weights):
 
 
 # ------------------------------------------------------------------ GRID
-_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.063 (s1) and 0.014 (s2) "
+_JAW = pytest.mark.xfail(strict=True, reason="not met: jawOpen in words minus silence 0.063 (s1) and 0.010 (s2) "
                          "< 0.1; the faces' own lip gaps lift only 0.075 and 0.045 in jawOpen units between words and "
                          "silence, and grid_s2 holds its mouth open (~10 mm lip gap, 5 mm chin drop) in the leading "
                          "'silence' of its alignment (models/face_recon.md)")

@@ -178,7 +178,7 @@ def test_features_equal_the_plain_formulas(clips):
 
 
 def test_region_fit_equals_the_per_frame_triangular_solve():
-    model_fits = SF.default_fits()
+    model_fits = (*SF.default_fits(), *SF.jaw_fixed_fits())
     rng = np.random.default_rng(7)
     for fit in model_fits:
         for scale in (0.0005, 0.002, 0.006):  # jitter, speech, wide expressions (metres)

@@ -315,6 +315,60 @@ def test_jaw_smile_pucker_brows(head_m):
     assert w[B.browDownRight] > 0.6 and w[B.browDownLeft] < 0.05
 
 
+def test_a_jaw_open_behind_closed_lips_leaves_the_corners(head_m):
+    """The chin drops 10 mm with the lips and corners where they were (/p b m/ on an open jaw):
+    jawOpen follows the chin, mouthClose closes the lips, and the avatar's corners stay at
+    their height above the inner lips. Adding the chin's extra opening to mouthClose alone
+    (before) raised them 0.025 eye spans per unit (the face model's jawOpen and mouthClose
+    both lift them), 0.01 here."""
+    from avatar_app.evaluation import geometry as EG
+
+    s = solver_on(head_m)
+    face = moved(head_m, [int(lmk.FacePoint.CHIN)], [0.0, -0.010, 0.0])
+    p = s.reconstruct(project(face), 1.0)
+    w = p.blendshapes
+    assert w[B.jawOpen] > 0.3 and w[B.mouthClose] > 0.2
+    rest = EG.model_features(np.zeros((1, 52), np.float32), np.eye(3)[None])[0]
+    out = EG.model_features(w[None], np.eye(3)[None])[0]
+    for name in ("corner_height_l", "corner_height_r", "lip_gap"):
+        j = EG.FEATURES.index(name)
+        assert abs(out[j] - rest[j]) < 0.005, name
+
+
+@pytest.mark.parametrize("gate", [0.25, None])
+def test_a_held_closed_lip_pucker_does_not_become_the_rest(head_m, gate):
+    """Automatic calibration: one closed-mouth frame, a second of open mouth, then a closed-lip
+    pucker held for 5 s. Closed-mouth frames that read as an expression (a corner shape above
+    0.25, issue 17's neutral criterion) stay out of the rest mouth, so the pucker still reads
+    at the end; without the gate two of its samples outvote the one neutral frame (lp_d11)."""
+    from avatar_app.avatar.face_model import load_face_model
+    from avatar_app.reconstruction.geometric import GeometricSolverConfig
+
+    model = load_face_model()
+
+    def face(**weights):
+        w = np.zeros(52, np.float32)
+        for k, v in weights.items():
+            w[B[k]] = v
+        return project(head_m + (model.evaluate(w) - model.neutral))
+
+    s = GeometricSolver(GeometricSolverConfig(closed_rest_max_shape=gate))
+    t = 0.0
+    s.reconstruct(face(), t)
+    for _ in range(30):
+        t += 1 / 30
+        s.reconstruct(face(jawOpen=0.3), t)
+    pucker = face(mouthPucker=0.7)
+    reads = []
+    for _ in range(150):
+        t += 1 / 30
+        reads.append(float(s.reconstruct(pucker, t).blendshapes[B.mouthPucker]))
+    if gate is None:
+        assert reads[-1] < 0.3, reads[-1]  # the gate is what keeps it
+    else:
+        assert min(reads) > 0.5, min(reads)
+
+
 def test_gaze_from_the_irises(head_m):
     s = solver_on(head_m)
     irises = lmk.LEFT_IRIS + lmk.RIGHT_IRIS
