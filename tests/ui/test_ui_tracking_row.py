@@ -291,3 +291,48 @@ def test_the_fallback_notice_is_one_line_with_the_reasons_as_tooltip(qtbot, file
     box.refresh()
     assert box.message.text() == ctl.notice and "\n" not in box.message.text()
     assert box.message.toolTip() == ctl.notice_detail
+
+
+def test_a_window_that_starts_on_the_onnx_tracker_shows_its_build_progress(qtbot, testdata, settings, monkeypatch,
+                                                                          tmp_path, tiny_models):
+    """The ONNX engines chosen at start-up: the first source's tracker build (not a switch) shows the same
+    "building NN%" bar in the Tracking row, and it hides once the source runs."""
+    from avatar_app.pipeline import stage_swaps, stages
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.pipeline.settings import EngineChoice, save_area
+    from avatar_app.ui.main_window import MainWindow
+
+    monkeypatch.setenv("AVATAR_APP_SCREENSHOT", "1")
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    gate = threading.Event()
+    tiny_landmark_build(monkeypatch, tiny_models, gate=gate)
+    monkeypatch.setattr(stages, "build_tracker", stage_swaps.build_tracker)  # the new source's build
+    save_area(settings, EngineChoice(tracker={"kind": "onnx", "backend": "ort_cpu", "precision": "fp16"}))
+    win = MainWindow(source=testdata / VIDEO, settings=settings,
+                     engines=EngineController(models={"face_recon": None, "speech2face": None}))
+    try:
+        qtbot.addWidget(win)
+        win.viewport.setFixedSize(640, 360)
+        win.show()
+        qtbot.waitExposed(win)
+        box = win.panels["engines"].tracker_box
+        try:
+            qtbot.waitUntil(lambda: box.progress.isVisible() and box.progress.value() == 50, timeout=60000)
+            assert box.progress.text() == "building 50%" and win.session.pipeline is None
+            text = box.build_label.text()
+            assert box.build_label.isVisible() and "detector (1 of 2): done" in text, text
+            assert text.endswith("the source starts once it is ready."), text
+            win.docks["engines"].raise_()
+            win.docks["engines"].widget().ensureWidgetVisible(box.progress, 0, 0)
+            qtbot.wait(100)
+            save_shot(win.docks["engines"], "engines_panel_tracking_building_at_start")
+        finally:
+            gate.set()
+        qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
+                        timeout=60000)
+        qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
+        qtbot.wait(100)
+        assert not box.progress.isVisible() and not box.build_label.isVisible()
+    finally:
+        gate.set()
+        win.close()
