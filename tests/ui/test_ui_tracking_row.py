@@ -37,6 +37,19 @@ def _kind(win) -> str:
     return tracker_kind(win.session.pipeline.processor.tracker)
 
 
+def _building_shot(qtbot, win, box, name: str, then: str) -> None:
+    """The row mid-build (the detector done, the mesh waiting): the bar at 50 %, the label saying what is
+    done and ``then``; a screenshot of the Engines dock with the bar in view."""
+    assert box.progress.text() == "building 50%"
+    text = box.build_label.text()
+    assert box.build_label.isVisible() and "detector (1 of 2): done" in text, text
+    assert text.endswith(then), text
+    win.docks["engines"].raise_()
+    win.docks["engines"].widget().ensureWidgetVisible(box.progress, 0, 0)
+    qtbot.wait(100)
+    save_shot(win.docks["engines"], name)
+
+
 def _switched(qtbot, win, kind: str) -> None:
     qtbot.waitUntil(lambda: _kind(win) == kind and not win.session.trackers.building, timeout=120000)
 
@@ -155,17 +168,10 @@ def test_the_row_shows_the_build_progress_and_hides_it_when_done(qtbot, file_win
     try:
         box.select("onnx", "ort_cpu", "fp16")
         qtbot.waitUntil(lambda: box.progress.isVisible() and box.progress.value() == 50, timeout=60000)
-        assert box.progress.text() == "building 50%"
-        text = box.build_label.text()
-        assert box.build_label.isVisible() and "detector (1 of 2): done" in text, text
-        assert text.endswith("the current tracker keeps running."), text
         n = win.session.pipeline.frames_processed
         qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= n + 10, timeout=20000)  # meanwhile
         assert _kind(win) == "mediapipe"
-        win.docks["engines"].raise_()
-        win.docks["engines"].widget().ensureWidgetVisible(box.progress, 0, 0)
-        qtbot.wait(100)
-        save_shot(win.docks["engines"], "engines_panel_tracking_building")
+        _building_shot(qtbot, win, box, "engines_panel_tracking_building", "the current tracker keeps running.")
     finally:
         gate.set()
     qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
@@ -318,14 +324,9 @@ def test_a_window_that_starts_on_the_onnx_tracker_shows_its_build_progress(qtbot
         box = win.panels["engines"].tracker_box
         try:
             qtbot.waitUntil(lambda: box.progress.isVisible() and box.progress.value() == 50, timeout=60000)
-            assert box.progress.text() == "building 50%" and win.session.pipeline is None
-            text = box.build_label.text()
-            assert box.build_label.isVisible() and "detector (1 of 2): done" in text, text
-            assert text.endswith("the source starts once it is ready."), text
-            win.docks["engines"].raise_()
-            win.docks["engines"].widget().ensureWidgetVisible(box.progress, 0, 0)
-            qtbot.wait(100)
-            save_shot(win.docks["engines"], "engines_panel_tracking_building_at_start")
+            assert win.session.pipeline is None  # the window shows while the source opens
+            _building_shot(qtbot, win, box, "engines_panel_tracking_building_at_start",
+                           "the source starts once it is ready.")
         finally:
             gate.set()
         qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
