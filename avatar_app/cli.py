@@ -134,40 +134,65 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``avatar-app``."""
     from avatar_app import __version__
 
-    p = _OneLineParser(prog="avatar-app", description="Turn a webcam and microphone into a live 3D avatar.")
+    p = _OneLineParser(
+        prog="avatar-app", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Turn a webcam and microphone into a live 3D avatar.\n\n"
+                    "Without a command, opens the studio window on the last source used (camera 0 the\n"
+                    "first time), or on the file of --source or the camera of --camera.",
+        epilog="examples:\n"
+               "  avatar-app                             the studio window\n"
+               "  avatar-app --source talk.mp4           the studio window playing a video file live\n"
+               "  avatar-app render talk.mp4 -o out.mp4  an avatar clip of a recording\n\n"
+               "`avatar-app COMMAND --help` lists a command's options.")
     p.add_argument("--version", action="version", version=f"avatar-app {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    p.add_argument("--source", type=Path, help="play this video file live instead of the camera")
-    p.add_argument("--camera", type=int, default=None, help="camera index (default 0)")
+    p.add_argument("--source", type=Path, metavar="FILE",
+                   help="open the window playing this video file live instead of the camera")
+    p.add_argument("--camera", type=int, default=None, metavar="N",
+                   help="open the window on camera N (default: the last one used, else 0)")
     sub = p.add_subparsers(dest="command")
 
     def common(sp):
-        sp.add_argument("-o", "--output", type=Path, required=True, help="output .mp4")
+        sp.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.mp4",
+                        help="the clip to write; its blendshape track goes beside it (OUT.blendshapes.jsonl)")
         sp.add_argument("--overlay", action="store_true", help="draw the latency overlay into the clip")
-        sp.add_argument("--size", type=_size, default=(1280, 720),
+        sp.add_argument("--size", type=_size, default=(1280, 720), metavar="WxH",
                         help="output size WxH in pixels, even numbers, width 16..7680 and height 16..4320 "
                              "(default 1280x720)")
-        sp.add_argument("--fps", type=_fps, default=None,
+        sp.add_argument("--fps", type=_fps, default=None, metavar="N",
                         help="output frame rate, 1..240 (default: the input video's; demo: its own clip's)")
-        sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0, help="multisampling (default 0)")
-        sp.add_argument("--background", type=_background, default=None,
+        sp.add_argument("--msaa", type=int, choices=(0, 2, 4, 8), default=0,
+                        help="anti-aliasing: multisample count, 0 = off (default 0)")
+        sp.add_argument("--background", type=_background, default=None, metavar="COLOUR",
                         help="'transparent' or a hex colour (default: the settings file's, else 00b140, "
                              "chroma green)")
-        sp.add_argument("--avatar", type=Path, default=None,
+        sp.add_argument("--avatar", type=Path, default=None, metavar="FILE",
                         help="a .glb/.gltf/.vrm avatar (default: the settings file's, else the default head)")
-        sp.add_argument("--settings", type=Path, default=None,
+        sp.add_argument("--settings", type=Path, default=None, metavar="FILE",
                         help="the studio's settings file (File › Export settings…): tracking tuning, "
                              "expressions, mirror, background, lighting and avatar as in the studio "
                              "(default: a fresh studio's)")
         sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
-    r = sub.add_parser("render", help="render an avatar clip from a video file (every frame, offline)")
-    r.add_argument("input", type=Path, help="video file with a face")
-    r.add_argument("--audio", type=Path, default=None, help="use this audio instead of the video's own")
+    r = sub.add_parser(
+        "render", help="render an avatar clip from a video file (every frame, offline)",
+        description="Render an avatar clip from a recording of a face: every frame, in media time.\n"
+                    "The video's own audio (or --audio) drives the mouth and goes into the clip.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n"
+               "  avatar-app render talk.mp4 -o avatar.mp4 --audio voice.wav --size 1920x1080\n\n"
+               "exit status: 0 done; 2 bad input (a truncated video or --audio file still leaves the part\n"
+               "that decoded, as OUT.partial.mp4 when OUT.mp4 exists); 3 no face in any frame; 4 the output\n"
+               "cannot be written; 130 / 143 stopped by Ctrl+C / SIGTERM (what was rendered is kept).")
+    r.add_argument("input", type=Path, help="video file with a face (.mp4, .mov, .mkv, .webm, .mpg, .ts ...)")
+    r.add_argument("--audio", type=Path, default=None, metavar="FILE",
+                   help="drive the mouth with this audio file (.wav, .mp3, .flac, or a video's track) "
+                        "instead of the video's own, and put it in the clip")
     r.add_argument("--no-audio", action="store_true", help="ignore audio (silent clip, mouth from video only)")
     r.add_argument("--tracker", choices=("auto", "onnx", "mediapipe"), default=None,
-                   help="face landmarks from MediaPipe or from its models as engines (default: the settings "
-                        "file's Tracking choice, else auto: onnx where an NVIDIA GPU backend runs, else mediapipe)")
+                   help="face tracker: mediapipe (CPU), onnx (the same landmark models as inference engines: "
+                        "ONNX Runtime or TensorRT) or auto (default: the settings file's Tracking choice, else "
+                        "auto: onnx where an NVIDIA GPU backend runs, else mediapipe)")
     r.add_argument("--remote", metavar="grpc://HOST:PORT", default=None,
                    help="run the engines on an 'avatar-app serve' server (local engines when it does not answer)")
     common(r)

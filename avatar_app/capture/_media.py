@@ -346,18 +346,27 @@ def check_report(report: DecodeReport, unit: str, path: Path, warn: bool = True)
     return True
 
 
-def load_stream_audio(path: Path, sample_rate: int | None) -> tuple[np.ndarray, int, float, bool]:
+def load_stream_audio(path: Path, sample_rate: int | None, warn: bool = True,
+                      cut: Callable[[str], str | None] | None = None) -> tuple[np.ndarray, int, float, str]:
     """Decode the first audio stream of ``path`` to one mono float32 array.
 
-    The encoder's end padding is removed (:func:`padded_end`).
+    The encoder's end padding is removed (:func:`padded_end`). Truncation is found from
+    decode errors, an end earlier than the stream declares and, for the containers whose
+    demuxer reads a cut file as complete (MPEG-PS, MPEG-TS), from the file's structure
+    (:func:`cut_short`).
 
     Args:
         sample_rate: output rate in Hz, or None for the stream's own rate.
+        warn: log the warning when the stream is corrupt or truncated (False: the
+            caller has warned about this file already).
+        cut: ``cut(format_name) -> what is cut or None`` in place of :func:`cut_short`
+            (a source that caches the verdict: the walk reads every packet header).
 
     Returns:
         ((N,) float32 mono samples in [-1, 1], sample rate Hz, start time of the
-        first sample in seconds of stream time, whether the stream was found
-        corrupt or truncated (a warning was logged)).
+        first sample in seconds of stream time, what is wrong with the stream: ""
+        when it decoded whole, else the first problem (corrupt or truncated; a
+        warning was logged when ``warn``)).
 
     Raises:
         InputError: the file cannot be opened, has no audio stream, or no
@@ -381,17 +390,22 @@ def load_stream_audio(path: Path, sample_rate: int | None) -> tuple[np.ndarray, 
         declared_stream = to_seconds(stream.duration, stream.time_base)
         if declared_stream is not None:
             declared_stream += stream_start_s(stream)
+        fmt = c.format.name
     if tail and declared_stream is not None:
         if declared_stream - tail["decoded_end"] > SHORTFALL_S:
             report.note_error(RuntimeError(
                 f"audio ends at {tail['decoded_end']:.2f} s of {declared_stream:.2f} s"))
-    bad = check_report(report, "audio frame", path)
+    if report.frames and report.errors == 0:
+        what = (cut or (lambda name: cut_short(path, name)))(fmt)
+        if what is not None:
+            report.note_error(RuntimeError(what))
+    bad = check_report(report, "audio frame", path, warn=warn)
     samples = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
     if tail:
         end = padded_end(declared, tail["last_start"], tail["decoded_end"])
         n = int(round((end - t0) * rate))
         samples = samples[:max(n, 0)]
-    return np.ascontiguousarray(samples, dtype=np.float32), rate, t0, bad
+    return np.ascontiguousarray(samples, dtype=np.float32), rate, t0, report.first_error if bad else ""
 # -- truncation that the demuxer does not report --------------------------------------
 #: FFmpeg demuxers of MPEG program streams (.mpg, .mpeg, .vob).
 MPEG_PS_FORMATS = ("mpeg", "vob")
@@ -450,6 +464,102 @@ def mpeg_ps_cut_short(path: Path) -> str | None:
                 return (f"the file ends inside its last {what}, at byte {pos}: "
                         f"{size - pos} of its {length} bytes are there")
             pos += length
+    return None
+
+
+#: FFmpeg's demuxer of MPEG transport streams (.ts, .m2ts, .mts).
+MPEG_TS_FORMATS = ("mpegts",)
+_TS_SYNC = 0x47
+#: (packet size, offset of the sync byte in it): plain 188-byte packets, M2TS (a 4-byte
+#: timestamp before each packet) and 204-byte packets (16 bytes of FEC after each).
+_TS_LAYOUTS = ((188, 0), (192, 4), (204, 0))
+#: Transport packets at the end of the file in which a cut-off PES packet is looked for.
+_TS_TAIL_PACKETS = 1024
+
+
+def mpeg_ts_cut_short(path: Path) -> str | None:
+    """Whether an MPEG transport stream (.ts, .m2ts) ends inside a transport packet or a PES packet.
+
+    FFmpeg's MPEG-TS demuxer, like its MPEG-PS one, hands a cut-off last PES packet on
+    without an error (PyAV's ``Packet.is_corrupt`` stays False) and estimates the duration
+    from the last timestamp in the cut file, so a truncated .ts decodes cleanly and looks
+    complete. Transport packets have a fixed size (188 bytes; 192 for M2TS, 204 with FEC),
+    so a file cut at an arbitrary byte ends inside one. A file cut exactly between two
+    transport packets is found when a stream's last PES packet declares a length
+    (``PES_packet_length``, audio always, video when under 64 KiB) that the packets
+    after its start, among the last :data:`_TS_TAIL_PACKETS`, do not fill.
+    Only the 4-byte packet headers and the 6-byte PES headers are read.
+
+    Source: ISO/IEC 13818-1 section 2.4.3 (transport packet: sync byte 0x47, PID,
+    payload_unit_start_indicator, adaptation_field_control) and 2.4.3.6 (PES packet:
+    start code prefix 0x000001, stream id, 16-bit PES_packet_length, 0 = unbounded).
+
+    Args:
+        path: the file (FFmpeg format ``mpegts``).
+
+    Returns:
+        What is cut (e.g. "the file ends inside its last transport packet, at byte 300800:
+        24 of its 188 bytes are there"), or None: the file ends on a packet boundary with
+        every PES packet whole, or its layout is not one this check knows (no verdict).
+    """
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(4 * 204)
+        layout = next((
+            (n, off) for n, off in _TS_LAYOUTS
+            if len(head) > off and all(head[i] == _TS_SYNC for i in range(off, min(len(head), off + 4 * n), n))
+            and (size >= off + 2 * n or size % n)), None)
+        if layout is None:
+            return None
+        n, off = layout
+        rest = size % n
+        if rest:
+            return (f"the file ends inside its last transport packet, at byte {size - rest}: "
+                    f"{rest} of its {n} bytes are there")
+        start = max(0, size - _TS_TAIL_PACKETS * n)
+        f.seek(start)
+        tail = f.read(size - start)
+    pending: dict[int, list[int]] = {}  # PID -> [bytes its open PES packet declares, bytes there]
+    for pos in range(off, len(tail) - 187, n):
+        pkt = tail[pos:pos + 188]
+        if pkt[0] != _TS_SYNC:
+            return None  # lost sync: not a layout this check knows
+        pid = ((pkt[1] & 0x1F) << 8) | pkt[2]
+        control = (pkt[3] >> 4) & 3
+        if not control & 1:
+            continue  # adaptation field only, no payload
+        body = 4 + (1 + pkt[4] if control & 2 else 0)
+        payload = pkt[body:188] if body < 188 else b""
+        if pkt[1] & 0x40:  # a PES packet (or a PSI section) starts here
+            if payload[:3] == _PS_PREFIX and len(payload) >= 6 and int.from_bytes(payload[4:6], "big"):
+                pending[pid] = [6 + int.from_bytes(payload[4:6], "big"), len(payload)]
+            else:
+                pending.pop(pid, None)
+        elif pid in pending:
+            pending[pid][1] += len(payload)
+    for pid, (declared, there) in sorted(pending.items()):
+        if there < declared:
+            return (f"the file ends inside the last PES packet of PID 0x{pid:04x}: "
+                    f"{there} of its {declared} bytes are there")
+    return None
+
+
+def cut_short(path: Path, format_name: str) -> str | None:
+    """What is cut off a file whose demuxer reads a truncated file as complete, or None.
+
+    Args:
+        path: the file.
+        format_name: FFmpeg's name of its container format (``container.format.name``).
+
+    Returns:
+        :func:`mpeg_ps_cut_short` for MPEG program streams, :func:`mpeg_ts_cut_short` for
+        MPEG transport streams; None for other formats (their demuxers report a cut file:
+        decode errors, fewer frames or an earlier end than declared).
+    """
+    if format_name in MPEG_PS_FORMATS:
+        return mpeg_ps_cut_short(path)
+    if format_name in MPEG_TS_FORMATS:
+        return mpeg_ts_cut_short(path)
     return None
 
 

@@ -10,7 +10,7 @@ from avatar_app.core.types import AudioChunk
 logger = logging.getLogger(__name__)
 
 
-def load_audio(path: str | Path, sample_rate: int | None = 16000) -> AudioChunk:
+def load_audio(path: str | Path, sample_rate: int | None = 16000, warn: bool = True) -> AudioChunk:
     """Decode a whole audio file (or the first audio stream of a video) with PyAV.
 
     Args:
@@ -18,13 +18,18 @@ def load_audio(path: str | Path, sample_rate: int | None = 16000) -> AudioChunk:
         sample_rate: output rate in Hz (resampled with ``av.AudioResampler``),
             or None to keep the file's rate. The default 16 kHz is the rate of
             the speech engine (DESIGN.md, "Contracts").
+        warn: log a warning when the file is corrupt or truncated (False for a second
+            read of a file whose first read warned: one warning per file).
 
     Returns:
         :class:`~avatar_app.core.types.AudioChunk`: ``samples`` (N,) float32 mono in
         [-1, 1] (channels averaged, encoder end padding removed), ``sample_rate``
         in Hz, ``media_time_s`` = start time of the stream in the file (seconds),
         ``t_start_ns`` = 0. A corrupt or truncated file gives the part that
-        decodes and logs a warning.
+        decodes, says what is wrong in ``problem`` and logs a warning; truncation is
+        found from decode errors, an end earlier than declared and, for MPEG-PS (.mpg)
+        and MPEG-TS (.ts), whose demuxers read a cut file as complete, from the file
+        ending inside a packet.
 
     Raises:
         InputError: the file is missing, not readable as media (corrupt,
@@ -34,6 +39,6 @@ def load_audio(path: str | Path, sample_rate: int | None = 16000) -> AudioChunk:
     if sample_rate is not None and sample_rate <= 0:
         raise ValueError(f"sample_rate must be > 0, got {sample_rate}")
     p = _media.check_file(path, "Audio")
-    samples, rate, t0, _ = _media.load_stream_audio(p, sample_rate)
+    samples, rate, t0, problem = _media.load_stream_audio(p, sample_rate, warn=warn)
     logger.debug("loaded %s: %d samples at %d Hz", p, samples.shape[0], rate)
-    return AudioChunk(samples=samples, sample_rate=rate, t_start_ns=0, media_time_s=t0)
+    return AudioChunk(samples=samples, sample_rate=rate, t_start_ns=0, media_time_s=t0, problem=problem)

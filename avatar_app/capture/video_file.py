@@ -98,9 +98,11 @@ class VideoFileSource:
                 raise InputError(
                     f"'{self.path}' has no video stream (streams found: {kinds})", path=self.path)
             self.info = self._probe(c)
-            # an MPEG-PS demuxer reads a cut-off file as complete: its packet chain is looked at once
-            # the frames have been read (not at open: the walk reads every packet header)
-            self._is_mpeg_ps = fmt in _media.MPEG_PS_FORMATS
+            # the MPEG-PS and MPEG-TS demuxers read a cut-off file as complete: its packets are looked
+            # at once the frames (or the audio) have been read (not at open: the PS walk reads every
+            # packet header), once per source
+            self._format = fmt
+            self._check_cut = fmt in _media.MPEG_PS_FORMATS + _media.MPEG_TS_FORMATS
             self._cut_short: str | None = None
             self._cut_checked = False
         logger.debug("opened %s: %s", self.path, self.info)
@@ -108,7 +110,9 @@ class VideoFileSource:
     # -- probing ----------------------------------------------------------------------
     def _probe(self, c: av.container.InputContainer) -> VideoInfo:
         v = c.streams.video[0]
-        rate = v.average_rate or v.guessed_rate or v.base_rate
+        # without an average rate (MPEG-TS), the codec's own frame rate before FFmpeg's guess from the
+        # timestamps: the guess reads an MPEG-1 video in a .ts at 25 fps as 50
+        rate = v.average_rate or v.codec_context.framerate or v.guessed_rate or v.base_rate
         fps = float(rate) if rate else 0.0
         self._video_start_s = _media.stream_start_s(v)
         width, height = int(v.codec_context.width), int(v.codec_context.height)
@@ -170,9 +174,9 @@ class VideoFileSource:
         If the file is corrupt or truncated, the frames that decode are yielded,
         a warning is logged and :attr:`truncated` and :attr:`problem` are set. Truncation
         is found from decode errors, fewer frames or an earlier end than the container
-        declares, and for MPEG program streams (.mpg), whose declared length is estimated
-        from the cut file itself, from a last packet that the file ends inside
-        (:func:`~avatar_app.capture._media.mpeg_ps_cut_short`).
+        declares, and for MPEG program and transport streams (.mpg, .ts), whose declared
+        length is estimated from the cut file itself, from a last packet that the file ends
+        inside (:func:`~avatar_app.capture._media.cut_short`).
 
         Raises:
             InputError: no frame at all could be decoded (corrupt/truncated file),
@@ -208,10 +212,8 @@ class VideoFileSource:
                 image = np.ascontiguousarray(image)
                 yield Frame(index=index, t_capture_ns=now_ns(), image=image, media_time_s=t)
                 index += 1
-        if self._is_mpeg_ps and index > 0:
-            if not self._cut_checked:  # once per source, however often it is played through
-                self._cut_short, self._cut_checked = _media.mpeg_ps_cut_short(self.path), True
-            if self._cut_short is not None:
+        if self._check_cut and index > 0:
+            if self._cut(self._format) is not None:
                 report.note_error(RuntimeError(self._cut_short))
         if declared_frames > index > 0:
             report.note_error(RuntimeError(f"{index} of {declared_frames} frames in the file"))
@@ -221,6 +223,13 @@ class VideoFileSource:
                 report.note_error(RuntimeError(
                     f"frames end at {got_end:.2f} s of {declared_end:.2f} s"))
         self._check_report(report, "video frame")
+
+    def _cut(self, format_name: str) -> str | None:
+        """:func:`~avatar_app.capture._media.cut_short` of the file, looked at once per source
+        (however often it is played through, and for its frames and its audio alike)."""
+        if not self._cut_checked:
+            self._cut_short, self._cut_checked = _media.cut_short(self.path, format_name), True
+        return self._cut_short
 
     def _check_report(self, report: _media.DecodeReport, unit: str) -> None:
         # warned once per source: a looping player (LiveFileSource) decodes the file again each pass
@@ -240,7 +249,10 @@ class VideoFileSource:
             :class:`~avatar_app.core.types.AudioChunk` with ``samples`` (N,) float32
             in [-1, 1] (channels averaged), the encoder's end padding removed,
             ``media_time_s`` = start of the audio relative to the video start
-            (seconds) and ``t_start_ns`` = 0; None if the file has no audio.
+            (seconds) and ``t_start_ns`` = 0; None if the file has no audio. A corrupt or
+            truncated track gives the part that decodes, its ``problem`` says what is wrong and
+            :attr:`truncated` and :attr:`problem` are set (found as :meth:`frames` finds it; one
+            warning per source, whether the frames or the audio are read first).
 
         Raises:
             InputError: the audio stream cannot be decoded at all, or the source
@@ -253,10 +265,14 @@ class VideoFileSource:
             return None
         if sample_rate is not None and sample_rate <= 0:
             raise ValueError(f"sample_rate must be > 0, got {sample_rate}")
-        samples, rate, t0, bad = _media.load_stream_audio(self.path, sample_rate)
-        self.truncated = self.truncated or bad
+        # warned once per source: the frames, or an earlier read of the audio, may have warned already
+        samples, rate, t0, problem = _media.load_stream_audio(self.path, sample_rate, warn=not self.truncated,
+                                                              cut=self._cut)
+        if problem:
+            self.truncated = True
+            self.problem = self.problem or problem
         return AudioChunk(samples=samples, sample_rate=rate, t_start_ns=0,
-                          media_time_s=t0 - self._video_start_s)
+                          media_time_s=t0 - self._video_start_s, problem=problem)
 
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:

@@ -46,6 +46,14 @@ class LatencySummary:
             out.append(f"{name:<12s} {p50:5.1f} / {p95:5.1f} ms")
         return out
 
+    def short_lines(self) -> list[str]:
+        """The overlay's compact form, where the full table would cover the face: frame rate, drops
+        and camera-to-screen p50, e.g. ``["12.4 fps", "dropped 8", "latency 287 ms"]``."""
+        out = [f"{self.fps:.1f} fps", f"dropped {self.dropped}"]
+        if self.camera_to_screen is not None:
+            out.append(f"latency {self.camera_to_screen[0]:.0f} ms")
+        return out
+
 
 def _p50_p95(values: list[float]) -> tuple[float, float]:
     """(p50, p95) of ``values`` in one ``np.percentile`` call (the 5 Hz status tick runs ~10 of these)."""

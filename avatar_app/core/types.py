@@ -59,12 +59,15 @@ class AudioChunk:
         sample_rate: Hz.
         t_start_ns: process-clock time of the first sample (live) .
         media_time_s: media time of the first sample, seconds.
+        problem: a whole file's track only: what is wrong with the file it was decoded from
+            (corrupt or truncated: the samples are the part that decoded), "" when it decoded whole.
     """
 
     samples: np.ndarray
     sample_rate: int
     t_start_ns: int = 0
     media_time_s: float = 0.0
+    problem: str = ""
 
 
 @dataclass(frozen=True)

@@ -357,7 +357,9 @@ def open_audio(src, input_path: Path, options: RenderOptions, report: RenderRepo
         src: the open VideoFileSource.
         input_path: the video (for messages).
         options: ``use_audio`` and ``audio_path`` decide which track.
-        report: gets a warning when the video has no audio track.
+        report: gets a warning when the video has no audio track, and ``input_problem`` when the
+            ``--audio`` file is truncated or corrupt (the render keeps the part that decoded and
+            exits 2, as for a truncated video; a video's own track sets ``src.truncated``).
 
     Returns:
         ``(rec_audio, speech_audio)`` AudioChunks, both None without audio; ``speech_audio``
@@ -374,8 +376,13 @@ def open_audio(src, input_path: Path, options: RenderOptions, report: RenderRepo
         return None, None
     if options.audio_path is not None:
         rec_audio = load_audio(options.audio_path, sample_rate=48000)
-        speech_audio = load_audio(options.audio_path, sample_rate=SPEECH_RATE)
+        speech_audio = load_audio(options.audio_path, sample_rate=SPEECH_RATE, warn=False)  # warned once
         what = f"audio file {options.audio_path}"
+        if rec_audio.problem:
+            report.input_problem = (
+                f"the {what} is truncated or corrupt ({rec_audio.problem}): only its first "
+                f"{rec_audio.samples.shape[0] / rec_audio.sample_rate:.1f} s could be decoded, the rest "
+                "of the clip is silent")
     elif src.info.has_audio:
         rec_audio = src.read_audio()
         speech_audio = src.read_audio(SPEECH_RATE)

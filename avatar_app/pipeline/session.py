@@ -137,12 +137,15 @@ class StudioSession:
         self.trackers.start()
         self.outputs.apply(self.settings.output)
         last = self.store.value("last_file", "", type=str)
+        # a source whose tracker is the ONNX engines opens on the opener thread: the window shows meanwhile,
+        # with the engines' build progress in the Tracking row (MediaPipe's tracker loads in a moment)
+        wait = not self.trackers.builds_engines()
         if source is not None:
-            self.open_file(Path(source))
+            self.open_file(Path(source), wait=wait)
         elif camera is None and self.settings.source.kind == "file" and last and Path(last).is_file():
-            self.open_file(Path(last))
+            self.open_file(Path(last), wait=wait)
         else:
-            self.open_camera(camera if camera is not None else self.store.value("camera", 0, type=int))
+            self.open_camera(camera if camera is not None else self.store.value("camera", 0, type=int), wait=wait)
 
     # ================================================================== sources
     def slots(self) -> dict:
@@ -157,7 +160,8 @@ class StudioSession:
                              on_fallback=self.trackers.note_fallback)
         recon = self.reconstructor_factory(self.engines) if self.reconstructor_factory is not None else None
         speech = self.speech_factory(self.engines) if self.speech_factory is not None and ring is not None else None
-        stages = build_stages(choice, reconstructor=recon, speech=speech, chain=self.chain)
+        with self.trackers.source_build(choice.tracker):  # the Tracking row's progress bar
+            stages = build_stages(choice, reconstructor=recon, speech=speech, chain=self.chain)
         pipe = LivePipeline(source, stages, ring=ring)
         pipe.set_max_fps(self.effective_fps_cap())
         pipe.on_state = self.outputs.on_state

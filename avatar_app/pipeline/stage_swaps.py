@@ -18,7 +18,9 @@ Thread: call from the session's controlling thread; builds run on the
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline import settings as store
@@ -89,7 +91,8 @@ class TrackerController:
         error: why the last ONNX tracker did not load, as the user should read it ("" when none).
         notice: which asked-for precision did not pass verification and what serves instead, one
             short line ("" when none). notice_detail: the same per engine with the full reasons.
-        building: a tracker is being built (the current one keeps tracking).
+        building: a tracker is being built: a switch (the current one keeps tracking) or a new
+            source's ONNX tracker (:meth:`source_build`; ``for_source`` is then True).
         build_fraction: how far the build of the ONNX tracker's engines is, in [0, 1], over both
             (detector then mesh: each counts half); 0 when none runs or an engine loads from the cache.
         build_stage: what the build does now, e.g. ``"mesh (2 of 2): building ort_cpu"`` ("" when none).
@@ -115,9 +118,11 @@ class TrackerController:
         self.building = False
         self.build_fraction = 0.0
         self.build_stage = ""
+        self.for_source = False
         self.swaps = 0
         self._generation = 0
         self._building_gen = 0  # the generation whose build runs (read on the builder thread)
+        self._source_gen: int | None = None  # the generation a new source's tracker builds in (opener thread)
         self._infos: dict[str, object] | None = None  # model stem -> ModelInfo, read on the builder
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-builder")
         progress = getattr(session.engines, "progress", None)
@@ -269,7 +274,7 @@ class TrackerController:
         store.save_area(self.session.store, self.session.settings.engines)
         self._generation += 1
         self.error = self.notice = self.notice_detail = ""
-        self.building = True
+        self.building, self.for_source = True, False
         self.build_fraction, self.build_stage = 0.0, ""
         self._changed()
         return self._pool.submit(self._build, self._generation, dict(chosen), self.session.pipeline)
@@ -299,11 +304,62 @@ class TrackerController:
         self.session.dispatch(lambda: self._done(gen, self.short_notice(falls), self._fell_back(tracker, chosen)))
         return tracker
 
+    def builds_engines(self, kind: str | None = None) -> bool:
+        """Whether a new source's tracker is the ONNX engines (built by the engine layer: seconds to a
+        minute the first time), not MediaPipe's (loads in a moment).
+
+        Args:
+            kind: ``onnx``, ``auto`` (counts when it resolves to the ONNX engines here) or ``mediapipe``;
+                None: what :meth:`stage_fields` builds now.
+        """
+        kind = self.stage_fields()["tracker"] if kind is None else kind
+        return kind == "onnx" or (kind == "auto" and self.auto_kind() == "onnx")
+
+    @contextmanager
+    def source_build(self, kind: str) -> Iterator[None]:
+        """Around the build of a new source's stages (the opener thread): an ONNX tracker built there
+        (the choice at start-up, or a new source) shows the same progress as a switch.
+
+        Args:
+            kind: the tracker the stages build (``StageChoice.tracker``: ``onnx``, ``auto``, ``mediapipe``);
+                ``auto`` counts when it resolves to the ONNX engines here.
+
+        While the block runs, :attr:`building` and :attr:`for_source` are True (set through the session's
+        ``dispatch``) and the engine layer's reports of the tracker's models move :attr:`build_fraction`;
+        both are cleared at the end. A switch requested meanwhile takes the row over.
+        """
+        if not self.builds_engines(kind):
+            yield
+            return
+        gen = self._generation
+        self._source_gen = gen
+        self.session.dispatch(lambda: self._source_started(gen))
+        try:
+            yield
+        finally:
+            self._source_gen = None
+            self.session.dispatch(lambda: self._source_done(gen))
+
+    def _source_started(self, gen: int) -> None:
+        if gen != self._generation or self.building:
+            return
+        self.building, self.for_source = True, True
+        self.build_fraction, self.build_stage = 0.0, ""
+        self._changed()
+
+    def _source_done(self, gen: int) -> None:
+        if gen != self._generation or not self.for_source:
+            return
+        self.building = self.for_source = False
+        self.build_fraction, self.build_stage = 0.0, ""
+        self._changed()
+
     def _on_build_progress(self, model_path, stage: str, fraction: float) -> None:
-        """A build report of the engine layer (the builder thread): the tracker's own models only."""
-        gen = self._building_gen
-        if not gen:
-            return  # not this controller's build (an engine row's, or a new source's tracker)
+        """A build report of the engine layer (the builder or the opener thread): the tracker's own
+        models only, while a switch (:meth:`request`) or a new source (:meth:`source_build`) builds them."""
+        gen = self._building_gen if self._building_gen else self._source_gen
+        if gen is None:
+            return  # not this controller's build (an engine row's)
         from pathlib import Path
 
         from avatar_app.tracking.onnx_tracker import model_paths
@@ -370,7 +426,7 @@ class TrackerController:
     def _failed(self, gen: int, exc: Exception, pipe) -> None:
         if gen != self._generation:
             return
-        self.building = False
+        self.building = self.for_source = False
         self.build_fraction, self.build_stage = 0.0, ""
         running = self.serving() or "MediaPipe"
         self.error = f"The ONNX tracker could not be loaded ({str(exc).rstrip('.')}); {running} keeps tracking."
@@ -380,7 +436,7 @@ class TrackerController:
     def _done(self, gen: int, notice: str, detail: str = "") -> None:
         if gen != self._generation:
             return
-        self.building, self.notice, self.notice_detail = False, notice, detail
+        self.building, self.for_source, self.notice, self.notice_detail = False, False, notice, detail
         self.build_fraction, self.build_stage = 0.0, ""
         if notice:
             self._say(f"Tracking: {notice}")

@@ -288,6 +288,8 @@ class Renderer:
         self._prims: list[_GpuPrimitive] = []
         self._morph_tex: moderngl.Texture | None = None
         self._avatar: AvatarMesh | None = None
+        self._head_points = np.zeros((0, 3))  # model-space vertices of the head (head_rect)
+        self._head_rects: dict[tuple[int, int], tuple[float, float, float, float] | None] = {}
         self._map = np.zeros((NUM_BLENDSHAPES, 0), np.float32)
         self._msaa_fbo: moderngl.Framebuffer | None = None
         self._resolve_fbo: moderngl.Framebuffer | None = None
@@ -408,6 +410,12 @@ class Renderer:
         self._view_center = (np.asarray(mesh.view_center, np.float64) if mesh.view_center is not None
                              else (lo + hi) / 2.0)
         self._view_height = float(mesh.view_height_m or 1.15 * (hi[1] - lo[1]))
+        # the head: what lies above a fifth of the framed height below the view centre (the chin)
+        floor = self._view_center[1] - 0.2 * self._view_height
+        head = [p.positions[p.positions[:, 1] >= floor] for p in mesh.primitives]
+        head = [h for h in head if len(h)]
+        self._head_points = np.concatenate(head).astype(np.float64) if head else np.zeros((0, 3))
+        self._head_rects = {}
         # Depth range: at least 0.35 m in front of / 0.6 m behind the view centre (a head),
         # more for avatars whose horizontal radius about the centre is larger (a full body
         # framed at its head, wide clothes), so turning never pushes them past the planes.
@@ -590,6 +598,32 @@ class Renderer:
         clip = p @ (proj @ view).T
         ndc = clip[:, :2] / clip[:, 3:4]
         return np.c_[(ndc[:, 0] + 1.0) * 0.5 * width, (1.0 - ndc[:, 1]) * 0.5 * height]
+
+    def head_rect(self, width: int, height: int) -> tuple[float, float, float, float] | None:
+        """The avatar's head on screen: the bounding box of its vertices at rest above the neck
+        (those above a fifth of the framed height below ``view_center``: the chin), projected.
+
+        Thread: any (reads what :meth:`set_avatar` set; the result is cached per size).
+
+        Args:
+            width, height: the view's size in pixels (logical or device: the box scales with them).
+
+        Returns:
+            ``(x0, y0, x1, y1)`` pixels, origin at the top-left corner, y down (may reach outside
+            the view); None without an avatar.
+        """
+        if self._avatar is None or width <= 0 or height <= 0:
+            return None
+        key = (int(width), int(height))
+        cached = self._head_rects.get(key)
+        if cached is None and len(self._head_points):
+            px = self.project(self._head_points, width, height)
+            lo, hi = px.min(axis=0), px.max(axis=0)
+            cached = (float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1]))
+            if len(self._head_rects) > 16:
+                self._head_rects.clear()
+            self._head_rects[key] = cached
+        return cached
 
     def _update_camera(self, width: int, height: int, flip_y: bool) -> None:
         key = (width, height, flip_y, self.fovy_deg, id(self._avatar))

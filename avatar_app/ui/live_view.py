@@ -294,7 +294,8 @@ class LiveView(QObject):
         if pipe is None or not self.overlay_wanted():
             self.viewport.set_overlay_lines(None)
             return
-        self.viewport.set_overlay_lines((summary or pipe.stats.summary()).lines())
+        summary = summary or pipe.stats.summary()
+        self.viewport.set_overlay_lines(summary.lines(), summary.short_lines())
 
     def _update_preview(self, pipe) -> None:
         frame = pipe.last_frame

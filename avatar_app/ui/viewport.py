@@ -15,6 +15,7 @@ GUI thread never reads pixels back either. Nothing here touches OpenGL.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -51,6 +52,11 @@ def view_render_size(width: int, height: int, ratio: float, max_ratio: float = V
     """
     r = max(min(float(ratio), float(max_ratio)), 0.25)
     return max(1, round(width * r)), max(1, round(height * r)), r
+
+
+#: The latency overlay's font size (points; its compact form one point less) and its margin (pixels).
+_OVERLAY_PT = 9
+_OVERLAY_MARGIN = 8
 
 
 class AvatarViewportWidget(QWidget):
@@ -106,11 +112,12 @@ class AvatarViewportWidget(QWidget):
         self.overlay.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
         font = QFont("monospace")
         font.setStyleHint(QFont.StyleHint.Monospace)
-        font.setPointSize(9)
+        font.setPointSize(_OVERLAY_PT)
         self.overlay.setFont(font)
         self.overlay.setStyleSheet("color: white; background: rgba(0,0,0,140); padding: 4px; border-radius: 3px;")
-        self.overlay.move(8, 8)
+        self.overlay.move(_OVERLAY_MARGIN, _OVERLAY_MARGIN)
         self.overlay.hide()
+        self._overlay_texts: tuple[list[str], list[str]] | None = None
         #: A persistent notice at the bottom centre (e.g. "No face found"); see set_notice.
         self.notice = self._message_label("color: white; background: rgba(160,30,30,190); padding: 6px 10px;"
                                           " border-radius: 4px;")
@@ -153,14 +160,57 @@ class AvatarViewportWidget(QWidget):
         self._state = state
         self._submit(state)
 
-    def set_overlay_lines(self, lines: list[str] | None) -> None:
-        """Show (or hide, with None) the latency overlay text."""
+    def set_overlay_lines(self, lines: list[str] | None, short: list[str] | None = None) -> None:
+        """Show (or hide, with None) the latency overlay text, clear of the avatar's face.
+
+        Args:
+            lines: the full table (``LatencySummary.lines``).
+            short: its compact form (``LatencySummary.short_lines``; default: the first line), shown
+                where the full table would cover the face (small windows).
+
+        The overlay goes top left, else bottom left, in full, else compact, wherever it covers neither
+        the head (:meth:`face_rect`) nor the bottom-centre notice and hint; nowhere free (a view too
+        small for even the compact form beside the head): hidden, the Latency panel shows the same.
+        """
         if not lines:
+            self._overlay_texts = None
             self.overlay.hide()
             return
-        self.overlay.setText("\n".join(lines))
-        self.overlay.adjustSize()
-        self.overlay.show()
+        self._overlay_texts = (list(lines), list(short or lines[:1]))
+        self._place_overlay()
+
+    def face_rect(self) -> QRect | None:
+        """The avatar's head in the widget (logical pixels): the renderer's
+        :meth:`~avatar_app.render.renderer.Renderer.head_rect`; None until the renderer has an avatar."""
+        renderer = self._thread.renderer
+        box = renderer.head_rect(self.width(), self.height()) if renderer is not None else None
+        if box is None:
+            return None
+        x0, y0, x1, y1 = math.floor(box[0]), math.floor(box[1]), math.ceil(box[2]), math.ceil(box[3])
+        return QRect(x0, y0, x1 - x0, y1 - y0)
+
+    def _place_overlay(self) -> None:
+        texts = getattr(self, "_overlay_texts", None)
+        if not texts:
+            return
+        face = self.face_rect()
+        avoid = [r for r in (face, *(w.geometry() for w in (self.notice, self.hint) if w.isVisible())) if r]
+        view = self.rect()
+        for lines, size in ((texts[0], _OVERLAY_PT), (texts[1], _OVERLAY_PT - 1)):
+            font = self.overlay.font()
+            if font.pointSize() != size:
+                font.setPointSize(size)
+                self.overlay.setFont(font)
+            self.overlay.setText("\n".join(lines))
+            self.overlay.adjustSize()
+            w, h = self.overlay.width(), self.overlay.height()
+            for x, y in ((_OVERLAY_MARGIN, _OVERLAY_MARGIN), (_OVERLAY_MARGIN, view.height() - _OVERLAY_MARGIN - h)):
+                box = QRect(x, y, w, h)
+                if view.contains(box) and not any(box.intersects(a) for a in avoid):
+                    self.overlay.move(x, y)
+                    self.overlay.show()
+                    return
+        self.overlay.hide()
 
     def _message_label(self, style: str) -> QLabel:
         lab = QLabel(self)
@@ -173,7 +223,7 @@ class AvatarViewportWidget(QWidget):
         return lab
 
     def _place_messages(self) -> None:
-        # bottom centre, clear of the latency overlay (top left); the hint under the notice
+        # bottom centre; the hint under the notice; then the latency overlay, clear of both
         w, h = self.width(), self.height()
         bottom = h - 16
         if self.hint.isVisible():
@@ -181,6 +231,7 @@ class AvatarViewportWidget(QWidget):
             bottom -= self.hint.height() + 8
         if self.notice.isVisible():
             self.notice.move(max(0, (w - self.notice.width()) // 2), max(0, bottom - self.notice.height()))
+        self._place_overlay()  # clear of the messages and the face at this size
 
     def _hide_hint(self) -> None:
         self.hint.hide()

@@ -269,3 +269,78 @@ def test_bad_sample_rate(grid_mp4: Path):
     with VideoFileSource(grid_mp4) as src:
         with pytest.raises(ValueError, match="sample_rate must be > 0"):
             src.read_audio(0)
+
+
+def _remux_ts(src: Path, dst: Path) -> Path:
+    """``src``'s packets into an MPEG-TS ``dst`` (PyAV, no re-encoding)."""
+    import av
+
+    with av.open(str(src)) as c, av.open(str(dst), "w", format="mpegts") as out:
+        streams = {s.index: out.add_stream_from_template(s) for s in c.streams}
+        for pkt in c.demux():
+            if pkt.dts is not None:
+                pkt.stream = streams[pkt.stream.index]
+                out.mux(pkt)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def grid_ts(testdata: Path, tmp_path_factory) -> Path:
+    return _remux_ts(testdata / "video" / "grid_s1_bbaf2n.mpg", tmp_path_factory.mktemp("ts") / "grid.ts")
+
+
+def test_complete_ts_reads_whole(grid_ts: Path):
+    """A whole .ts: no structure complaint, 25 fps (not FFmpeg's guess of 50 from the timestamps), every frame."""
+    from avatar_app.capture._media import mpeg_ts_cut_short
+
+    assert mpeg_ts_cut_short(grid_ts) is None
+    with VideoFileSource(grid_ts) as src:
+        frames = list(src.frames())
+        audio = src.read_audio(16000)
+    assert (src.info.fps, src.info.frame_count, len(frames)) == (25.0, 75, 75)
+    assert not src.truncated and audio.problem == "" and audio.samples.shape[0] > 2.9 * 16000
+
+
+def _warnings_about(caplog, name: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and "corrupt or truncated" in r.getMessage() and name in r.getMessage()]
+
+
+@pytest.mark.parametrize(("suffix", "said"), [(".mpg", "ends inside its last packet"),
+                                              (".ts", "ends inside its last transport packet")])
+def test_truncated_audio_reads_say_so_once(tmp_path: Path, testdata: Path, grid_ts: Path, caplog,
+                                           suffix: str, said: str):
+    """The audio of a cut .mpg / .ts (whose demuxers read it as complete) is found truncated
+    when only the audio is read: load_audio and VideoFileSource.read_audio, one warning per source."""
+    full = testdata / "video" / "grid_s1_bbaf2n.mpg" if suffix == ".mpg" else grid_ts
+    whole = load_audio(full, 16000)
+    assert whole.problem == ""
+    data = full.read_bytes()
+    cut = tmp_path / f"cut{suffix}"
+    cut.write_bytes(data[: int(len(data) * 0.6)])
+    with caplog.at_level(logging.WARNING):
+        a = load_audio(cut, 16000)
+    assert said in a.problem
+    assert 0 < a.samples.shape[0] < 0.7 * whole.samples.shape[0]
+    assert len(_warnings_about(caplog, cut.name)) == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), VideoFileSource(cut) as src:
+        first = src.read_audio()
+        second = src.read_audio(16000)
+        list(src.frames())
+    assert said in first.problem and said in second.problem
+    assert src.truncated and said in src.problem
+    assert len(_warnings_about(caplog, cut.name)) == 1, caplog.records
+
+
+def test_ts_cut_between_transport_packets_inside_a_pes_packet(tmp_path: Path, grid_ts: Path):
+    """A .ts cut on a 188-byte boundary is still found when a stream's last PES packet declares more bytes."""
+    from avatar_app.capture._media import mpeg_ts_cut_short
+
+    data = grid_ts.read_bytes()
+    cut = tmp_path / "cut.ts"
+    found = []
+    for k in range(1500, 1520):  # packet boundaries near 56 % of the file
+        cut.write_bytes(data[: k * 188])
+        found.append(mpeg_ts_cut_short(cut))
+    assert any(f is not None and "last PES packet of PID" in f for f in found), found

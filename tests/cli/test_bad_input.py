@@ -78,6 +78,22 @@ def test_truncated_mpg_keeps_what_decoded_beside_a_finished_clip(testdata, tmp_p
     assert 0 < kept < 2.9 and abs(kept - said) <= 0.06, (kept, proc.stderr)
 
 
+def test_truncated_audio_file_exits_2_keeping_the_clip(testdata, tmp_path):
+    """A cut .mpg given as --audio (read for its audio only, which its demuxer reads without an error)
+    exits 2 saying how many seconds of audio decoded; the clip is kept."""
+    data = (testdata / "video" / "grid_s1_bbaf2n.mpg").read_bytes()
+    bad = tmp_path / "cut.mpg"
+    bad.write_bytes(data[: int(len(data) * 0.6)])
+    out = tmp_path / "o.mp4"
+    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
+                   "--audio", str(bad))
+    _check(proc, (r"audio file .*cut\.mpg is truncated", r"ends inside its last packet",
+                  r"only its first 1\.\d s could be decoded", r"rendered the first 3\.0 s"), 2)
+    assert "wrote" not in proc.stdout + proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]) == 1, proc.stderr
+    assert out.stat().st_size > 0
+
+
 def test_mp4_cut_before_its_index_says_nothing_could_be_kept(testdata, tmp_path):
     """An MP4 with its 'moov' box at the end, cut at 60 %: no frame decodes, the one line says why."""
     data = (testdata / "video" / "expressive" / "lp_d18.mp4").read_bytes()

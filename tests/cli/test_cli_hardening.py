@@ -123,7 +123,7 @@ def test_clear_unused_removes_engines_of_another_device_or_backend(tiny_models, 
 def test_fps_help_gives_its_range():
     proc = run_cli("render", "--help")
     text = " ".join(proc.stdout.split())
-    assert "--fps FPS" in text and "1..240" in text, proc.stdout
+    assert "--fps N" in text and "1..240" in text, proc.stdout
 
 
 @pytest.mark.parametrize("size, says", [("641x480", "must be even"), ("640x481", "must be even"),
@@ -176,3 +176,17 @@ def test_render_says_which_speech_backend_drove_the_mouth(testdata, tmp_path):
     proc = run_cli("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q", "--no-audio")
     assert proc.returncode == 0, proc.stderr
     assert "mouth from the video alone" in proc.stdout, proc.stdout
+
+
+def test_help_says_what_no_command_does_and_render_help_gives_the_exit_statuses():
+    """A new user's first two commands: `avatar-app --help` says that no command opens the studio window,
+    `render --help` has an example and the exit statuses of README's table."""
+    top = " ".join(run_cli("--help").stdout.split())
+    assert "Without a command, opens the studio window" in top and "avatar-app --source talk.mp4" in top, top
+    render = run_cli("render", "--help")
+    assert render.returncode == 0
+    text = " ".join(render.stdout.split())
+    assert "avatar-app render talk.mp4 -o avatar.mp4" in text, text
+    for said in ("0 done", "2 bad input", "3 no face", "4 the output cannot be written", "130 / 143"):
+        assert said in text, (said, text)
+    assert "-o OUT.mp4" in text and "OUT.blendshapes.jsonl" in text and "--size WxH" in text, text

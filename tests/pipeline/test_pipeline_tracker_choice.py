@@ -328,3 +328,41 @@ def test_other_builds_do_not_move_the_tracker_progress(playing, monkeypatch, tin
     assert fut.result(timeout=120) is not None
     _wait(lambda: not s.trackers.building)
     assert s.trackers.build_fraction == 0.0
+
+
+def test_a_source_that_starts_on_the_onnx_tracker_reports_its_build_progress(tmp_path, monkeypatch, testdata,
+                                                                            tiny_models):
+    """The ONNX tracker chosen at start-up: the first source's build (on the opener thread, not a switch) moves
+    the Tracking row's progress over both engines as a switch does, and clears it once the source runs."""
+    import threading
+
+    from avatar_app.pipeline import stage_swaps, stages
+    from avatar_app.pipeline.settings import EngineChoice, save_area
+
+    gate = threading.Event()
+    tiny_landmark_build(monkeypatch, tiny_models, gate=gate)
+    monkeypatch.setattr(stages, "build_tracker", stage_swaps.build_tracker)  # the new source's build
+    store = MemoryStore()
+    save_area(store, EngineChoice(tracker={"kind": "onnx", "backend": "ort_cpu", "precision": "fp16"}))
+    s = _session(tmp_path, monkeypatch, store)
+    seen = []
+    s.events.engine_changed.connect(
+        lambda name: name == "tracker" and s.trackers.building
+        and seen.append((s.trackers.build_fraction, s.trackers.build_stage, s.trackers.for_source)))
+    s.start(source=testdata / VIDEO)  # returns at once: the source opens on the opener thread
+    try:
+        try:
+            _wait(lambda: s.trackers.build_fraction == 0.5)  # the detector built, the mesh waits
+            assert s.trackers.building and s.trackers.for_source and s.pipeline is None
+            assert s.trackers.build_stage.startswith("detector (1 of 2): "), s.trackers.build_stage
+        finally:
+            gate.set()
+        _wait(lambda: s.pipeline is not None and s.pipeline.frames_processed >= 5)
+        _wait(lambda: not s.trackers.building)
+        fractions = [f for f, _, _ in seen]
+        assert fractions == sorted(fractions) and all(src for _, _, src in seen), seen
+        assert any(t.startswith("mesh (2 of 2): ") and 0.5 < f <= 1.0 for f, t, _ in seen), seen
+        assert (s.trackers.build_fraction, s.trackers.build_stage, s.trackers.for_source) == (0.0, "", False)
+    finally:
+        gate.set()
+        s.close()

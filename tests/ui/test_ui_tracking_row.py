@@ -37,6 +37,19 @@ def _kind(win) -> str:
     return tracker_kind(win.session.pipeline.processor.tracker)
 
 
+def _building_shot(qtbot, win, box, name: str, then: str) -> None:
+    """The row mid-build (the detector done, the mesh waiting): the bar at 50 %, the label saying what is
+    done and ``then``; a screenshot of the Engines dock with the bar in view."""
+    assert box.progress.text() == "building 50%"
+    text = box.build_label.text()
+    assert box.build_label.isVisible() and "detector (1 of 2): done" in text, text
+    assert text.endswith(then), text
+    win.docks["engines"].raise_()
+    win.docks["engines"].widget().ensureWidgetVisible(box.progress, 0, 0)
+    qtbot.wait(100)
+    save_shot(win.docks["engines"], name)
+
+
 def _switched(qtbot, win, kind: str) -> None:
     qtbot.waitUntil(lambda: _kind(win) == kind and not win.session.trackers.building, timeout=120000)
 
@@ -155,17 +168,10 @@ def test_the_row_shows_the_build_progress_and_hides_it_when_done(qtbot, file_win
     try:
         box.select("onnx", "ort_cpu", "fp16")
         qtbot.waitUntil(lambda: box.progress.isVisible() and box.progress.value() == 50, timeout=60000)
-        assert box.progress.text() == "building 50%"
-        text = box.build_label.text()
-        assert box.build_label.isVisible() and "detector (1 of 2): done" in text, text
-        assert text.endswith("the current tracker keeps running."), text
         n = win.session.pipeline.frames_processed
         qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= n + 10, timeout=20000)  # meanwhile
         assert _kind(win) == "mediapipe"
-        win.docks["engines"].raise_()
-        win.docks["engines"].widget().ensureWidgetVisible(box.progress, 0, 0)
-        qtbot.wait(100)
-        save_shot(win.docks["engines"], "engines_panel_tracking_building")
+        _building_shot(qtbot, win, box, "engines_panel_tracking_building", "the current tracker keeps running.")
     finally:
         gate.set()
     qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
@@ -291,3 +297,43 @@ def test_the_fallback_notice_is_one_line_with_the_reasons_as_tooltip(qtbot, file
     box.refresh()
     assert box.message.text() == ctl.notice and "\n" not in box.message.text()
     assert box.message.toolTip() == ctl.notice_detail
+
+
+def test_a_window_that_starts_on_the_onnx_tracker_shows_its_build_progress(qtbot, testdata, settings, monkeypatch,
+                                                                          tmp_path, tiny_models):
+    """The ONNX engines chosen at start-up: the first source's tracker build (not a switch) shows the same
+    "building NN%" bar in the Tracking row, and it hides once the source runs."""
+    from avatar_app.pipeline import stage_swaps, stages
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.pipeline.settings import EngineChoice, save_area
+    from avatar_app.ui.main_window import MainWindow
+
+    monkeypatch.setenv("AVATAR_APP_SCREENSHOT", "1")
+    monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
+    gate = threading.Event()
+    tiny_landmark_build(monkeypatch, tiny_models, gate=gate)
+    monkeypatch.setattr(stages, "build_tracker", stage_swaps.build_tracker)  # the new source's build
+    save_area(settings, EngineChoice(tracker={"kind": "onnx", "backend": "ort_cpu", "precision": "fp16"}))
+    win = MainWindow(source=testdata / VIDEO, settings=settings,
+                     engines=EngineController(models={"face_recon": None, "speech2face": None}))
+    try:
+        qtbot.addWidget(win)
+        win.viewport.setFixedSize(640, 360)
+        win.show()
+        qtbot.waitExposed(win)
+        box = win.panels["engines"].tracker_box
+        try:
+            qtbot.waitUntil(lambda: box.progress.isVisible() and box.progress.value() == 50, timeout=60000)
+            assert win.session.pipeline is None  # the window shows while the source opens
+            _building_shot(qtbot, win, box, "engines_panel_tracking_building_at_start",
+                           "the source starts once it is ready.")
+        finally:
+            gate.set()
+        qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
+                        timeout=60000)
+        qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
+        qtbot.wait(100)
+        assert not box.progress.isVisible() and not box.build_label.isVisible()
+    finally:
+        gate.set()
+        win.close()

@@ -90,7 +90,9 @@ def test_window_plays_file_and_shows_avatar(qtbot, file_window):
     assert img.std() > 20
     s = win.session.pipeline.stats.summary()
     assert s.camera_to_screen is not None and "track" in s.stages
-    assert win.viewport.overlay.isVisible() and "camera-to-screen" in win.viewport.overlay.text()
+    # the full table, or its compact form where the table would cover the face (test_ui_latency_overlay)
+    text = win.viewport.overlay.text()
+    assert win.viewport.overlay.isVisible() and ("camera-to-screen" in text or "latency" in text), text
     assert win.session.pipeline.latest_state().face_found
 
 

@@ -286,8 +286,10 @@ class _TrackerBox(QGroupBox):
             first = (" (an FP16 or INT8 engine is built and verified the first time: up to a minute here)"
                      if onnx and c.get("precision") in ("fp16", "int8") and not ctl.build_stage else "")
             doing = f", {ctl.build_stage}" if ctl.build_stage else first
+            then = ("; the source starts once it is ready." if ctl.for_source
+                    else "; the current tracker keeps running.")
             self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker") + doing
-                                     + "; the current tracker keeps running.")
+                                     + then)
         self.serving.setText(ctl.serving() or "no source")
         text = "\n".join(t for t in (ctl.error, ctl.notice) if t)
         self.message.setText(text)
