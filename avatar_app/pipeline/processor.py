@@ -22,18 +22,27 @@ to it (``chrt``, the machine being loaded by others): frame p50 7.37 ms
 sequential, 6.38 on the worker thread, 6.21 alongside MediaPipe's graph. Each
 animator call still sees the frames in order, one at a time, so the states
 equal those of the sequential order (tests/pipeline/test_processor_concurrency.py).
+
+Which order is faster depends on what else the machine runs (alone on 2 cores
+the overlap gains ~14 %; beside two busy processes it loses ~3 %), so by default
+the processor measures both at run time (:class:`OrderChooser`) and runs the
+faster; ``speech_order`` (argument, attribute, or the ``AVATAR_APP_SPEECH_ORDER``
+environment variable) forces one. The states are the same whichever ran.
 """
 from __future__ import annotations
 
+import collections
 import logging
+import os
 import queue
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.clock import now_ns, stage_timer
-from avatar_app.core.errors import AvatarError
+from avatar_app.core.errors import AvatarError, InputError
 from avatar_app.core.types import AvatarState, FaceParams, Frame, StageStamps
 from avatar_app.fusion.chain import PostChain
 
@@ -61,14 +70,137 @@ def speech_overlap_default(cpus: int | None = None) -> bool:
     Returns:
         True to overlap.
     """
-    import os
-
     if cpus is None:
         try:
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):  # not Linux
             cpus = os.cpu_count() or 1
     return cpus >= OVERLAP_MIN_CPUS
+
+
+#: Values of ``FrameProcessor.speech_order``: measure and pick, or one order forced.
+SPEECH_ORDERS = ("auto", "overlapped", "sequential")
+#: Environment variable that forces the order (one of :data:`SPEECH_ORDERS`; unset: "auto").
+SPEECH_ORDER_ENV = "AVATAR_APP_SPEECH_ORDER"
+
+
+def speech_order_setting(value: str | None = None) -> str:
+    """The speech order to use: ``value``, else :data:`SPEECH_ORDER_ENV`, else "auto".
+
+    Args:
+        value: one of :data:`SPEECH_ORDERS` (any case), or None.
+
+    Returns:
+        One of :data:`SPEECH_ORDERS`.
+
+    Raises:
+        InputError: ``value`` (or the environment variable) is not one of them.
+    """
+    raw = value if value is not None else (os.environ.get(SPEECH_ORDER_ENV, "").strip() or "auto")
+    order = str(raw).strip().lower()
+    if order not in SPEECH_ORDERS:
+        where = "speech order" if value is not None else SPEECH_ORDER_ENV
+        raise InputError(f"{where} must be one of {', '.join(SPEECH_ORDERS)}, got {raw!r}")
+    return order
+
+
+class OrderChooser:
+    """Runs each frame in the faster speech order, measured at run time: overlapped or sequential.
+
+    The "home" order runs; every ``interval_s`` (of ``clock``) a probe runs
+    ``probe_frames`` frames in the other order, and its median frame cost is set
+    against the median of the ``probe_frames`` home frames just before it. The
+    other order becomes home only after ``confirm`` probes in a row each found it
+    faster by more than ``margin`` (a probe it wins is followed by the next one
+    as soon as a new home window is measured; one it loses resets the count), so
+    noise does not make it flap. The first ``warmup_frames`` frames (graph and
+    allocator start-up) are not measured.
+
+    Probing costs ``probe_frames`` frames in the slower order per interval (with the
+    defaults 10 frames each 6 s: ~7 % of frames at 25 fps).
+
+    Args:
+        start: the first home order (True: overlapped), e.g. :func:`speech_overlap_default`.
+        clock: integer nanoseconds, monotonic (default ``perf_counter_ns``); the
+            processor times its frames with it too (tests inject one).
+        probe_frames: frames per probe and per home window (>= 1).
+        interval_s: seconds between the end of one probe and the next.
+        margin: relative gain the other order needs, 0..1 (0.03: 3 % faster).
+        confirm: probes in a row it must win to become home (>= 1).
+        warmup_frames: frames at the start left out.
+
+    Attributes:
+        overlapped: the home order (True: speech overlaps tracking).
+        frames: frames recorded per order, ``{"overlapped": n, "sequential": m}``.
+        switches: how often the home order changed.
+        probes: probes completed.
+        last_probe_ms: (home median, other median) of the last probe, ms, or None.
+
+    Thread: the processing thread only.
+    """
+
+    def __init__(self, start: bool, clock: Callable[[], int] = now_ns, probe_frames: int = 10,
+                 interval_s: float = 6.0, margin: float = 0.03, confirm: int = 2, warmup_frames: int = 10):
+        if probe_frames < 1 or confirm < 1 or not 0.0 <= margin < 1.0 or interval_s < 0:
+            raise InputError("order chooser: probe_frames and confirm >= 1, 0 <= margin < 1, interval_s >= 0")
+        self.overlapped = bool(start)
+        self.clock = clock
+        self.probe_frames, self.margin, self.confirm = int(probe_frames), float(margin), int(confirm)
+        self.interval_ns = int(interval_s * 1e9)
+        self.warmup_frames = int(warmup_frames)
+        self.frames = {"overlapped": 0, "sequential": 0}
+        self.switches = self.probes = 0
+        self.last_probe_ms: tuple[float, float] | None = None
+        self._home: collections.deque[int] = collections.deque(maxlen=self.probe_frames)
+        self._probe: list[int] = []
+        self._probing = False
+        self._wins = 0
+        self._seen = 0
+        self._next_probe_ns: int | None = None  # None: as soon as a home window is measured
+
+    def next_order(self) -> bool:
+        """The order of the next frame (True: overlapped): the other one during a probe."""
+        return self.overlapped != self._probing
+
+    def record(self, overlapped: bool, cost_ns: int) -> None:
+        """Note that a frame ran in order ``overlapped`` and took ``cost_ns`` (integer ns)."""
+        self.frames["overlapped" if overlapped else "sequential"] += 1
+        self._seen += 1
+        if self._seen <= self.warmup_frames:
+            return
+        if overlapped == self.overlapped:
+            if not self._probing:
+                self._home.append(int(cost_ns))
+        elif self._probing:
+            self._probe.append(int(cost_ns))
+        now = self.clock()
+        if self._probing:
+            if len(self._probe) >= self.probe_frames:
+                self._decide(now)
+        elif len(self._home) >= self.probe_frames and (self._next_probe_ns is None or now >= self._next_probe_ns):
+            self._probing, self._probe = True, []
+
+    def _decide(self, now: int) -> None:
+        home, other = float(np.median(self._home)), float(np.median(self._probe))
+        self.probes += 1
+        self.last_probe_ms = (home / 1e6, other / 1e6)
+        self._probing = False
+        self._wins = self._wins + 1 if other < home * (1.0 - self.margin) else 0
+        if self._wins >= self.confirm:  # the other order is home now; its probe frames are its first window
+            self.overlapped = not self.overlapped
+            self.switches += 1
+            self._wins = 0
+            self._home = collections.deque(self._probe, maxlen=self.probe_frames)
+            self._next_probe_ns = now + self.interval_ns
+        else:
+            self._home.clear()
+            self._next_probe_ns = None if self._wins else now + self.interval_ns
+
+    def describe(self) -> dict:
+        """What ran: home order, frames per order, switches, probes, the last probe's medians (ms)."""
+        return {"home": "overlapped" if self.overlapped else "sequential", "frames": dict(self.frames),
+                "switches": self.switches, "probes": self.probes,
+                "last_probe_ms": None if self.last_probe_ms is None else [round(v, 3) for v in self.last_probe_ms]}
 
 
 class _SpeechJob:
@@ -170,19 +302,28 @@ class FrameProcessor:
             False its video method (process_video_frame, media ms).
         chain: the post-processing chain (fusion, tuning, expressions; default a fresh
             studio's, :class:`~avatar_app.fusion.chain.PostChain`).
+        speech_order: "auto" (default; :func:`speech_order_setting` reads
+            ``AVATAR_APP_SPEECH_ORDER`` when the argument is None), "overlapped" or
+            "sequential". Overlapped runs the speech animator while the frame is
+            tracked: inside the tracker's call while MediaPipe's threads compute
+            (``tracker.runs_meanwhile``), else on the worker thread while the calling
+            thread tracks and reconstructs (the calling thread runs it itself after
+            vision when the worker has not started it by then); sequential runs the
+            stages one after the other on the calling thread. "auto" runs the faster,
+            measured by :attr:`order_chooser` on this machine as it is loaded now,
+            starting from :func:`speech_overlap_default`. All give the same states.
+        clock: integer-ns clock the frames are timed with for "auto" (tests inject one).
 
     Attributes:
         last_landmarks: the last frame's Landmarks, or None (no face).
         last_error: the last post-processing error, as text ("" when none).
         speech_lookahead_s: seconds of audio after the frame time given to the speech
             animator (offline rendering only: its ``offline_lookahead_s``; live stays causal).
-        concurrent_speech: :func:`speech_overlap_default` (True where this process may use
-            4 or more CPUs) runs the speech animator while the frame is
-            tracked: inside the tracker's call while MediaPipe's threads compute
-            (``tracker.runs_meanwhile``), else on the worker thread while the calling
-            thread tracks and reconstructs (the calling thread runs it itself after
-            vision when the worker has not started it by then); False runs the stages
-            one after the other on the calling thread. All give the same states.
+        speech_order: as the argument; settable between frames.
+        concurrent_speech: the order of the next frame (True: overlapped). Setting it
+            True or False forces that order (``speech_order``), None restores "auto".
+        order_chooser: the :class:`OrderChooser` (measures frames with speech only).
+        last_overlapped: the order the last frame with speech ran in, or None.
 
     Thread: one processing thread at a time. ``reconstructor`` and ``speech`` may be
     replaced between two frames (an engine swap) from another thread: every call
@@ -191,7 +332,8 @@ class FrameProcessor:
     ends after a second without frames or at :meth:`close`.
     """
 
-    def __init__(self, tracker, reconstructor, speech=None, live: bool = False, chain: PostChain | None = None):
+    def __init__(self, tracker, reconstructor, speech=None, live: bool = False, chain: PostChain | None = None,
+                 speech_order: str | None = None, clock: Callable[[], int] = now_ns):
         from avatar_app.reconstruction.hold import NoFaceHold
 
         self.tracker = tracker
@@ -203,8 +345,29 @@ class FrameProcessor:
         self.last_landmarks = None
         self.last_error = ""
         self.speech_lookahead_s = 0.0
-        self.concurrent_speech = speech_overlap_default()
+        self.order_chooser = OrderChooser(speech_overlap_default(), clock=clock)
+        self.speech_order = speech_order_setting(speech_order)
+        self.last_overlapped: bool | None = None
         self._worker = _SpeechWorker()
+
+    @property
+    def speech_order(self) -> str:
+        """"auto", "overlapped" or "sequential" (see the class docstring)."""
+        return self._speech_order
+
+    @speech_order.setter
+    def speech_order(self, value: str) -> None:
+        self._speech_order = speech_order_setting(value)
+
+    @property
+    def concurrent_speech(self) -> bool:
+        """Whether the next frame's speech overlaps tracking (forced, or the chooser's pick)."""
+        order = self._speech_order
+        return self.order_chooser.next_order() if order == "auto" else order == "overlapped"
+
+    @concurrent_speech.setter
+    def concurrent_speech(self, value: bool | None) -> None:
+        self._speech_order = "auto" if value is None else ("overlapped" if value else "sequential")
 
     def close(self) -> None:
         """End the speech worker thread now (a later frame starts it again). Idempotent."""
@@ -262,14 +425,20 @@ class FrameProcessor:
         :attr:`concurrent_speech` it lies inside ``track`` (or overlaps ``track``
         and ``reconstruct`` on the worker thread).
         """
+        clock = self.order_chooser.clock
+        start_ns = clock()
         stamps = frame.capture_stamps() if stamps is None else stamps
         t_s = frame.media_time_s
         speech = self.speech
         job = meanwhile = None
         queued = False
+        overlapped = None  # the order, where it matters: speech beside tracking
         if speech is not None and audio_window is not None:
             job = _SpeechJob(speech.process, (audio_window, t_s + self.speech_lookahead_s))
-            if self.concurrent_speech and vision is None and self.tracker is not None:  # beside tracking
+            if vision is None and self.tracker is not None:
+                overlapped = self.concurrent_speech
+                self.last_overlapped = overlapped
+            if overlapped:  # beside tracking
                 if getattr(self.tracker, "runs_meanwhile", False):
                     meanwhile = job.run  # on this thread, while MediaPipe's threads track
                 else:
@@ -304,7 +473,9 @@ class FrameProcessor:
         except AvatarError as exc:
             self.last_error = str(exc)
             log.warning("post-processing of frame %d failed: %s", frame.index, exc)
-            return state
+            tuned = state
+        if overlapped is not None and self._speech_order == "auto":
+            self.order_chooser.record(overlapped, clock() - start_ns)
         return tuned
 
 
