@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import queue
 import threading
@@ -108,13 +109,17 @@ class OrderChooser:
     """Runs each frame in the faster speech order, measured at run time: overlapped or sequential.
 
     The "home" order runs; every ``interval_s`` (of ``clock``) a probe runs
-    ``probe_frames`` frames in the other order, and its median frame cost is set
-    against the median of the ``probe_frames`` home frames just before it. The
-    other order becomes home only after ``confirm`` probes in a row each found it
-    faster by more than ``margin`` (a probe it wins is followed by the next one
-    as soon as a new home window is measured; one it loses resets the count), so
-    noise does not make it flap. The first ``warmup_frames`` frames (graph and
-    allocator start-up) are not measured.
+    ``probe_frames`` frames in the other order. Each probe gives one ratio: the
+    median frame cost of the overlapped frames over that of the sequential ones
+    (the probe's frames against the ``probe_frames`` home frames just before it,
+    so both saw the same load). The estimate is the mean of the logs of the last
+    ``history`` ratios; the other order becomes home when that estimate says it is
+    faster by more than ``margin``. That is hysteresis both ways (an order must beat
+    the home one by ``margin``, and one noisy probe moves the mean by 1/``history``
+    of its deviation), so noise does not make it flap. The first ``confirm``
+    probes run back to back (a decision within a second or two), later ones every
+    ``interval_s``. The first ``warmup_frames`` frames (graph and allocator start-up)
+    are not measured.
 
     Probing costs ``probe_frames`` frames in the slower order per interval (with the
     defaults 10 frames each 6 s: ~7 % of frames at 25 fps).
@@ -126,7 +131,8 @@ class OrderChooser:
         probe_frames: frames per probe and per home window (>= 1).
         interval_s: seconds between the end of one probe and the next.
         margin: relative gain the other order needs, 0..1 (0.03: 3 % faster).
-        confirm: probes in a row it must win to become home (>= 1).
+        confirm: probes before the first switch (>= 1).
+        history: probes the estimate averages (>= 1).
         warmup_frames: frames at the start left out.
 
     Attributes:
@@ -140,21 +146,24 @@ class OrderChooser:
     """
 
     def __init__(self, start: bool, clock: Callable[[], int] = now_ns, probe_frames: int = 10,
-                 interval_s: float = 6.0, margin: float = 0.03, confirm: int = 2, warmup_frames: int = 10):
-        if probe_frames < 1 or confirm < 1 or not 0.0 <= margin < 1.0 or interval_s < 0:
-            raise InputError("order chooser: probe_frames and confirm >= 1, 0 <= margin < 1, interval_s >= 0")
+                 interval_s: float = 6.0, margin: float = 0.03, confirm: int = 2, history: int = 5,
+                 warmup_frames: int = 10):
+        if probe_frames < 1 or confirm < 1 or history < 1 or not 0.0 <= margin < 1.0 or interval_s < 0:
+            raise InputError("order chooser: probe_frames, confirm and history >= 1, 0 <= margin < 1, "
+                             "interval_s >= 0")
         self.overlapped = bool(start)
         self.clock = clock
-        self.probe_frames, self.margin, self.confirm = int(probe_frames), float(margin), int(confirm)
+        self.probe_frames, self.confirm = int(probe_frames), int(confirm)
+        self._log_gain = math.log(1.0 - float(margin))  # < 0: log(other / home) below it switches
         self.interval_ns = int(interval_s * 1e9)
         self.warmup_frames = int(warmup_frames)
         self.frames = {"overlapped": 0, "sequential": 0}
         self.switches = self.probes = 0
         self.last_probe_ms: tuple[float, float] | None = None
+        self._ratios: collections.deque[float] = collections.deque(maxlen=int(history))  # log(overlapped / seq)
         self._home: collections.deque[int] = collections.deque(maxlen=self.probe_frames)
         self._probe: list[int] = []
         self._probing = False
-        self._wins = 0
         self._seen = 0
         self._next_probe_ns: int | None = None  # None: as soon as a home window is measured
 
@@ -180,26 +189,34 @@ class OrderChooser:
         elif len(self._home) >= self.probe_frames and (self._next_probe_ns is None or now >= self._next_probe_ns):
             self._probing, self._probe = True, []
 
+    def estimate(self) -> float | None:
+        """Mean log(overlapped cost / sequential cost) over the last probes (< 0: overlap faster), or None."""
+        return sum(self._ratios) / len(self._ratios) if self._ratios else None
+
     def _decide(self, now: int) -> None:
         home, other = float(np.median(self._home)), float(np.median(self._probe))
         self.probes += 1
         self.last_probe_ms = (home / 1e6, other / 1e6)
         self._probing = False
-        self._wins = self._wins + 1 if other < home * (1.0 - self.margin) else 0
-        if self._wins >= self.confirm:  # the other order is home now; its probe frames are its first window
+        r = math.log(max(other, 1.0) / max(home, 1.0))  # log(other / home)
+        self._ratios.append(-r if self.overlapped else r)
+        est = self.estimate()
+        other_gain = -est if self.overlapped else est  # mean log(other / home)
+        if len(self._ratios) >= self.confirm and other_gain < self._log_gain:
+            # the other order is home now; its probe frames are its first window
             self.overlapped = not self.overlapped
             self.switches += 1
-            self._wins = 0
             self._home = collections.deque(self._probe, maxlen=self.probe_frames)
-            self._next_probe_ns = now + self.interval_ns
         else:
             self._home.clear()
-            self._next_probe_ns = None if self._wins else now + self.interval_ns
+        self._next_probe_ns = None if len(self._ratios) < self.confirm else now + self.interval_ns
 
     def describe(self) -> dict:
-        """What ran: home order, frames per order, switches, probes, the last probe's medians (ms)."""
+        """What ran: home order, frames per order, switches, probes, the estimate, the last probe (ms)."""
+        est = self.estimate()
         return {"home": "overlapped" if self.overlapped else "sequential", "frames": dict(self.frames),
                 "switches": self.switches, "probes": self.probes,
+                "overlapped_over_sequential": None if est is None else round(math.exp(est), 4),
                 "last_probe_ms": None if self.last_probe_ms is None else [round(v, 3) for v in self.last_probe_ms]}
 
 

@@ -112,7 +112,7 @@ def check_landmarks(landmarks: Landmarks) -> np.ndarray:
             f"face landmarks must have shape ({lmk.NUM_LANDMARKS}, 3) (MediaPipe face mesh with "
             f"irises), got {pts.shape}"
         )
-    if not np.all(np.isfinite(pts)):
+    if not np.isfinite(pts).all():
         raise InputError("face landmarks contain NaN or infinite values")
     w, h = landmarks.image_size
     if w <= 0 or h <= 0:
