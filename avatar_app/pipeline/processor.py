@@ -55,7 +55,7 @@ OVERLAP_MIN_CPUS = 4
 
 
 def speech_overlap_default(cpus: int | None = None) -> bool:
-    """Whether the speech stage runs beside tracking by default: only with a CPU to spare for it.
+    """The order "auto" starts in (:class:`OrderChooser` then measures): overlapped only with a CPU to spare.
 
     MediaPipe's graph already keeps about two cores busy while it tracks (process CPU
     6.2 ms per 3.4 ms frame on the 2-core test machine, benchmarks/peers.py), so the
