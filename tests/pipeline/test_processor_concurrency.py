@@ -280,8 +280,8 @@ def test_the_adaptive_order_switches_mid_clip_and_the_states_stay_the_sequential
 
     def adaptive(proc):
         clock.proc = proc
-        proc.order_chooser = OrderChooser(False, clock=clock, probe_frames=3, interval_s=0.0, confirm=1,
-                                          warmup_frames=2)
+        proc.order_chooser = OrderChooser(False, clock=clock, probe_frames=3, interval_s=0.0, interval_frames=0,
+                                          confirm=1, warmup_frames=2)
 
     seq, _ = _states(frames, audio, concurrent=False)
     auto, _ = _states(frames, audio, concurrent=None, setup=adaptive)
@@ -309,11 +309,12 @@ def _feed(chooser, costs_ms, n: int, clock=None, step_ns: int = 0) -> list[bool]
 def test_the_chooser_keeps_the_faster_order_by_median_with_hysteresis():
     """Injected timings: the faster order becomes home after two probes, and stays; an order only
     2 % faster (inside the 3 % margin) or one whose probes scatter +-8 % around the home order's cost
-    never takes over; probes wait ``interval_s`` of the injected clock once the first two are in."""
+    never takes over; probes wait ``interval_s`` of the injected clock and ``interval_frames`` frames
+    once the first two are in."""
     from avatar_app.pipeline.processor import OrderChooser
 
     t = [0]
-    ch = OrderChooser(False, clock=lambda: t[0], probe_frames=5, interval_s=1.0, warmup_frames=3)
+    ch = OrderChooser(False, clock=lambda: t[0], probe_frames=5, interval_s=1.0, interval_frames=0, warmup_frames=3)
     ran = _feed(ch, {True: 4.0, False: 5.0}, 30, t, 40_000_000)  # 25 fps
     assert ch.overlapped and ch.switches == 1 and ch.last_probe_ms == (5.0, 4.0)
     first_overlapped = ran.index(True)
@@ -321,18 +322,22 @@ def test_the_chooser_keeps_the_faster_order_by_median_with_hysteresis():
     ran = _feed(ch, {True: 4.0, False: 5.0}, 500, t, 40_000_000)
     assert ch.overlapped and ch.switches == 1 and ch.probes >= 5
     assert 0 < ran.count(False) <= 0.25 * len(ran)  # probes only: 5 frames after each 1 s (25 frames)
+    ch.interval_frames = 95  # frames that come slowly: a probe after 1 s and 95 frames, whichever is later
+    before = ch.probes
+    ran = _feed(ch, {True: 4.0, False: 5.0}, 1000, t, 40_000_000)
+    assert ch.probes - before in (9, 10) and ran.count(False) <= 0.05 * len(ran)
 
-    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, warmup_frames=0)
+    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, interval_frames=0, warmup_frames=0)
     _feed(ch, {True: 5.0, False: 4.9}, 400, t)
     assert ch.overlapped and ch.switches == 0 and ch.probes > 10
 
     # noise: the other order wins every other probe by 8 %, loses the next by 8 %: no switch
-    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, warmup_frames=0)
+    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, interval_frames=0, warmup_frames=0)
     _feed(ch, {True: 5.0, False: lambda i: 4.6 if (i // 10) % 2 else 5.4}, 400, t)
     assert ch.overlapped and ch.switches == 0 and ch.probes > 10
 
     # a median, not a mean: one slow frame in the probe does not hide that the order is faster
-    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, warmup_frames=0)
+    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, interval_frames=0, warmup_frames=0)
     _feed(ch, {True: 5.0, False: lambda i: 50.0 if i % 5 == 0 else 4.0}, 60, t)
     assert not ch.overlapped and ch.switches == 1
     assert ch.describe()["home"] == "sequential" and ch.describe()["switches"] == 1
