@@ -172,6 +172,18 @@ class OrderChooser:
         self._seen = 0
         self._next_probe_ns: int | None = None  # None: as soon as a home window is measured
 
+    def restart(self) -> None:
+        """Forget the measurements (another tracker or engine costs differently); the home order stays.
+
+        The next frames are a new warm-up, then ``confirm`` probes back to back.
+        """
+        self._ratios.clear()
+        self._home.clear()
+        self._probe = []
+        self._probing = False
+        self._seen = 0
+        self._next_probe_ns, self._next_probe_frame = None, 0
+
     def next_order(self) -> bool:
         """The order of the next frame (True: overlapped): the other one during a probe."""
         return self.overlapped != self._probing

@@ -263,7 +263,8 @@ class _OrderClock:
 
     def __call__(self) -> int:
         self.reads += 1
-        phase = int(self.reads // 2 >= self.flip_after)  # two readings per frame, then one per probe decision
+        done = sum(self.proc.order_chooser.frames.values()) if self.proc else 0
+        phase = int(done >= self.flip_after)
         overlapped = bool(self.proc and self.proc.last_overlapped)
         self.t += self.costs[phase][overlapped]
         return self.t
@@ -341,6 +342,10 @@ def test_the_chooser_keeps_the_faster_order_by_median_with_hysteresis():
     _feed(ch, {True: 5.0, False: lambda i: 50.0 if i % 5 == 0 else 4.0}, 60, t)
     assert not ch.overlapped and ch.switches == 1
     assert ch.describe()["home"] == "sequential" and ch.describe()["switches"] == 1
+    ch.restart()  # a new tracker: measured afresh, from the same home order, after a new warm-up
+    assert ch.estimate() is None and not ch.overlapped and ch.next_order() is False
+    _feed(ch, {True: 4.0, False: 5.0}, 40, t)
+    assert ch.overlapped and ch.switches == 2
 
 
 def test_the_order_can_be_forced_by_argument_attribute_or_environment(monkeypatch):
