@@ -105,6 +105,10 @@ def speech_order_setting(value: str | None = None) -> str:
     return order
 
 
+#: While the order estimate is unsure (within twice the margin), probes come this many times as often.
+UNSURE_PROBE_DIVISOR = 3
+
+
 class OrderChooser:
     """Runs each frame in the faster speech order, measured at run time: overlapped or sequential.
 
@@ -118,8 +122,9 @@ class OrderChooser:
     the home one by ``margin``, and one noisy probe moves the mean by 1/``history``
     of its deviation), so noise does not make it flap. The first ``confirm``
     probes run back to back (a decision within a second or two), later ones every
-    ``interval_s`` / ``interval_frames``. The first ``warmup_frames`` frames (graph and allocator start-up)
-    are not measured.
+    ``interval_s`` / ``interval_frames``, or :data:`UNSURE_PROBE_DIVISOR` times as often
+    while the estimate is within twice the margin of even. The first ``warmup_frames``
+    frames (graph and allocator start-up) are not measured.
 
     Probing costs ``probe_frames`` frames in the slower order per interval (with the
     defaults 10 frames each 6 s and at least 150 frames: ~6 % of frames at 25 fps, and
@@ -230,7 +235,12 @@ class OrderChooser:
         if len(self._ratios) < self.confirm:
             self._next_probe_ns, self._next_probe_frame = None, 0
         else:
-            self._next_probe_ns, self._next_probe_frame = now + self.interval_ns, self._seen + self.interval_frames
+            # While the estimate lies near the threshold the next probe comes sooner: the orders cost
+            # about the same then, so probing is cheap, and a wrong first call is corrected quickly.
+            # Far from it (one order clearly faster), probes are rare.
+            div = 1 if abs(est) >= 2.0 * abs(self._log_gain) else UNSURE_PROBE_DIVISOR
+            self._next_probe_ns = now + self.interval_ns // div
+            self._next_probe_frame = self._seen + self.interval_frames // div
 
     def describe(self) -> dict:
         """What ran: home order, frames per order, switches, probes, the estimate, the last probe (ms)."""
