@@ -19,13 +19,16 @@ taken within the run stay meaningful on a shared machine:
 - ``avatar_app``: the project's per-frame processing (``FrameProcessor``:
   track + reconstruct + speech + fuse, offline, no render) with the default
   reconstructor and speech animator, per stage from the frame's stamps, in the
-  product's default order: speech overlaps tracking only where the process has
-  4 or more CPUs (``processor.speech_overlap_default``); overlapped, speech runs
-  inside the track stage while MediaPipe's threads compute, so the stages' sum
-  exceeds the frame's wall time;
-- with ``--sequential`` (``--other-order``): the same in the other order too,
-  ``avatar_app_sequential`` (``concurrent_speech = False``) or
-  ``avatar_app_overlapped``, the A/B of the overlap in the same run;
+  product's default order, "auto": the processor measures its frames in both
+  orders (speech overlapping tracking, or after it) and keeps the faster
+  (``processor.OrderChooser``); ``--order overlapped|sequential`` forces one.
+  Overlapped, speech runs inside the track stage while MediaPipe's threads
+  compute, so the stages' sum exceeds the frame's wall time. Which order each
+  frame ran in is reported (``speech_order``: frames and wall time per order,
+  the chooser's switches and probes);
+- with ``--other-order`` (``--sequential``): the same with each order forced too,
+  ``avatar_app_overlapped`` and ``avatar_app_sequential``, the A/B of the
+  overlap in the same run;
 - ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
   ran before (legacy FaceMesh for two faces, landmarks copied into numpy).
 
@@ -187,13 +190,10 @@ class MediaPipeAlone(_Timed):
 class AvatarApp(_Timed):
     """The project's FrameProcessor with its default reconstructor and speech animator."""
 
-    def __init__(self, speech_samples: np.ndarray, speech_offset_s: float, concurrent: bool | None = None):
-        from avatar_app.pipeline.processor import speech_overlap_default
-
-        name = "avatar_app" if concurrent is None else ("avatar_app_overlapped" if concurrent
-                                                         else "avatar_app_sequential")
+    def __init__(self, speech_samples: np.ndarray, speech_offset_s: float, order: str = "auto",
+                 name: str = "avatar_app"):
         super().__init__(name)
-        self.concurrent = speech_overlap_default() if concurrent is None else concurrent
+        self.order = order
         from avatar_app.pipeline import SPEECH_RATE, StageChoice, audio_window, build_stages
 
         self._audio_window = audio_window
@@ -204,11 +204,12 @@ class AvatarApp(_Timed):
         self.proc = frame_processor_class()(self.tracker, self.reconstructor, self.speech, live=False,
                                             chain=self.built.chain)
         self.proc.speech_lookahead_s = float(getattr(self.speech, "offline_lookahead_s", 0.0) or 0.0)
-        self.proc.concurrent_speech = concurrent
+        self.proc.speech_order = order
         self.context_s = float(getattr(self.speech, "context_s", 0.1))
         self.samples, self.offset = speech_samples, speech_offset_s
         self.stages: dict[str, list[float]] = {s: [] for s in STAGES}
         self.faces: list[int] = []
+        self.overlapped: list[bool | None] = []  # the order each frame ran in
 
     def describe(self) -> dict:
         d = {}
@@ -225,6 +226,18 @@ class AvatarApp(_Timed):
             a, b = state.stamps.get(s, (0, 0))
             self.stages[s].append((b - a) / 1e6)
         self.faces.append(int(state.face_found))
+        self.overlapped.append(self.proc.last_overlapped)
+
+    def order_report(self, keep: np.ndarray) -> dict:
+        """Which order(s) ran: frames and wall time per order, and the chooser's record."""
+        ran = np.asarray([o is True for o in self.overlapped])
+        out = {"mode": self.order, "frames": {}, "wall_ms": {}}
+        for label, mask in (("overlapped", ran), ("sequential", ~ran)):
+            out["frames"][label] = int((mask & keep).sum())
+            out["wall_ms"][label] = _summary(self.wall, mask & keep)
+        if self.order == "auto":
+            out["chooser"] = self.proc.order_chooser.describe()
+        return out
 
 
 # -- statistics ---------------------------------------------------------------------
@@ -248,8 +261,10 @@ def main() -> int:
     ap.add_argument("--no-openseeface", action="store_true", help="leave the peer out")
     ap.add_argument("--no-baseline", action="store_true",
                     help="leave out the old track stage's graph (FaceMesh for two faces, landmarks to numpy)")
-    ap.add_argument("--sequential", "--other-order", dest="sequential", action="store_true",
-                    help="add avatar_app in the other order too (avatar_app_sequential or avatar_app_overlapped)")
+    ap.add_argument("--order", choices=("auto", "overlapped", "sequential"), default="auto",
+                    help="avatar_app's speech order (default auto: measured at run time, the faster kept)")
+    ap.add_argument("--other-order", "--sequential", dest="sequential", action="store_true",
+                    help="add avatar_app with each order forced too (avatar_app_overlapped, avatar_app_sequential)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the clip")
     ap.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each round")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
@@ -268,11 +283,12 @@ def main() -> int:
     print(f"clip: {len(frames)} frames {info.width}x{info.height} at {info.fps:g} fps, "
           f"{info.duration_s:.1f} s, audio {audio.samples.size / SPEECH_RATE:.1f} s", flush=True)
 
-    systems: list = [MediaPipeAlone(), AvatarApp(audio.samples, float(audio.media_time_s))]
+    systems: list = [MediaPipeAlone(), AvatarApp(audio.samples, float(audio.media_time_s), order=args.order)]
     if args.sequential:
-        from avatar_app.pipeline.processor import speech_overlap_default
-
-        systems.append(AvatarApp(audio.samples, float(audio.media_time_s), concurrent=not speech_overlap_default()))
+        for order in ("overlapped", "sequential"):
+            if order != args.order:
+                systems.append(AvatarApp(audio.samples, float(audio.media_time_s), order=order,
+                                         name=f"avatar_app_{order}"))
     if not args.no_baseline:
         systems.append(MediaPipeAlone(max_faces=2, points=True))
     if not args.no_openseeface:
@@ -290,7 +306,7 @@ def main() -> int:
                     s.proc = frame_processor_class()(s.tracker, s.reconstructor, s.speech, live=False,
                                                      chain=s.built.chain)
                     s.proc.speech_lookahead_s = float(getattr(s.speech, "offline_lookahead_s", 0.0) or 0.0)
-                    s.proc.concurrent_speech = s.concurrent
+                    s.proc.speech_order = s.order
         for i, frame in enumerate(frames):
             k = (i + r) % len(systems)
             for s in systems[k:] + systems[:k]:
@@ -312,6 +328,7 @@ def main() -> int:
         if isinstance(s, AvatarApp):
             res["stages_wall_ms"] = {k: _summary(v, keep) for k, v in s.stages.items()}
             res["components"] = s.describe()
+            res["speech_order"] = s.order_report(keep)
         results[s.name] = res
 
     app, mp_ = results["avatar_app"], results["mediapipe"]
@@ -362,6 +379,9 @@ def main() -> int:
               f"cpu p50 {res['cpu_ms']['p50']:6.2f} ms   faces {res['frames_with_face']}/{res['frames']}")
     for k, v in app["stages_wall_ms"].items():
         print(f"  {k:12s} p50 {v['p50']:6.3f}  p95 {v['p95']:6.3f}  mean {v['mean']:6.3f} ms")
+    for name, res in results.items():
+        if "speech_order" in res:
+            print(f"{name} order: {json.dumps(res['speech_order'])}")
     print(json.dumps({"ratios": ratios, "bars": bars}, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2))

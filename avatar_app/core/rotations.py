@@ -54,7 +54,7 @@ _GIMBAL_EPS = 1e-12
 
 def _check_matrix(rot: np.ndarray) -> np.ndarray:
     r = np.asarray(rot, np.float64)
-    if r.shape != (3, 3) or not np.all(np.isfinite(r)):
+    if r.shape != (3, 3) or not np.isfinite(r).all():
         raise InputError(f"a rotation must be a finite (3, 3) matrix; got shape {r.shape}")
     return r
 

@@ -68,6 +68,11 @@ class OneEuroFilter:
         self._x: np.ndarray | None = None
         self._dx: np.ndarray | None = None
         self._t_s: float | None = None
+        # smoothing_factor's tau for the fixed derivative cut-off, computed once (the same operations)
+        self._tau_d = 1.0 / (2.0 * math.pi * self.d_cutoff_hz)
+        if self._tau_d.ndim == 0:
+            self._tau_d = float(self._tau_d)
+        self._scalar_params = self.min_cutoff_hz.ndim == 0 and self.beta.ndim == 0
 
     def reset(self) -> None:
         """Forget the state; the next sample passes through unchanged."""
@@ -93,21 +98,26 @@ class OneEuroFilter:
         Raises:
             InputError: the shape changed or a value/time is not finite.
             TrackingError: ``t_s`` does not increase.
+
+        The paper's equations, as :func:`smoothing_factor` computes them, with the
+        derivative's ``tau`` computed once and the temporaries reused (the same
+        floating-point operations in the same order: bit-identical results).
         """
         xv = np.asarray(x, dtype=np.float64)
         t = float(t_s)
         if not math.isfinite(t):
             raise InputError(f"One Euro filter time must be finite, got {t_s}")
-        if not np.all(np.isfinite(xv)):
+        if not np.isfinite(xv).all():
             raise InputError("One Euro filter input contains NaN or infinite values")
-        if self._x is None:
+        x_prev = self._x
+        if x_prev is None:
             self._x = xv.copy()
             self._dx = np.zeros_like(xv)
             self._t_s = t
             return xv.copy()
-        if xv.shape != self._x.shape:
+        if xv.shape != x_prev.shape:
             raise InputError(
-                f"One Euro filter input shape changed from {self._x.shape} to {xv.shape}; "
+                f"One Euro filter input shape changed from {x_prev.shape} to {xv.shape}; "
                 "call reset() first"
             )
         if not t > self._t_s:
@@ -115,9 +125,31 @@ class OneEuroFilter:
                 f"One Euro filter timestamps must strictly increase: got {t} s after {self._t_s} s"
             )
         t_e = t - self._t_s
-        dx = (xv - self._x) / t_e
-        dx_hat = self._dx + smoothing_factor(t_e, self.d_cutoff_hz) * (dx - self._dx)
-        cutoff = self.min_cutoff_hz + self.beta * np.abs(dx_hat)
-        x_hat = self._x + smoothing_factor(t_e, cutoff) * (xv - self._x)
-        self._x, self._dx, self._t_s = x_hat, dx_hat, t
-        return x_hat.copy()
+        diff = xv - x_prev
+        if not isinstance(diff, np.ndarray):  # a 0-d sample: numpy scalars, no in-place operations
+            dx_hat = self._dx + smoothing_factor(t_e, self.d_cutoff_hz) * (diff / t_e - self._dx)
+            cutoff = self.min_cutoff_hz + self.beta * np.abs(dx_hat)
+            x_hat = np.asarray(x_prev + smoothing_factor(t_e, cutoff) * diff)
+            self._x, self._dx, self._t_s = x_hat, np.asarray(dx_hat), t
+            return x_hat.copy()
+        dx_prev = self._dx
+        dx_hat = diff / t_e  # dx
+        dx_hat -= dx_prev
+        dx_hat *= 1.0 / (1.0 + self._tau_d / t_e)  # smoothing_factor(t_e, d_cutoff_hz)
+        dx_hat += dx_prev
+        cutoff = np.abs(dx_hat)
+        if self._scalar_params:
+            cutoff *= self.beta
+            cutoff += self.min_cutoff_hz
+        else:
+            cutoff = self.min_cutoff_hz + self.beta * cutoff
+        # smoothing_factor(t_e, cutoff) = 1 / (1 + (1 / (2 pi cutoff)) / t_e), in place
+        cutoff *= 2.0 * math.pi
+        np.divide(1.0, cutoff, out=cutoff)
+        cutoff /= t_e
+        cutoff += 1.0
+        np.divide(1.0, cutoff, out=cutoff)
+        diff *= cutoff
+        diff += x_prev  # x_hat
+        self._x, self._dx, self._t_s = diff, dx_hat, t
+        return diff.copy()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from avatar_app.core.arrays import clip
 from avatar_app.core.blendshapes import (
     BLENDSHAPE_NAMES,
     MOUTH_BLENDSHAPES,
@@ -116,10 +117,10 @@ def fuse_mouth(vision: np.ndarray, audio: np.ndarray, face_found: bool,
         w[_MOUTH_MASK] = a[_MOUTH_MASK]
         return w
     span = max(settings.open_jaw - settings.closed_jaw, 1e-6)
-    seen_open = float(np.clip((v[_JAW] - settings.closed_jaw) / span, 0.0, 1.0))
+    seen_open = float(clip((v[_JAW] - settings.closed_jaw) / span, 0.0, 1.0))
     a_eff = a * seen_open
-    activity = float(np.clip(a_eff[_MOUTH_MASK].sum() / max(settings.activity_level, 1e-6), 0.0, 1.0))
-    mix = float(np.clip(settings.audio_mix, 0.0, 1.0))
+    activity = float(clip(a_eff[_MOUTH_MASK].sum() / max(settings.activity_level, 1e-6), 0.0, 1.0))
+    mix = float(clip(settings.audio_mix, 0.0, 1.0))
     k = mix * activity * AUDIO_TRUST
     # How far the lips are apart is what the camera sees best: while the mouth is in view the
     # voice never changes it (it neither closes a mouth seen open nor opens one seen closed).
@@ -178,9 +179,9 @@ class Fusion:
             rot = nearest_rotation(fr(rot, t_s)).astype(np.float32)
             trans = ft(trans, t_s)
         # sanity guard: finite and in range, else neutral
-        if not np.all(np.isfinite(w)):
+        if not np.isfinite(w).all():
             w = np.zeros(NUM_BLENDSHAPES, np.float32)
-        if not (np.all(np.isfinite(rot)) and np.all(np.isfinite(trans))):
+        if not (np.isfinite(rot).all() and np.isfinite(trans).all()):
             rot = np.eye(3, dtype=np.float32)
             trans = np.array([0, 0, -0.6], np.float32)
-        return np.clip(w, 0.0, 1.0).astype(np.float32), rot, trans
+        return clip(w, 0.0, 1.0).astype(np.float32), rot, trans

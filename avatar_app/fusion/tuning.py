@@ -40,6 +40,7 @@ from avatar_app.core.blendshapes import (
     Blendshape,
     mirror_index,
 )
+from avatar_app.core.arrays import clip
 from avatar_app.core.errors import InputError
 from avatar_app.core.rotations import (
     euler_from_rotation,
@@ -79,6 +80,8 @@ _LINKED_EYES = (("eyeBlinkLeft", "eyeBlinkRight"), ("eyeSquintLeft", "eyeSquintR
                 ("eyeWideLeft", "eyeWideRight"))
 _MIRROR = np.array(mirror_index())
 _FLIP_X = np.diag([-1.0, 1.0, 1.0]).astype(np.float32)
+_FLIP_TRANS = np.array([-1, 1, 1], np.float32)
+_FLIP_GAZE = np.array([-1, 1], np.float32)
 
 
 def smoothing_cutoff_hz(amount: float) -> float:
@@ -183,6 +186,9 @@ class AvatarTuner:
         self._idle = 0.0
         self.history: deque[tuple[float, dict[str, float], dict[str, float]]] = deque(maxlen=1200)
         self._masks = {r: np.array([n in names for n in BLENDSHAPE_NAMES]) for r, names in REGIONS.items()}
+        # the masks' indices, ascending: indexing with them takes the same elements in the same order, faster
+        self._rows = {r: np.flatnonzero(m) for r, m in self._masks.items()}
+        self._preview_rows = [(k, int(Blendshape[v])) for k, v in self.PREVIEW.items() if v != "yaw"]
 
     @property
     def settings(self) -> TuningSettings:
@@ -212,7 +218,7 @@ class AvatarTuner:
     def remap(w: np.ndarray, s: TuningSettings) -> np.ndarray:
         """Sensitivity then min/max remap: ``clip((w * gain - lo) / (hi - lo), 0, 1)``, (52,) float32."""
         x = np.asarray(w, np.float32) * s.sensitivity
-        return np.clip((x - s.remap_min) / (s.remap_max - s.remap_min), 0.0, 1.0).astype(np.float32)
+        return clip((x - s.remap_min) / (s.remap_max - s.remap_min), 0.0, 1.0).astype(np.float32)
 
     @staticmethod
     def link_eyes(w: np.ndarray) -> np.ndarray:
@@ -232,8 +238,8 @@ class AvatarTuner:
         """
         w = np.asarray(state.weights, np.float32)[_MIRROR]
         rot = (_FLIP_X @ np.asarray(state.rotation, np.float32) @ _FLIP_X).astype(np.float32)
-        trans = np.asarray(state.translation, np.float32) * np.array([-1, 1, 1], np.float32)
-        gaze = np.asarray(state.gaze, np.float32) * np.array([-1, 1], np.float32)
+        trans = np.asarray(state.translation, np.float32) * _FLIP_TRANS
+        gaze = np.asarray(state.gaze, np.float32) * _FLIP_GAZE
         return replace(state, weights=w, rotation=rot, translation=trans, gaze=gaze,
                        vision_weights=np.asarray(state.vision_weights, np.float32)[_MIRROR],
                        audio_weights=np.asarray(state.audio_weights, np.float32)[_MIRROR])
@@ -257,7 +263,7 @@ class AvatarTuner:
                 t: float, s: TuningSettings):
         out = w.astype(np.float64)
         for region in ("eyes", "brows", "mouth"):
-            m = self._masks[region]
+            m = self._rows[region]
             out[m] = self._filter(region, w[m], t, s.smoothing.get(region, 0.0), beta=0.5)
         head = s.smoothing.get("head", 0.0)
         rot = nearest_rotation(self._filter("head_rot", rot, t, head, beta=0.3)).astype(np.float32)
@@ -341,14 +347,14 @@ class AvatarTuner:
             self._last_t = t
             self._record(t, raw, state.rotation, w, rot)
         w2 = self.expressions.apply(w2, t)
-        return replace(out, weights=np.clip(w2, 0.0, 1.0).astype(np.float32), rotation=rot2)
+        return replace(out, weights=clip(w2, 0.0, 1.0).astype(np.float32), rotation=rot2)
 
     def _record(self, t: float, raw: np.ndarray, raw_rot, w: np.ndarray, rot: np.ndarray) -> None:
         def yaw(r):
             return float(euler_from_rotation(r)[0])
 
-        before = {k: float(raw[Blendshape[v]]) for k, v in self.PREVIEW.items() if v != "yaw"}
-        after = {k: float(w[Blendshape[v]]) for k, v in self.PREVIEW.items() if v != "yaw"}
+        before = {k: float(raw[i]) for k, i in self._preview_rows}
+        after = {k: float(w[i]) for k, i in self._preview_rows}
         before["head"], after["head"] = yaw(raw_rot), yaw(rot)
         self.history.append((t, before, after))
         while self.history and t - self.history[0][0] > 10.0:

@@ -135,6 +135,7 @@ class LivePipeline:
             return
         tracker, retire = waiting
         old, self.processor.tracker, self.stages.tracker = self.processor.tracker, tracker, tracker
+        self.processor.order_chooser.restart()  # the speech order is measured afresh with this tracker
         self.tracker_swaps += 1
         if old is not None and old is not tracker:
             retire(old)

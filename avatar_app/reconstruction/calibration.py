@@ -316,7 +316,7 @@ class RunningPercentiles(ScheduledEstimate):
         x = np.asarray(x, dtype=np.float64)
         if x.shape != self._q.shape:
             raise InputError(f"expected a feature vector of shape {self._q.shape}, got {x.shape}")
-        if not np.all(np.isfinite(x)):
+        if not np.isfinite(x).all():
             return False
         full = self._schedule.count == self._schedule.capacity
         slot = self._schedule.admit(t_s)

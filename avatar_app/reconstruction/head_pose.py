@@ -112,12 +112,15 @@ def check_landmarks(landmarks: Landmarks) -> np.ndarray:
             f"face landmarks must have shape ({lmk.NUM_LANDMARKS}, 3) (MediaPipe face mesh with "
             f"irises), got {pts.shape}"
         )
-    if not np.all(np.isfinite(pts)):
+    if not np.isfinite(pts).all():
         raise InputError("face landmarks contain NaN or infinite values")
     w, h = landmarks.image_size
     if w <= 0 or h <= 0:
         raise InputError(f"landmarks carry an invalid image size {landmarks.image_size}")
     return pts
+
+
+_PIXEL_SHIFT = np.array([0.5, 0.5, 0.0])
 
 
 def landmarks_to_pixel_space(landmarks: Landmarks) -> np.ndarray:
@@ -134,12 +137,11 @@ def landmarks_to_pixel_space(landmarks: Landmarks) -> np.ndarray:
     Raises:
         InputError: invalid landmarks.
     """
-    pts = check_landmarks(landmarks).astype(np.float64)
+    out = check_landmarks(landmarks).astype(np.float64)  # a new array, scaled in place
     w, h = landmarks.image_size
-    out = np.empty_like(pts)
-    out[:, 0] = (pts[:, 0] - 0.5) * w
-    out[:, 1] = (0.5 - pts[:, 1]) * h
-    out[:, 2] = -pts[:, 2] * w
+    # per column (x - 0.5) w, (0.5 - y) h = (y - 0.5) (-h), -z w = (z - 0) (-w): the same roundings
+    out -= _PIXEL_SHIFT
+    out *= np.array([w, -h, -w], np.float64)
     return out
 
 
@@ -166,8 +168,7 @@ def _unproject(p: np.ndarray, px_per_m: float, z_ref_px: float, f_px: float) -> 
     """
     depth = f_px / px_per_m - (p[:, 2] - z_ref_px) / px_per_m
     out = np.empty_like(p)
-    out[:, 0] = p[:, 0] * depth / f_px
-    out[:, 1] = p[:, 1] * depth / f_px
+    out[:, :2] = p[:, :2] * depth[:, None] / f_px  # x depth / f, y depth / f
     out[:, 2] = -depth
     return out
 

@@ -15,10 +15,11 @@ from avatar_app.pipeline import SPEECH_RATE, FrameProcessor, StageChoice, audio_
 STATE_ARRAYS = ("weights", "rotation", "translation", "gaze", "vision_weights", "audio_weights")
 
 
-def _states(frames, audio, concurrent: bool, meanwhile: bool = True) -> tuple[list, set[str]]:
+def _states(frames, audio, concurrent: bool | None, meanwhile: bool = True, setup=None) -> tuple[list, set[str]]:
     """The states of ``frames`` through the render's stages; and the threads the speech calls ran on.
 
-    ``meanwhile=False`` hides the MediaPipe tracker's ``runs_meanwhile``, so the worker thread runs speech.
+    ``concurrent`` forces the order (None: "auto"); ``meanwhile=False`` hides the MediaPipe tracker's
+    ``runs_meanwhile``, so the worker thread runs speech; ``setup(proc)`` runs before the first frame.
     """
     stages = build_stages(StageChoice(live=False, audio=True, tracker="mediapipe"))
     assert stages.tracker.runs_meanwhile
@@ -26,6 +27,8 @@ def _states(frames, audio, concurrent: bool, meanwhile: bool = True) -> tuple[li
     proc = FrameProcessor(stages.tracker, stages.reconstructor, stages.speech, live=False, chain=stages.chain)
     proc.speech_lookahead_s = stages.speech.offline_lookahead_s
     proc.concurrent_speech = concurrent
+    if setup is not None:
+        setup(proc)
     threads: set[str] = set()
     process = stages.speech.process
 
@@ -46,14 +49,25 @@ def _states(frames, audio, concurrent: bool, meanwhile: bool = True) -> tuple[li
     return out, threads
 
 
-def test_concurrent_speech_gives_the_sequential_states(testdata):
-    """A real clip (sound and a face): every array of every state is bit-identical in the three orders:
-    sequential, speech while MediaPipe's threads track (the default), speech on the worker thread."""
+def _clip(testdata, n: int = 40):
+    """The first ``n`` frames of a GRID clip (a face, speech) and its 16 kHz audio."""
     from avatar_app.capture.video_file import VideoFileSource
 
     with VideoFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4") as src:
-        audio = src.read_audio(SPEECH_RATE)
-        frames = list(src.frames())[:40]
+        return list(src.frames())[:n], src.read_audio(SPEECH_RATE)
+
+
+def _assert_same_states(a_states, b_states) -> None:
+    for a, b in zip(a_states, b_states, strict=True):
+        for name in STATE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"frame {a.frame_index} {name}")
+        assert a.face_found == b.face_found
+
+
+def test_concurrent_speech_gives_the_sequential_states(testdata):
+    """A real clip (sound and a face): every array of every state is bit-identical in the three orders:
+    sequential, speech while MediaPipe's threads track (the default), speech on the worker thread."""
+    frames, audio = _clip(testdata)
     me = threading.current_thread().name
     seq, seq_threads = _states(frames, audio, concurrent=False)
     meanwhile, meanwhile_threads = _states(frames, audio, concurrent=True)
@@ -62,12 +76,9 @@ def test_concurrent_speech_gives_the_sequential_states(testdata):
     assert seq_threads == meanwhile_threads == {me} and "speech" in worker_threads
     assert any(s.audio_weights.max() > 0.05 for s in seq), "the clip's speech should move the mouth"
     assert sum(s.face_found for s in seq) == len(frames)
-    for a, b, c in zip(seq, meanwhile, worker, strict=True):
-        for name in STATE_ARRAYS:
-            for other in (b, c):
-                np.testing.assert_array_equal(getattr(a, name), getattr(other, name),
-                                              err_msg=f"frame {a.frame_index} {name}")
-        assert a.face_found == b.face_found == c.face_found
+    _assert_same_states(seq, meanwhile)
+    _assert_same_states(seq, worker)
+    for b, c in zip(meanwhile, worker, strict=True):
         assert list(b.stamps)[:3] == list(c.stamps)[:3] == ["track", "reconstruct", "speech"]
         (t0, t1), (s0, s1) = b.stamps["track"], b.stamps["speech"]
         assert t0 < s0 <= s1 < t1  # the speech call ran inside the track stage
@@ -238,3 +249,143 @@ def test_speech_overlaps_tracking_by_default_only_with_a_cpu_to_spare(monkeypatc
     assert FrameProcessor(None, None).concurrent_speech is False
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     assert FrameProcessor(None, None).concurrent_speech is True
+
+
+class _OrderClock:
+    """An injected clock: each reading advances by the cost of the order the processor ran last
+    (``costs[phase][overlapped]`` ns, the phase flipping after ``flip_after`` frames), so a frame
+    measures as the cost of its own order and no wall time enters the test."""
+
+    def __init__(self, costs, flip_after: int):
+        self.costs, self.flip_after = costs, flip_after
+        self.proc = None
+        self.t = self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        done = sum(self.proc.order_chooser.frames.values()) if self.proc else 0
+        phase = int(done >= self.flip_after)
+        overlapped = bool(self.proc and self.proc.last_overlapped)
+        self.t += self.costs[phase][overlapped]
+        return self.t
+
+
+def test_the_adaptive_order_switches_mid_clip_and_the_states_stay_the_sequential_ones(testdata):
+    """A real clip with injected frame costs (overlap cheaper, then dearer): "auto" switches to the
+    overlap and back, both orders run, and every state is bit-identical to the forced sequential run's."""
+    from avatar_app.pipeline.processor import OrderChooser
+
+    frames, audio = _clip(testdata, 48)
+    clock = _OrderClock(costs=[{True: 4_000_000, False: 5_000_000}, {True: 6_000_000, False: 5_000_000}],
+                        flip_after=24)
+
+    def adaptive(proc):
+        clock.proc = proc
+        proc.order_chooser = OrderChooser(False, clock=clock, probe_frames=3, interval_s=0.0, interval_frames=0,
+                                          confirm=1, warmup_frames=2)
+
+    seq, _ = _states(frames, audio, concurrent=False)
+    auto, _ = _states(frames, audio, concurrent=None, setup=adaptive)
+    chooser = clock.proc.order_chooser
+    assert chooser.switches >= 2 and not chooser.overlapped  # sequential, overlapped, sequential again
+    assert chooser.frames["overlapped"] > 0 and chooser.frames["sequential"] > 0
+    assert sum(chooser.frames.values()) == len(frames)
+    _assert_same_states(seq, auto)
+
+
+def _feed(chooser, costs_ms, n: int, clock=None, step_ns: int = 0) -> list[bool]:
+    """Run ``n`` frames through ``chooser``; costs_ms[overlapped] is each frame's cost (a value or a
+    callable of the frame number); the injected clock advances ``step_ns`` per frame. Orders run."""
+    ran = []
+    for i in range(n):
+        o = chooser.next_order()
+        c = costs_ms[o](i) if callable(costs_ms[o]) else costs_ms[o]
+        if clock is not None:
+            clock[0] += step_ns
+        chooser.record(o, int(c * 1e6))
+        ran.append(o)
+    return ran
+
+
+def test_the_chooser_keeps_the_faster_order_by_median_with_hysteresis():
+    """Injected timings: the faster order becomes home after two probes, and stays; an order only
+    2 % faster (inside the 3 % margin) or one whose probes scatter +-8 % around the home order's cost
+    never takes over; probes wait ``interval_s`` of the injected clock and ``interval_frames`` frames
+    once the first two are in."""
+    from avatar_app.pipeline.processor import OrderChooser
+
+    t = [0]
+    ch = OrderChooser(False, clock=lambda: t[0], probe_frames=5, interval_s=1.0, interval_frames=0, warmup_frames=3)
+    ran = _feed(ch, {True: 4.0, False: 5.0}, 30, t, 40_000_000)  # 25 fps
+    assert ch.overlapped and ch.switches == 1 and ch.last_probe_ms == (5.0, 4.0)
+    first_overlapped = ran.index(True)
+    assert ran[:first_overlapped] == [False] * first_overlapped and first_overlapped == 3 + 5  # warm-up, window
+    ran = _feed(ch, {True: 4.0, False: 5.0}, 500, t, 40_000_000)
+    assert ch.overlapped and ch.switches == 1 and ch.probes >= 5
+    assert 0 < ran.count(False) <= 0.25 * len(ran)  # probes only: 5 frames after each 1 s (25 frames)
+    ch.interval_frames = 95  # frames that come slowly: a probe after 1 s and 95 frames, whichever is later
+    before = ch.probes
+    ran = _feed(ch, {True: 4.0, False: 5.0}, 1000, t, 40_000_000)
+    assert ch.probes - before in (9, 10) and ran.count(False) <= 0.05 * len(ran)
+    # an unsure estimate (orders 4 % apart, twice the margin is 6 %): probes three times as often
+    before = ch.probes
+    _feed(ch, {True: 4.0, False: 4.16}, 1000, t, 40_000_000)
+    assert ch.overlapped and ch.probes - before >= 18  # against 9 or 10 above, once the older ratios aged out
+
+    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, interval_frames=0, warmup_frames=0)
+    _feed(ch, {True: 5.0, False: 4.9}, 400, t)
+    assert ch.overlapped and ch.switches == 0 and ch.probes > 10
+
+    # noise: the other order wins every other probe by 8 %, loses the next by 8 %: no switch
+    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, interval_frames=0, warmup_frames=0)
+    _feed(ch, {True: 5.0, False: lambda i: 4.6 if (i // 10) % 2 else 5.4}, 400, t)
+    assert ch.overlapped and ch.switches == 0 and ch.probes > 10
+
+    # a median, not a mean: one slow frame in the probe does not hide that the order is faster
+    ch = OrderChooser(True, clock=lambda: t[0], probe_frames=5, interval_s=0.0, interval_frames=0, warmup_frames=0)
+    _feed(ch, {True: 5.0, False: lambda i: 50.0 if i % 5 == 0 else 4.0}, 60, t)
+    assert not ch.overlapped and ch.switches == 1
+    assert ch.describe()["home"] == "sequential" and ch.describe()["switches"] == 1
+    ch.restart()  # a new tracker: measured afresh, from the same home order, after a new warm-up
+    assert ch.estimate() is None and not ch.overlapped and ch.next_order() is False
+    _feed(ch, {True: 4.0, False: 5.0}, 40, t)
+    assert ch.overlapped and ch.switches == 2
+
+
+def test_the_order_can_be_forced_by_argument_attribute_or_environment(monkeypatch):
+    """"overlapped"/"sequential" force the order (nothing measured), "auto" asks the chooser; the
+    environment variable applies where no argument is given; a wrong value is an InputError."""
+    from avatar_app.core.errors import InputError
+    from avatar_app.pipeline import processor as P
+
+    monkeypatch.delenv(P.SPEECH_ORDER_ENV, raising=False)
+    assert FrameProcessor(None, None).speech_order == "auto"
+    monkeypatch.setenv(P.SPEECH_ORDER_ENV, "Overlapped")
+    proc = FrameProcessor(None, None)
+    assert proc.speech_order == "overlapped" and proc.concurrent_speech is True
+    assert FrameProcessor(None, None, speech_order="sequential").concurrent_speech is False
+    proc.concurrent_speech = None
+    assert proc.speech_order == "auto" and proc.concurrent_speech == proc.order_chooser.next_order()
+    proc.concurrent_speech = False
+    assert proc.speech_order == "sequential"
+    monkeypatch.setenv(P.SPEECH_ORDER_ENV, "fastest")
+    with pytest.raises(InputError, match=P.SPEECH_ORDER_ENV):
+        FrameProcessor(None, None)
+    with pytest.raises(InputError, match="speech order"):
+        proc.speech_order = "both"
+    monkeypatch.delenv(P.SPEECH_ORDER_ENV)
+
+    # forced: frames are not measured; auto: each frame with speech beside tracking is
+    speech = _Speech()
+    proc = _processor(speech)
+    monkeypatch.setattr(proc.tracker, "process_video_frame", lambda image, t_ms: None)
+    try:
+        proc.process(_frame(0), np.zeros(1600, np.float32))
+        assert sum(proc.order_chooser.frames.values()) == 0 and proc.last_overlapped is True
+        proc.speech_order = "auto"
+        proc.process(_frame(1), np.zeros(1600, np.float32))
+        assert sum(proc.order_chooser.frames.values()) == 1
+        proc.process(_frame(2), None)  # no audio: no speech call, nothing to choose
+        assert sum(proc.order_chooser.frames.values()) == 1
+    finally:
+        proc.close()

@@ -169,6 +169,30 @@ def test_head_pose_fitter_equals_estimate_head_pose(clips):
             assert b.rms_px == pytest.approx(a.rms_px, rel=1e-9, abs=1e-12)
 
 
+def test_pixel_space_and_unprojection_are_bit_identical_to_the_column_formulas(clips):
+    """landmarks_to_pixel_space and _unproject, rewritten as whole-array operations (issue 18),
+    give the bits of the per-column formulas they replaced, on real landmarks."""
+    from avatar_app.reconstruction import head_pose as H
+
+    for lms, _ in clips.values():
+        for lm in lms[::3]:
+            pts = np.asarray(lm.points).astype(np.float64)
+            w, h = lm.image_size
+            ref = np.empty_like(pts)
+            ref[:, 0] = (pts[:, 0] - 0.5) * w
+            ref[:, 1] = (0.5 - pts[:, 1]) * h
+            ref[:, 2] = -pts[:, 2] * w
+            got = H.landmarks_to_pixel_space(lm)
+            np.testing.assert_array_equal(got, ref)
+            c, z_ref, f = 1234.5, float(ref[1, 2]), H.focal_length_px(w, H.DEFAULT_HFOV_DEG)
+            depth = f / c - (ref[:, 2] - z_ref) / c
+            cam = np.empty_like(ref)
+            cam[:, 0] = ref[:, 0] * depth / f
+            cam[:, 1] = ref[:, 1] * depth / f
+            cam[:, 2] = -depth
+            np.testing.assert_array_equal(H._unproject(ref, c, z_ref, f), cam)
+
+
 def test_features_equal_the_plain_formulas(clips):
     for lms, _ in clips.values():
         neutral = make_neutral_face(lms[0], level_yaw_roll=True)
