@@ -222,6 +222,11 @@ class GeometricSolverConfig:
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
 
+# The ufunc that np.clip(a, lo, hi) ends in (ndarray.clip -> numpy.core._methods._clip -> this), the
+# same loop and so the same bits, without the ~3-5 us of Python dispatch above it (numpy < 2).
+_CLIP = getattr(getattr(getattr(np, "core", None), "umath", None), "clip", None) or np.clip
+
+
 def _clip01(x: np.ndarray | float) -> np.ndarray | float:
     """``np.clip(x, 0, 1)``; a scalar stays a Python float (np.clip on a scalar costs ~3 us)."""
     if isinstance(x, np.ndarray) and x.ndim:
@@ -251,6 +256,12 @@ class _FeatureIndex:
         self.brow = np.array(sum(brows, ()), np.intp)
         self.brow_cuts = np.cumsum([0] + [len(b) for b in brows])
         self.brow_counts = np.array([len(b) for b in brows], np.float64)
+        # All of them in one gather (rows of ``p[gather]``): the measured segments' ends (lid
+        # pairs, the four segments, the inner-lip pairs) as ``a`` then ``b`` halves, the irises,
+        # the corners, 13 and 14; the brows' y as their own gather (a contiguous column)
+        self.n_seg = len(self.lid_up) + len(self.seg_a) + len(self.gap_up)
+        self.gather = np.concatenate([self.lid_up, self.seg_a, self.gap_up, self.lid_lo, self.seg_b,
+                                      self.gap_lo, self.iris, self.corners, self.inner_mid])
 
 
 _FEATURE_INDEX = _FeatureIndex()
@@ -274,22 +285,26 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     ix = _FEATURE_INDEX
     p = np.asarray(points_m, dtype=np.float64)
     f = np.empty(NUM_FEATURES)
-    gaps = np.linalg.norm(p[ix.lid_up] - p[ix.lid_lo], axis=1)
-    seg = np.linalg.norm(p[ix.seg_a] - p[ix.seg_b], axis=1)  # eye widths R, L; chin; mouth width
-    n = ix.n_lid_r
+    q = p[ix.gather]
+    m = ix.n_seg
+    v = q[:m] - q[m:2 * m]
+    lengths = np.sqrt(np.add.reduce(v * v, axis=1))  # what np.linalg.norm(v, axis=1) computes
+    n, n_lid = ix.n_lid_r, len(ix.lid_up)
+    gaps, seg = lengths[:n_lid], lengths[n_lid:n_lid + 4]  # seg: eye widths R, L; chin; mouth width
     # (sums / counts: what ndarray.mean computes, without its per-call cost)
     f[Feature.EYE_APERTURE_R] = gaps[:n].sum() / n / max(seg[0], 1e-9)
-    f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (len(gaps) - n) / max(seg[1], 1e-9)
-    off = p[ix.iris] - 0.5 * (p[ix.seg_a[:2]] + p[ix.seg_b[:2]])  # (2 eyes R, L, 3)
+    f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (n_lid - n) / max(seg[1], 1e-9)
+    k = 2 * m  # the irises, then the corners, then 13 and 14
+    off = q[k:k + 2] - 0.5 * (q[n_lid:n_lid + 2] + q[m + n_lid:m + n_lid + 2])  # (2 eyes R, L, 3)
     f[[Feature.IRIS_X_R, Feature.IRIS_Y_R]] = off[0, :2]
     f[[Feature.IRIS_X_L, Feature.IRIS_Y_L]] = off[1, :2]
     f[Feature.CHIN] = seg[2]
-    f[Feature.LIP_GAP] = np.linalg.norm(p[ix.gap_up] - p[ix.gap_lo], axis=1).sum() / len(ix.gap_up)
+    f[Feature.LIP_GAP] = lengths[n_lid + 4:].sum() / len(ix.gap_up)
     f[Feature.MOUTH_WIDTH] = seg[3]
     # The corners sit about midway between the lips as the jaw opens, so their
     # height above that midpoint changes with smiles and frowns, not with jawOpen.
-    cr, cl = p[ix.corners]
-    mid_y = 0.5 * (p[ix.inner_mid[0], 1] + p[ix.inner_mid[1], 1])
+    cr, cl = q[k + 2], q[k + 3]
+    mid_y = 0.5 * (q[k + 4, 1] + q[k + 5, 1])
     f[Feature.CORNER_Y_R] = cr[1] - mid_y
     f[Feature.CORNER_Y_L] = cl[1] - mid_y
     f[Feature.CORNER_X_R] = -cr[0]
@@ -632,7 +647,10 @@ class GeometricSolver:
         if chin_jaw > w[Blendshape.jawOpen]:
             w[Blendshape.jawOpen] = chin_jaw
             up, up_off = _upper_up_offsets()
-            w[held.shapes] = held.solve_points(d - chin_jaw * jaw - np.tensordot(w[up].astype(np.float64), up_off, 1))
+            # np.tensordot(w[up], up_off, 1) is this dot of (1, 2) by (2, 3 n_mouth), without its ~10 us of
+            # reshaping in Python: the same call on the same arrays, the same bits
+            lifted = np.dot(w[up].astype(np.float64).reshape(1, 2), up_off.reshape(2, -1)).reshape(d.shape)
+            w[held.shapes] = held.solve_points(d - chin_jaw * jaw - lifted)
 
     def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
         """The user's rest position of the fitted points (automatic calibration).
@@ -732,22 +750,22 @@ class GeometricSolver:
 
         # Eyes: aperture relative to the open eye.
         ratio = f[_EYES] / np.maximum(ref[_EYES], 1e-6)
-        blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
+        blink = _CLIP((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
         linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
         w[_BLINK_OUT] = linked
-        w[_WIDE_OUT] = np.clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
+        w[_WIDE_OUT] = _CLIP((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid
         # hides the iris, so each eye keeps its previous angles in proportion
         # to its blink weight.
-        meas = np.arcsin(np.clip(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0))  # (yaw, pitch) x (R, L)
+        meas = np.arcsin(_CLIP(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0))  # (yaw, pitch) x (R, L)
         angles = (1.0 - linked) * meas + linked * self._eye_angles
         self._eye_angles = angles
-        gaze = angles.mean(axis=1).astype(np.float32)
+        gaze = (np.add.reduce(angles, axis=1) / 2).astype(np.float32)  # angles.mean(axis=1), its sum and divide
         hy = angles[0] / c.gaze_yaw_full_rad
         vp = angles[1] / c.gaze_pitch_full_rad
         # +yaw = toward the subject's left: "out" for the left eye, "in" for the right eye.
-        w[_LOOK_OUT] = np.clip(np.concatenate([hy, -hy, vp, -vp]), 0.0, 1.0)
+        w[_LOOK_OUT] = _CLIP(np.concatenate([hy, -hy, vp, -vp]), 0.0, 1.0)
 
         # Jaw and lips (scalars: Python floats, the same IEEE arithmetic as numpy's, without its
         # per-call cost).
