@@ -310,6 +310,9 @@ def _bounded_fit(a: np.ndarray, rhs: np.ndarray, a_c: np.ndarray | None = None) 
     at_one = over
     for _ in range(len(rhs) - 1):  # a weight that wants more than 1 is held at 1, the rest re-fitted
         free = ~at_one
+        if not free.any():  # every weight held at 1 (scipy's NNLS on no columns aborted the process)
+            x[:] = 1.0
+            break
         x[free] = _NNLS(a[:, free], rhs - a[:, at_one].sum(1))
         x[at_one] = 1.0
         over = free & (x > 1.0)
