@@ -132,16 +132,21 @@ def reference_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
     return w.astype(np.float32), angles.mean(axis=1).astype(np.float32)
 
 
-def run_solver(lms, times, config=None, explicit=False) -> np.ndarray:
-    """(frames, 52 + 9 + 3 + 2) weights, rotation, translation and gaze of a solver run."""
+def run_solver(lms, times, config=None, explicit=False, bits=False):
+    """(frames, 52 + 9 + 3 + 2) weights, rotation, translation and gaze of a solver run; with ``bits``,
+    per frame the bytes of those, of the features and of the eye angles."""
     solver = GeometricSolver(config)
     if explicit:
         solver.calibrate_neutral(lms[0])
     rows = []
     for lm, t in zip(lms, times):
         p = solver.reconstruct(lm, t)
-        rows.append(np.concatenate([p.blendshapes, p.rotation.ravel(), p.translation, p.gaze]))
-    return np.array(rows, np.float64)
+        if bits:
+            rows.append(b"".join(a.tobytes() for a in (p.blendshapes, p.rotation, p.translation, p.gaze,
+                                                       solver.last_features, solver._eye_angles)))
+        else:
+            rows.append(np.concatenate([p.blendshapes, p.rotation.ravel(), p.translation, p.gaze]))
+    return rows if bits else np.array(rows, np.float64)
 
 
 @pytest.fixture
@@ -207,16 +212,14 @@ def test_solver_equals_the_reference_solver_on_real_clips(clips, monkeypatch, fi
 # (commit 8eaf959); the faster solver must give the same bits, not merely values within TOL.
 def frozen_bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """shape_fit.bounded_fit at 8eaf959: every pass through the loop and scipy's public NNLS."""
-    at_one = np.zeros(len(rhs), bool)
-    x = np.zeros(len(rhs))
-    for _ in range(len(rhs)):
-        free = ~at_one
-        x[free] = SF._NNLS(a[:, free], rhs - a[:, at_one].sum(1))
-        x[at_one] = 1.0
-        over = free & (x > 1.0)
-        if not over.any():
+    held, x, passes = np.zeros(len(rhs), bool), np.zeros(len(rhs)), 0
+    while passes < len(rhs):  # (as it was written, in another shape)
+        passes += 1
+        x[~held] = SF._NNLS(a[:, ~held], rhs - a[:, held].sum(1))
+        x[held] = 1.0
+        if not (x[~held] > 1.0).any():
             break
-        at_one |= over
+        held = held | (x > 1.0)
     return np.minimum(x, 1.0)
 
 
@@ -241,28 +244,24 @@ def frozen_features(points_m: np.ndarray) -> np.ndarray:
     f[Feature.CHIN] = seg[2]
     f[Feature.LIP_GAP] = np.linalg.norm(p[ix.gap_up] - p[ix.gap_lo], axis=1).sum() / len(ix.gap_up)
     f[Feature.MOUTH_WIDTH] = seg[3]
-    cr, cl = p[ix.corners]
-    mid_y = 0.5 * (p[ix.inner_mid[0], 1] + p[ix.inner_mid[1], 1])
-    f[Feature.CORNER_Y_R] = cr[1] - mid_y
-    f[Feature.CORNER_Y_L] = cl[1] - mid_y
-    f[Feature.CORNER_X_R] = -cr[0]
-    f[Feature.CORNER_X_L] = cl[0]
+    (xr, yr, _), (xl, yl, _) = p[ix.corners]
+    mid = 0.5 * (p[ix.inner_mid[0], 1] + p[ix.inner_mid[1], 1])
+    f[Feature.CORNER_Y_R:Feature.CORNER_X_L + 1] = [yr - mid, yl - mid, -xr, xl]
     f[Feature.BROW_INNER_R:] = np.add.reduceat(p[ix.brow, 1], ix.brow_cuts[:-1]) / ix.brow_counts
     return f
 
 
 def frozen_hold_jaw(solver: GeometricSolver, d: np.ndarray, chin_jaw: float, w: np.ndarray) -> None:
     """GeometricSolver._hold_jaw at 8eaf959 (np.tensordot for mouthUpperUp's offsets)."""
-    free, held = SF.jaw_fixed_fits()
-    r, jaw = G._regions(), G._jaw_offsets()
+    r, jaw, (up, up_off) = G._regions(), G._jaw_offsets(), G._upper_up_offsets()
     drop = min(max(-float(d[r.chin, 1]) / solver.config.jaw_range_m, 0.0), 1.0)
-    if drop > w[B.jawOpen]:
-        w[B.jawOpen] = drop
-        w[free.shapes] = free.solve_points(d - drop * jaw)
-    if chin_jaw > w[B.jawOpen]:
-        w[B.jawOpen] = chin_jaw
-        up, up_off = G._upper_up_offsets()
-        w[held.shapes] = held.solve_points(d - chin_jaw * jaw - np.tensordot(w[up].astype(np.float64), up_off, 1))
+    for fit, jaw_w, chin in zip(SF.jaw_fixed_fits(), (drop, chin_jaw), (False, True)):  # (in another shape)
+        if jaw_w > w[B.jawOpen]:
+            w[B.jawOpen] = jaw_w
+            rest = d - jaw_w * jaw
+            if chin:
+                rest = rest - np.tensordot(w[up].astype(np.float64), up_off, 1)
+            w[fit.shapes] = fit.solve_points(rest)
 
 
 def frozen_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
@@ -290,19 +289,6 @@ def frozen_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
     return w.astype(np.float32), gaze
 
 
-def run_solver_bits(lms, times, config=None, explicit=False) -> list[bytes]:
-    """Per frame, the bytes of the weights, rotation, translation, gaze, features and eye angles."""
-    solver = GeometricSolver(config)
-    if explicit:
-        solver.calibrate_neutral(lms[0])
-    out = []
-    for lm, t in zip(lms, times):
-        p = solver.reconstruct(lm, t)
-        out.append(b"".join(a.tobytes() for a in (p.blendshapes, p.rotation, p.translation, p.gaze,
-                                                  solver.last_features, solver._eye_angles)))
-    return out
-
-
 def recording_region_fits(monkeypatch) -> list[bytes]:
     """Record each RegionFit.solve_points call's displacements and float64 weights (as bytes): the
     float32 outputs alone would hide a last-bit difference of the fits."""
@@ -323,14 +309,14 @@ def test_solver_bit_identical_to_the_frozen_solver_on_real_clips(clips, monkeypa
     runs = [(k, explicit) for k in clips for explicit in (False, True)]
     with monkeypatch.context() as m:
         fast_fits = recording_region_fits(m)
-        fast = {run: run_solver_bits(*clips[run[0]], config, run[1]) for run in runs}
+        fast = {run: run_solver(*clips[run[0]], config, run[1], bits=True) for run in runs}
     monkeypatch.setattr(G, "measure_features", frozen_features)
     monkeypatch.setattr(SF.RegionFit, "solve_points", frozen_solve_points)
     monkeypatch.setattr(GeometricSolver, "_hold_jaw", frozen_hold_jaw)
     monkeypatch.setattr(GeometricSolver, "_solve", frozen_mapping)
     frozen_fits = recording_region_fits(monkeypatch)
     for run in runs:
-        frozen = run_solver_bits(*clips[run[0]], config, run[1])
+        frozen = run_solver(*clips[run[0]], config, run[1], bits=True)
         assert len(frozen) == len(fast[run])
         differ = [i for i, (a, b) in enumerate(zip(fast[run], frozen)) if a != b]
         assert not differ, f"{run}: frames {differ[:10]} differ"
