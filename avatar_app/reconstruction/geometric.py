@@ -296,8 +296,7 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (n_lid - n) / max(seg[1], 1e-9)
     k = 2 * m  # the irises, then the corners, then 13 and 14
     off = q[k:k + 2] - 0.5 * (q[n_lid:n_lid + 2] + q[m + n_lid:m + n_lid + 2])  # (2 eyes R, L, 3)
-    f[[Feature.IRIS_X_R, Feature.IRIS_Y_R]] = off[0, :2]
-    f[[Feature.IRIS_X_L, Feature.IRIS_Y_L]] = off[1, :2]
+    f[Feature.IRIS_X_R:Feature.IRIS_Y_L + 1] = off[:, :2].reshape(-1)  # x, y of R then of L
     f[Feature.CHIN] = seg[2]
     f[Feature.LIP_GAP] = lengths[n_lid + 4:].sum() / len(ix.gap_up)
     f[Feature.MOUTH_WIDTH] = seg[3]
@@ -585,9 +584,9 @@ class GeometricSolver:
 
     def _fit_regions(self, points_m: np.ndarray, feats: np.ndarray, t: float, w: np.ndarray) -> None:
         """Replace the mouth and brow weights by the face-model fit (``shape_fit``), in place."""
-        from avatar_app.reconstruction.shape_fit import default_fits
-
         if self._fits is None:
+            from avatar_app.reconstruction.shape_fit import default_fits
+
             self._fits = default_fits()
         pts = _region_points(points_m)
         if self._explicit_region is not None:
@@ -605,7 +604,7 @@ class GeometricSolver:
         w[brow.shapes] = brow.solve_points(d[r.n_mouth:])
         if self.config.jaw_from_chin:
             self._hold_jaw(d[:r.n_mouth], chin_jaw, w)
-        self._last_corner_shape = float(w[_CORNER_SHAPES].max())
+        self._last_corner_shape = max(w[_CORNER_SHAPES].tolist())  # float(ndarray.max()), in Python
 
     def _hold_jaw(self, d: np.ndarray, chin_jaw: float, w: np.ndarray) -> None:
         """Hold jawOpen at least as open as the chin shows; refit the other mouth shapes around it, in place.
@@ -633,9 +632,9 @@ class GeometricSolver:
             chin_jaw: jawOpen from the chin-to-bridge distance.
             w: (52,) float32 weights with the mouth fitted; updated.
         """
-        from avatar_app.reconstruction.shape_fit import jaw_fixed_fits
-
         if self._jaw_fits is None:
+            from avatar_app.reconstruction.shape_fit import jaw_fixed_fits
+
             self._jaw_fits = jaw_fixed_fits()
         free, held = self._jaw_fits
         r = _regions()
@@ -731,7 +730,8 @@ class GeometricSolver:
         frame or two apart), ``blink_link`` once the difference is held (a wink)."""
         c = self.config
         t = self._last_t_s if self._last_t_s is not None else 0.0
-        if max(blink) > 0.5 and abs(blink[0] - blink[1]) > 0.3:
+        b0, b1 = blink.tolist()  # Python floats: the same comparisons without numpy scalars
+        if max(b0, b1) > 0.5 and abs(b0 - b1) > 0.3:
             if self._asym_since is None:
                 self._asym_since = t
             return c.blink_onset_link if t - self._asym_since < c.blink_onset_s else c.blink_link

@@ -304,10 +304,9 @@ def _bounded_fit(a: np.ndarray, rhs: np.ndarray, a_c: np.ndarray | None = None) 
     if len(rhs) == 0:
         return np.zeros(0)
     x = _NNLS(a, rhs) if a_c is None else _nnls_checked(a_c, rhs)
-    over = x > 1.0
-    if not over.any():  # the usual case: no weight wants more than 1
-        return x
-    at_one = over
+    if not max(x.tolist()) > 1.0:  # the usual case: no weight wants more than 1 ((x > 1).any() for x
+        return x  # without NaN: scipy refuses a non-finite rhs, and RegionFit's rhs is finite)
+    at_one = x > 1.0
     for _ in range(len(rhs) - 1):  # a weight that wants more than 1 is held at 1, the rest re-fitted
         free = ~at_one
         if not free.any():  # every weight held at 1 (scipy's NNLS on no columns aborted the process)
