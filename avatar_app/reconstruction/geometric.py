@@ -730,7 +730,7 @@ class GeometricSolver:
         frame or two apart), ``blink_link`` once the difference is held (a wink)."""
         c = self.config
         t = self._last_t_s if self._last_t_s is not None else 0.0
-        b0, b1 = blink.tolist()  # Python floats: the same comparisons without numpy scalars
+        b0, b1 = map(float, blink)  # (R, L); Python floats: the same comparisons without numpy scalars
         if max(b0, b1) > 0.5 and abs(b0 - b1) > 0.3:
             if self._asym_since is None:
                 self._asym_since = t
@@ -747,25 +747,38 @@ class GeometricSolver:
         c = self.config
         d = f - ref
         w = np.zeros(NUM_BLENDSHAPES, dtype=np.float64)
+        # The eyes' and the gaze's few values as Python floats: the same IEEE operations as numpy's
+        # elementwise ones (np.clip(x, 0, 1) is min(1, max(0, x)) and np.maximum(a, b) max(a, b) for
+        # values without NaN, the inputs being finite), without numpy's per-call cost; arcsin stays
+        # numpy's. Bit-identical to the array code (tests/reconstruction/test_reconstruction_fast_paths.py).
+        er, el = f[_EYES].tolist()
+        rr, rl = ref[_EYES].tolist()
 
         # Eyes: aperture relative to the open eye.
-        ratio = f[_EYES] / np.maximum(ref[_EYES], 1e-6)
-        blink = _CLIP((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
-        linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
-        w[_BLINK_OUT] = linked
-        w[_WIDE_OUT] = _CLIP((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
+        ratio = (er / max(rr, 1e-6), el / max(rl, 1e-6))
+        span = c.blink_start_ratio - c.blink_full_ratio
+        b0, b1 = (min(1.0, max(0.0, (c.blink_start_ratio - r) / span)) for r in ratio)
+        link = self._blink_link((b0, b1))
+        l0, l1 = max(b0, min(b1, link * b0)), max(b1, min(b0, link * b1))
+        w[_BLINK_OUT[0]], w[_BLINK_OUT[1]] = l0, l1
+        wide = c.wide_full_ratio - c.wide_start_ratio
+        w[_WIDE_OUT[0]], w[_WIDE_OUT[1]] = (min(1.0, max(0.0, (r - c.wide_start_ratio) / wide)) for r in ratio)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid
         # hides the iris, so each eye keeps its previous angles in proportion
         # to its blink weight.
-        meas = np.arcsin(_CLIP(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0))  # (yaw, pitch) x (R, L)
-        angles = (1.0 - linked) * meas + linked * self._eye_angles
-        self._eye_angles = angles
-        gaze = (np.add.reduce(angles, axis=1) / 2).astype(np.float32)  # angles.mean(axis=1), its sum and divide
-        hy = angles[0] / c.gaze_yaw_full_rad
-        vp = angles[1] / c.gaze_pitch_full_rad
+        (m0, m1), (m2, m3) = np.arcsin(_CLIP(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0)).tolist()
+        (p0, p1), (p2, p3) = self._eye_angles.tolist()  # (yaw, pitch) x (R, L)
+        yaw = ((1.0 - l0) * m0 + l0 * p0, (1.0 - l1) * m1 + l1 * p1)
+        pitch = ((1.0 - l0) * m2 + l0 * p2, (1.0 - l1) * m3 + l1 * p3)
+        self._eye_angles = np.array([yaw, pitch])
+        # the rows' means as np.add.reduce sums a row of two (a + (0 + b)), then halved
+        gaze = np.array([(yaw[0] + (0.0 + yaw[1])) / 2, (pitch[0] + (0.0 + pitch[1])) / 2], np.float32)
+        hy = (yaw[0] / c.gaze_yaw_full_rad, yaw[1] / c.gaze_yaw_full_rad)
+        vp = (pitch[0] / c.gaze_pitch_full_rad, pitch[1] / c.gaze_pitch_full_rad)
         # +yaw = toward the subject's left: "out" for the left eye, "in" for the right eye.
-        w[_LOOK_OUT] = _CLIP(np.concatenate([hy, -hy, vp, -vp]), 0.0, 1.0)
+        for k, v in zip(_LOOK_OUT.tolist(), (hy[0], hy[1], -hy[0], -hy[1], vp[0], vp[1], -vp[0], -vp[1])):
+            w[k] = min(1.0, max(0.0, v))
 
         # Jaw and lips (scalars: Python floats, the same IEEE arithmetic as numpy's, without its
         # per-call cost).
