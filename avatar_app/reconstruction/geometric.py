@@ -267,6 +267,15 @@ class _FeatureIndex:
 _FEATURE_INDEX = _FeatureIndex()
 
 
+def _left_sum(values: list[float]) -> float:
+    """``((v0 + v1) + v2) + ...``: what ndarray.sum gives for fewer than 8 float64 values (numpy < 2;
+    builtin sum starts from 0 and, from Python 3.12, compensates)."""
+    total = values[0]
+    for x in values[1:]:
+        total += x
+    return total
+
+
 def measure_features(points_m: np.ndarray) -> np.ndarray:
     """Measure the :class:`Feature` vector of one face in the head frame.
 
@@ -288,26 +297,27 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     q = p[ix.gather]
     m = ix.n_seg
     v = q[:m] - q[m:2 * m]
-    lengths = np.sqrt(np.add.reduce(v * v, axis=1))  # what np.linalg.norm(v, axis=1) computes
+    # the lengths as np.linalg.norm(v, axis=1) computes them; the rest in Python floats (the same
+    # IEEE operations, sums left to right as ndarray.sum adds fewer than 8 values)
+    lengths = np.sqrt(np.add.reduce(v * v, axis=1)).tolist()
     n, n_lid = ix.n_lid_r, len(ix.lid_up)
-    gaps, seg = lengths[:n_lid], lengths[n_lid:n_lid + 4]  # seg: eye widths R, L; chin; mouth width
-    # (sums / counts: what ndarray.mean computes, without its per-call cost)
-    f[Feature.EYE_APERTURE_R] = gaps[:n].sum() / n / max(seg[0], 1e-9)
-    f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (n_lid - n) / max(seg[1], 1e-9)
+    width_r, width_l, chin, width = lengths[n_lid:n_lid + 4]
+    (out_r, out_l), (in_r, in_l) = q[n_lid:n_lid + 2, :2].tolist(), q[m + n_lid:m + n_lid + 2, :2].tolist()
     k = 2 * m  # the irises, then the corners, then 13 and 14
-    off = q[k:k + 2] - 0.5 * (q[n_lid:n_lid + 2] + q[m + n_lid:m + n_lid + 2])  # (2 eyes R, L, 3)
-    f[Feature.IRIS_X_R:Feature.IRIS_Y_L + 1] = off[:, :2].reshape(-1)  # x, y of R then of L
-    f[Feature.CHIN] = seg[2]
-    f[Feature.LIP_GAP] = lengths[n_lid + 4:].sum() / len(ix.gap_up)
-    f[Feature.MOUTH_WIDTH] = seg[3]
+    iris_r, iris_l, cr, cl, up, lo = q[k:k + 6].tolist()
     # The corners sit about midway between the lips as the jaw opens, so their
     # height above that midpoint changes with smiles and frowns, not with jawOpen.
-    cr, cl = q[k + 2], q[k + 3]
-    mid_y = 0.5 * (q[k + 4, 1] + q[k + 5, 1])
-    f[Feature.CORNER_Y_R] = cr[1] - mid_y
-    f[Feature.CORNER_Y_L] = cl[1] - mid_y
-    f[Feature.CORNER_X_R] = -cr[0]
-    f[Feature.CORNER_X_L] = cl[0]
+    mid_y = 0.5 * (up[1] + lo[1])
+    f[:Feature.BROW_INNER_R] = [  # Feature.EYE_APERTURE_R .. CORNER_X_L, in order
+        _left_sum(lengths[:n]) / n / max(width_r, 1e-9),
+        _left_sum(lengths[n:n_lid]) / (n_lid - n) / max(width_l, 1e-9),
+        iris_r[0] - 0.5 * (out_r[0] + in_r[0]), iris_r[1] - 0.5 * (out_r[1] + in_r[1]),  # from the corners' midpoint
+        iris_l[0] - 0.5 * (out_l[0] + in_l[0]), iris_l[1] - 0.5 * (out_l[1] + in_l[1]),
+        chin,
+        _left_sum(lengths[n_lid + 4:]) / len(ix.gap_up),
+        width,
+        cr[1] - mid_y, cl[1] - mid_y, -cr[0], cl[0],
+    ]
     # BROW_INNER_R .. BROW_OUTER_L are consecutive features: the means of six point sets
     f[Feature.BROW_INNER_R:] = np.add.reduceat(p[ix.brow, 1], ix.brow_cuts[:-1]) / ix.brow_counts
     return f
