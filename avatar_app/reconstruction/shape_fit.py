@@ -153,7 +153,7 @@ def _scipy_nnls_core():
     calls after its argument checks (``core(a, b, maxiter) -> (x, rnorm, info)``), or None.
 
     The wrapper's checks (two ``asarray_chkfinite``, shape tests, a deprecation decorator) cost
-    ~7 us a call, as much as the fit itself on RegionFit's 18 x 18 systems; :func:`_nnls_checked`
+    ~7 us a call, as much as the fit itself on RegionFit's 18 x 18 systems; :func:`_nnls_core`
     calls the core directly for arrays it knows to be C-ordered, float64 and finite, which is
     what the wrapper passes on unchanged, so the result is the same bits. The core is private to
     scipy: it is used only if it imports and agrees bit for bit with the public function on a
@@ -179,19 +179,21 @@ _NNLS_PUBLIC = _NNLS
 _NNLS_CORE = _scipy_nnls_core()
 
 
-def _nnls_checked(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """:data:`_NNLS` for a C-ordered, finite float64 ``a`` (a RegionFit's ``L^T``): the same bits.
+def _nnls_core(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """scipy's NNLS through its compiled core for a C-ordered, finite float64 ``a`` (a RegionFit's
+    ``L^T``): the same bits as :data:`_NNLS`; None where that does not hold (no usable core, a test's
+    replacement of :data:`_NNLS`, a non-finite ``b``): the caller then runs :data:`_NNLS` as before.
 
     Args:
         a: (S, S) C-contiguous float64, every entry finite (the caller's guarantee).
         b: (S,) float64.
 
     Returns:
-        (S,) float64 ``argmin_{x >= 0} ||a x - b||``.
+        (S,) float64 ``argmin_{x >= 0} ||a x - b||``, or None.
     """
     core = _NNLS_CORE
     if core is None or _NNLS is not _NNLS_PUBLIC or not math.isfinite(b.dot(b)):
-        return _NNLS(a, b)  # no scipy, a test's replacement, or a non-finite b (the wrapper's error)
+        return None
     x, _, info = core(a, b, 3 * a.shape[1])
     if info == 3:
         raise RuntimeError("Maximum number of iterations reached.")  # scipy's error
@@ -235,7 +237,7 @@ class RegionFit:
     row_design: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        # Per-frame constants (not fields): L^T C-ordered for the NNLS core (_nnls_checked), and
+        # Per-frame constants (not fields): L^T C-ordered for the NNLS core (_nnls_core), and
         # proj with the axis weights folded in where that is exact: every weight a power of two
         # (the shipped ones: 1, 0.5 times 8, 2, 1), so proj_ij * (d_j s_j) = (proj_ij s_j) d_j
         # to the bit and solve_points skips a multiply.
@@ -295,19 +297,21 @@ def bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def _bounded_fit(a: np.ndarray, rhs: np.ndarray, a_c: np.ndarray | None = None) -> np.ndarray:
-    """:func:`bounded_fit`; ``a_c``: ``a`` C-ordered and finite, for :func:`_nnls_checked`.
+    """:func:`bounded_fit`; ``a_c``: ``a`` C-ordered and finite, for :func:`_nnls_core`.
 
-    The first pass (all weights free) solves on ``a`` itself: the loop's ``a[:, free]`` is then
-    all of ``a`` and ``rhs - a[:, at_one].sum(1)`` is ``rhs - 0`` = ``rhs``, the same bits. The
-    later passes (a weight above 1, rare) are the loop as it was, on ``a`` as given.
+    With the core, the first pass (all weights free) solves on ``a_c``: the loop's ``a[:, free]``
+    is then all of ``a`` (which scipy's wrapper copies C-ordered) and ``rhs - a[:, at_one].sum(1)``
+    is ``rhs - 0`` = ``rhs``, the same bits. The later passes (a weight above 1, rare), and every
+    pass without the core, are the loop as it was, on ``a`` as given.
     """
-    if len(rhs) == 0:
-        return np.zeros(0)
-    x = _NNLS(a, rhs) if a_c is None else _nnls_checked(a_c, rhs)
-    if not max(x.tolist()) > 1.0:  # the usual case: no weight wants more than 1 ((x > 1).any() for x
-        return x  # without NaN: scipy refuses a non-finite rhs, and RegionFit's rhs is finite)
-    at_one = x > 1.0
-    for _ in range(len(rhs) - 1):  # a weight that wants more than 1 is held at 1, the rest re-fitted
+    first = None if a_c is None or not len(rhs) else _nnls_core(a_c, rhs)
+    if first is None:
+        at_one, x, passes = np.zeros(len(rhs), bool), np.zeros(len(rhs)), 0
+    elif not max(first.tolist()) > 1.0:  # the usual case: no weight wants more than 1 (no NaN: rhs is finite)
+        return first
+    else:
+        at_one, x, passes = first > 1.0, first, 1
+    for _ in range(len(rhs) - passes):  # a weight that wants more than 1 is held at 1, the rest re-fitted
         free = ~at_one
         if not free.any():  # every weight held at 1 (scipy's NNLS on no columns aborted the process)
             x[:] = 1.0
