@@ -347,9 +347,12 @@ def test_solver_refits_the_jaw_and_holds_weights_at_one_on_real_clips(clips, mon
     assert min(calls.values()) > 0, calls
 
 
+@pytest.mark.parametrize("numpy_nnls", [False, True])  # True: the desktop bundle's NNLS (no scipy)
 @pytest.mark.parametrize("point_weight", [8.0, 3.0])  # 3: axis weights not powers of two, proj left unfolded
-def test_region_fit_bit_identical_to_the_frozen_fit(monkeypatch, point_weight):
+def test_region_fit_bit_identical_to_the_frozen_fit(monkeypatch, point_weight, numpy_nnls):
     monkeypatch.setitem(SF.POINT_WEIGHTS, 61, point_weight)
+    if numpy_nnls:
+        monkeypatch.setattr(SF, "_NNLS", SF.nnls)
     fits = [SF.make_region_fit(SF.MOUTH_SHAPES, SF.MOUTH_POINTS, height_rows=SF.CORNER_HEIGHT_ROWS),
             SF.make_region_fit(SF.BROW_SHAPES, SF.BROW_POINTS)]
     assert (fits[0]._proj_s is None) == (point_weight == 3.0)
