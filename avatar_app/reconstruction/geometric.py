@@ -268,8 +268,8 @@ _FEATURE_INDEX = _FeatureIndex()
 
 
 def _left_sum(values: list[float]) -> float:
-    """``((v0 + v1) + v2) + ...``: what ndarray.sum gives for fewer than 8 float64 values (numpy < 2;
-    builtin sum starts from 0 and, from Python 3.12, compensates)."""
+    """``((v0 + v1) + v2) + ...``: what ndarray.sum gives for fewer than 8 float64 values >= +0 (numpy
+    < 2; pairwise summation from 8; builtin sum starts from 0 and, from Python 3.12, compensates)."""
     total = values[0]
     for x in values[1:]:
         total += x

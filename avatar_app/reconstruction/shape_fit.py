@@ -149,8 +149,8 @@ _NNLS = _fastest_nnls()
 
 
 def _scipy_nnls_core():
-    """``(public, core)``: scipy's public NNLS as :data:`_NNLS` wraps it, and the compiled routine it
-    calls after its argument checks (``core(a, b, maxiter) -> (x, rnorm, info)``), or None.
+    """The compiled routine that scipy's public NNLS (:data:`_NNLS`) calls after its argument checks
+    (``core(a, b, maxiter) -> (x, rnorm, info)``), or None (no scipy, or no such routine).
 
     The wrapper's checks (two ``asarray_chkfinite``, shape tests, a deprecation decorator) cost
     ~7 us a call, as much as the fit itself on RegionFit's 18 x 18 systems; :func:`_nnls_core`
