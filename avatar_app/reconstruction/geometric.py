@@ -222,6 +222,11 @@ class GeometricSolverConfig:
     fit_shapes: bool = True  # mouth and brows fitted through the face model (shape_fit)
 
 
+# The ufunc that np.clip(a, lo, hi) ends in (ndarray.clip -> numpy.core._methods._clip -> this), the
+# same loop and so the same bits, without the ~3-5 us of Python dispatch above it (numpy < 2).
+_CLIP = getattr(getattr(getattr(np, "core", None), "umath", None), "clip", None) or np.clip
+
+
 def _clip01(x: np.ndarray | float) -> np.ndarray | float:
     """``np.clip(x, 0, 1)``; a scalar stays a Python float (np.clip on a scalar costs ~3 us)."""
     if isinstance(x, np.ndarray) and x.ndim:
@@ -251,9 +256,24 @@ class _FeatureIndex:
         self.brow = np.array(sum(brows, ()), np.intp)
         self.brow_cuts = np.cumsum([0] + [len(b) for b in brows])
         self.brow_counts = np.array([len(b) for b in brows], np.float64)
+        # All of them in one gather (rows of ``p[gather]``): the measured segments' ends (lid
+        # pairs, the four segments, the inner-lip pairs) as ``a`` then ``b`` halves, the irises,
+        # the corners, 13 and 14; the brows' y as their own gather (a contiguous column)
+        self.n_seg = len(self.lid_up) + len(self.seg_a) + len(self.gap_up)
+        self.gather = np.concatenate([self.lid_up, self.seg_a, self.gap_up, self.lid_lo, self.seg_b,
+                                      self.gap_lo, self.iris, self.corners, self.inner_mid])
 
 
 _FEATURE_INDEX = _FeatureIndex()
+
+
+def _left_sum(values: list[float]) -> float:
+    """``((v0 + v1) + v2) + ...``: what ndarray.sum gives for fewer than 8 float64 values >= +0 (numpy
+    < 2; pairwise summation from 8; builtin sum starts from 0 and, from Python 3.12, compensates)."""
+    total = values[0]
+    for x in values[1:]:
+        total += x
+    return total
 
 
 def measure_features(points_m: np.ndarray) -> np.ndarray:
@@ -274,26 +294,30 @@ def measure_features(points_m: np.ndarray) -> np.ndarray:
     ix = _FEATURE_INDEX
     p = np.asarray(points_m, dtype=np.float64)
     f = np.empty(NUM_FEATURES)
-    gaps = np.linalg.norm(p[ix.lid_up] - p[ix.lid_lo], axis=1)
-    seg = np.linalg.norm(p[ix.seg_a] - p[ix.seg_b], axis=1)  # eye widths R, L; chin; mouth width
-    n = ix.n_lid_r
-    # (sums / counts: what ndarray.mean computes, without its per-call cost)
-    f[Feature.EYE_APERTURE_R] = gaps[:n].sum() / n / max(seg[0], 1e-9)
-    f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (len(gaps) - n) / max(seg[1], 1e-9)
-    off = p[ix.iris] - 0.5 * (p[ix.seg_a[:2]] + p[ix.seg_b[:2]])  # (2 eyes R, L, 3)
-    f[[Feature.IRIS_X_R, Feature.IRIS_Y_R]] = off[0, :2]
-    f[[Feature.IRIS_X_L, Feature.IRIS_Y_L]] = off[1, :2]
-    f[Feature.CHIN] = seg[2]
-    f[Feature.LIP_GAP] = np.linalg.norm(p[ix.gap_up] - p[ix.gap_lo], axis=1).sum() / len(ix.gap_up)
-    f[Feature.MOUTH_WIDTH] = seg[3]
+    q = p[ix.gather]
+    m = ix.n_seg
+    v = q[:m] - q[m:2 * m]
+    # the lengths as np.linalg.norm(v, axis=1) computes them; the rest in Python floats (the same
+    # IEEE operations, sums left to right as ndarray.sum adds fewer than 8 values)
+    lengths = np.sqrt(np.add.reduce(v * v, axis=1)).tolist()
+    n, n_lid = ix.n_lid_r, len(ix.lid_up)
+    width_r, width_l, chin, width = lengths[n_lid:n_lid + 4]
+    (out_r, out_l), (in_r, in_l) = q[n_lid:n_lid + 2, :2].tolist(), q[m + n_lid:m + n_lid + 2, :2].tolist()
+    k = 2 * m  # the irises, then the corners, then 13 and 14
+    iris_r, iris_l, cr, cl, up, lo = q[k:k + 6].tolist()
     # The corners sit about midway between the lips as the jaw opens, so their
     # height above that midpoint changes with smiles and frowns, not with jawOpen.
-    cr, cl = p[ix.corners]
-    mid_y = 0.5 * (p[ix.inner_mid[0], 1] + p[ix.inner_mid[1], 1])
-    f[Feature.CORNER_Y_R] = cr[1] - mid_y
-    f[Feature.CORNER_Y_L] = cl[1] - mid_y
-    f[Feature.CORNER_X_R] = -cr[0]
-    f[Feature.CORNER_X_L] = cl[0]
+    mid_y = 0.5 * (up[1] + lo[1])
+    f[:Feature.BROW_INNER_R] = [  # Feature.EYE_APERTURE_R .. CORNER_X_L, in order
+        _left_sum(lengths[:n]) / n / max(width_r, 1e-9),
+        _left_sum(lengths[n:n_lid]) / (n_lid - n) / max(width_l, 1e-9),
+        iris_r[0] - 0.5 * (out_r[0] + in_r[0]), iris_r[1] - 0.5 * (out_r[1] + in_r[1]),  # from the corners' midpoint
+        iris_l[0] - 0.5 * (out_l[0] + in_l[0]), iris_l[1] - 0.5 * (out_l[1] + in_l[1]),
+        chin,
+        _left_sum(lengths[n_lid + 4:]) / len(ix.gap_up),
+        width,
+        cr[1] - mid_y, cl[1] - mid_y, -cr[0], cl[0],
+    ]
     # BROW_INNER_R .. BROW_OUTER_L are consecutive features: the means of six point sets
     f[Feature.BROW_INNER_R:] = np.add.reduceat(p[ix.brow, 1], ix.brow_cuts[:-1]) / ix.brow_counts
     return f
@@ -570,9 +594,9 @@ class GeometricSolver:
 
     def _fit_regions(self, points_m: np.ndarray, feats: np.ndarray, t: float, w: np.ndarray) -> None:
         """Replace the mouth and brow weights by the face-model fit (``shape_fit``), in place."""
-        from avatar_app.reconstruction.shape_fit import default_fits
-
         if self._fits is None:
+            from avatar_app.reconstruction.shape_fit import default_fits
+
             self._fits = default_fits()
         pts = _region_points(points_m)
         if self._explicit_region is not None:
@@ -590,7 +614,7 @@ class GeometricSolver:
         w[brow.shapes] = brow.solve_points(d[r.n_mouth:])
         if self.config.jaw_from_chin:
             self._hold_jaw(d[:r.n_mouth], chin_jaw, w)
-        self._last_corner_shape = float(w[_CORNER_SHAPES].max())
+        self._last_corner_shape = max(w[_CORNER_SHAPES].tolist())  # float(ndarray.max()), in Python
 
     def _hold_jaw(self, d: np.ndarray, chin_jaw: float, w: np.ndarray) -> None:
         """Hold jawOpen at least as open as the chin shows; refit the other mouth shapes around it, in place.
@@ -618,9 +642,9 @@ class GeometricSolver:
             chin_jaw: jawOpen from the chin-to-bridge distance.
             w: (52,) float32 weights with the mouth fitted; updated.
         """
-        from avatar_app.reconstruction.shape_fit import jaw_fixed_fits
-
         if self._jaw_fits is None:
+            from avatar_app.reconstruction.shape_fit import jaw_fixed_fits
+
             self._jaw_fits = jaw_fixed_fits()
         free, held = self._jaw_fits
         r = _regions()
@@ -632,7 +656,10 @@ class GeometricSolver:
         if chin_jaw > w[Blendshape.jawOpen]:
             w[Blendshape.jawOpen] = chin_jaw
             up, up_off = _upper_up_offsets()
-            w[held.shapes] = held.solve_points(d - chin_jaw * jaw - np.tensordot(w[up].astype(np.float64), up_off, 1))
+            # np.tensordot(w[up], up_off, 1) is this dot of (1, 2) by (2, 3 n_mouth), without its ~10 us of
+            # reshaping in Python: the same call on the same arrays, the same bits
+            lifted = np.dot(w[up].astype(np.float64).reshape(1, 2), up_off.reshape(2, -1)).reshape(d.shape)
+            w[held.shapes] = held.solve_points(d - chin_jaw * jaw - lifted)
 
     def _region_reference(self, pts: np.ndarray, feats: np.ndarray, t: float) -> np.ndarray:
         """The user's rest position of the fitted points (automatic calibration).
@@ -713,7 +740,8 @@ class GeometricSolver:
         frame or two apart), ``blink_link`` once the difference is held (a wink)."""
         c = self.config
         t = self._last_t_s if self._last_t_s is not None else 0.0
-        if max(blink) > 0.5 and abs(blink[0] - blink[1]) > 0.3:
+        b0, b1 = map(float, blink)  # (R, L); Python floats: the same comparisons without numpy scalars
+        if max(b0, b1) > 0.5 and abs(b0 - b1) > 0.3:
             if self._asym_since is None:
                 self._asym_since = t
             return c.blink_onset_link if t - self._asym_since < c.blink_onset_s else c.blink_link
@@ -729,25 +757,38 @@ class GeometricSolver:
         c = self.config
         d = f - ref
         w = np.zeros(NUM_BLENDSHAPES, dtype=np.float64)
+        # The eyes' and the gaze's few values as Python floats: the same IEEE operations as numpy's
+        # elementwise ones (np.clip(x, 0, 1) is min(1, max(0, x)) and np.maximum(a, b) max(a, b) for
+        # values without NaN, the inputs being finite), without numpy's per-call cost; arcsin stays
+        # numpy's. Bit-identical to the array code (tests/reconstruction/test_reconstruction_fast_paths.py).
+        er, el = f[_EYES].tolist()
+        rr, rl = ref[_EYES].tolist()
 
         # Eyes: aperture relative to the open eye.
-        ratio = f[_EYES] / np.maximum(ref[_EYES], 1e-6)
-        blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
-        linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
-        w[_BLINK_OUT] = linked
-        w[_WIDE_OUT] = np.clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
+        ratio = (er / max(rr, 1e-6), el / max(rl, 1e-6))
+        span = c.blink_start_ratio - c.blink_full_ratio
+        b0, b1 = (min(1.0, max(0.0, (c.blink_start_ratio - r) / span)) for r in ratio)
+        link = self._blink_link((b0, b1))
+        l0, l1 = max(b0, min(b1, link * b0)), max(b1, min(b0, link * b1))
+        w[_BLINK_OUT[0]], w[_BLINK_OUT[1]] = l0, l1
+        wide = c.wide_full_ratio - c.wide_start_ratio
+        w[_WIDE_OUT[0]], w[_WIDE_OUT[1]] = (min(1.0, max(0.0, (r - c.wide_start_ratio) / wide)) for r in ratio)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid
         # hides the iris, so each eye keeps its previous angles in proportion
         # to its blink weight.
-        meas = np.arcsin(np.clip(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0))  # (yaw, pitch) x (R, L)
-        angles = (1.0 - linked) * meas + linked * self._eye_angles
-        self._eye_angles = angles
-        gaze = angles.mean(axis=1).astype(np.float32)
-        hy = angles[0] / c.gaze_yaw_full_rad
-        vp = angles[1] / c.gaze_pitch_full_rad
+        (m0, m1), (m2, m3) = np.arcsin(_CLIP(d[_IRIS] * (1.0 / EYEBALL_RADIUS_M), -1.0, 1.0)).tolist()
+        (p0, p1), (p2, p3) = self._eye_angles.tolist()  # (yaw, pitch) x (R, L)
+        yaw = ((1.0 - l0) * m0 + l0 * p0, (1.0 - l1) * m1 + l1 * p1)
+        pitch = ((1.0 - l0) * m2 + l0 * p2, (1.0 - l1) * m3 + l1 * p3)
+        self._eye_angles = np.array([yaw, pitch])
+        # the rows' means as np.add.reduce sums a row of two (a + (0 + b)), then halved
+        gaze = np.array([(yaw[0] + (0.0 + yaw[1])) / 2, (pitch[0] + (0.0 + pitch[1])) / 2], np.float32)
+        hy = (yaw[0] / c.gaze_yaw_full_rad, yaw[1] / c.gaze_yaw_full_rad)
+        vp = (pitch[0] / c.gaze_pitch_full_rad, pitch[1] / c.gaze_pitch_full_rad)
         # +yaw = toward the subject's left: "out" for the left eye, "in" for the right eye.
-        w[_LOOK_OUT] = np.clip(np.concatenate([hy, -hy, vp, -vp]), 0.0, 1.0)
+        for k, v in zip(_LOOK_OUT.tolist(), (hy[0], hy[1], -hy[0], -hy[1], vp[0], vp[1], -vp[0], -vp[1])):
+            w[k] = min(1.0, max(0.0, v))
 
         # Jaw and lips (scalars: Python floats, the same IEEE arithmetic as numpy's, without its
         # per-call cost).

@@ -19,6 +19,7 @@ millisecond per region (a non-negative least squares on up to 27 shapes).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,6 +148,58 @@ def _fastest_nnls():
 _NNLS = _fastest_nnls()
 
 
+def _scipy_nnls_core():
+    """The compiled routine that scipy's public NNLS (:data:`_NNLS`) calls after its argument checks
+    (``core(a, b, maxiter) -> (x, rnorm, info)``), or None (no scipy, or no such routine).
+
+    The wrapper's checks (two ``asarray_chkfinite``, shape tests, a deprecation decorator) cost
+    ~7 us a call, as much as the fit itself on RegionFit's 18 x 18 systems; :func:`_nnls_core`
+    calls the core directly for arrays it knows to be C-ordered, float64 and finite, which is
+    what the wrapper passes on unchanged, so the result is the same bits. The core is private to
+    scipy: it is used only if it imports and agrees bit for bit with the public function on a
+    small problem here, else the public function is.
+    """
+    if _NNLS is nnls:
+        return None
+    try:
+        from scipy.optimize._slsqplib import nnls as core
+
+        rng = np.random.default_rng(0)
+        a = np.ascontiguousarray(np.tril(rng.random((6, 6))).T + np.eye(6))
+        b = rng.normal(size=6)
+        x, _, info = core(a, b, 18)
+        if info == 3 or not np.array_equal(x, _NNLS(a, b)):
+            return None
+    except Exception:  # noqa: BLE001 - any trouble with a private routine: use the public one
+        return None
+    return core
+
+
+_NNLS_PUBLIC = _NNLS
+_NNLS_CORE = _scipy_nnls_core()
+
+
+def _nnls_core(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """scipy's NNLS through its compiled core for a C-ordered, finite float64 ``a`` (a RegionFit's
+    ``L^T``): the same bits as :data:`_NNLS`; None where that does not hold (no usable core, a test's
+    replacement of :data:`_NNLS`, a non-finite ``b``): the caller then runs :data:`_NNLS` as before.
+
+    Args:
+        a: (S, S) C-contiguous float64, every entry finite (the caller's guarantee).
+        b: (S,) float64.
+
+    Returns:
+        (S,) float64 ``argmin_{x >= 0} ||a x - b||``, or None.
+    """
+    core = _NNLS_CORE
+    if core is None or _NNLS is not _NNLS_PUBLIC or not math.isfinite(b.dot(b)):
+        return None
+    x, _, info = core(a, b, 3 * a.shape[1])
+    if info == 3:
+        raise RuntimeError("Maximum number of iterations reached.")  # scipy's error
+    return x
+
+
 @dataclass(frozen=True)
 class RegionFit:
     """A precomputed bounded least-squares fit of some shapes to some points.
@@ -183,6 +236,17 @@ class RegionFit:
     rows: np.ndarray | None = None
     row_design: np.ndarray | None = None
 
+    def __post_init__(self) -> None:
+        # Per-frame constants (not fields): L^T C-ordered for the NNLS core (_nnls_core), and
+        # proj with the axis weights folded in where that is exact: every weight a power of two
+        # (the shipped ones: 1, 0.5 times 8, 2, 1), so proj_ij * (d_j s_j) = (proj_ij s_j) d_j
+        # to the bit and solve_points skips a multiply.
+        lt = np.ascontiguousarray(self.chol.T, np.float64)
+        object.__setattr__(self, "_lt", lt if np.isfinite(lt).all() else None)
+        scale = np.asarray(self.axis, np.float64).reshape(-1)
+        exact = bool(np.all(np.frexp(scale)[0] == 0.5)) and scale.size == self.proj.shape[1]
+        object.__setattr__(self, "_proj_s", np.ascontiguousarray(self.proj * scale) if exact else None)
+
     def solve(self, delta: np.ndarray) -> np.ndarray:
         """Weights of the region's shapes for a displacement from the neutral.
 
@@ -209,7 +273,11 @@ class RegionFit:
         Returns:
             (S,) float64 weights in [0, 1], in the order of :attr:`shapes`.
         """
-        return bounded_fit(self.chol.T, self.proj @ (d * self.axis).reshape(-1) - self.l1_proj)
+        if self._proj_s is not None:
+            rhs = self._proj_s @ np.asarray(d, np.float64).reshape(-1) - self.l1_proj
+        else:
+            rhs = self.proj @ (d * self.axis).reshape(-1) - self.l1_proj
+        return _bounded_fit(self.chol.T, rhs, self._lt)
 
 
 def bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
@@ -225,10 +293,29 @@ def bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     Returns:
         (S,) float64 in [0, 1].
     """
-    at_one = np.zeros(len(rhs), bool)
-    x = np.zeros(len(rhs))
-    for _ in range(len(rhs)):  # a weight that wants more than 1 is held at 1, the rest re-fitted
+    return _bounded_fit(a, rhs)
+
+
+def _bounded_fit(a: np.ndarray, rhs: np.ndarray, a_c: np.ndarray | None = None) -> np.ndarray:
+    """:func:`bounded_fit`; ``a_c``: ``a`` C-ordered and finite, for :func:`_nnls_core`.
+
+    With the core, the first pass (all weights free) solves on ``a_c``: the loop's ``a[:, free]``
+    is then all of ``a`` (which scipy's wrapper copies C-ordered) and ``rhs - a[:, at_one].sum(1)``
+    is ``rhs - 0`` = ``rhs``, the same bits. The later passes (a weight above 1, rare), and every
+    pass without the core, are the loop as it was, on ``a`` as given.
+    """
+    first = None if a_c is None or not len(rhs) else _nnls_core(a_c, rhs)
+    if first is None:
+        at_one, x, passes = np.zeros(len(rhs), bool), np.zeros(len(rhs)), 0
+    elif not max(first.tolist()) > 1.0:  # the usual case: no weight wants more than 1 (no NaN: rhs is finite)
+        return first
+    else:
+        at_one, x, passes = first > 1.0, first, 1
+    for _ in range(len(rhs) - passes):  # a weight that wants more than 1 is held at 1, the rest re-fitted
         free = ~at_one
+        if not free.any():  # every weight held at 1 (scipy's NNLS on no columns aborted the process)
+            x[:] = 1.0
+            break
         x[free] = _NNLS(a[:, free], rhs - a[:, at_one].sum(1))
         x[at_one] = 1.0
         over = free & (x > 1.0)

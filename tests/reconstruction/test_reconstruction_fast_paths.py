@@ -132,16 +132,21 @@ def reference_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
     return w.astype(np.float32), angles.mean(axis=1).astype(np.float32)
 
 
-def run_solver(lms, times, config=None, explicit=False) -> np.ndarray:
-    """(frames, 52 + 9 + 3 + 2) weights, rotation, translation and gaze of a solver run."""
+def run_solver(lms, times, config=None, explicit=False, bits=False):
+    """(frames, 52 + 9 + 3 + 2) weights, rotation, translation and gaze of a solver run; with ``bits``,
+    per frame the bytes of those, of the features and of the eye angles."""
     solver = GeometricSolver(config)
     if explicit:
         solver.calibrate_neutral(lms[0])
     rows = []
     for lm, t in zip(lms, times):
         p = solver.reconstruct(lm, t)
-        rows.append(np.concatenate([p.blendshapes, p.rotation.ravel(), p.translation, p.gaze]))
-    return np.array(rows, np.float64)
+        if bits:
+            rows.append(b"".join(a.tobytes() for a in (p.blendshapes, p.rotation, p.translation, p.gaze,
+                                                       solver.last_features, solver._eye_angles)))
+        else:
+            rows.append(np.concatenate([p.blendshapes, p.rotation.ravel(), p.translation, p.gaze]))
+    return rows if bits else np.array(rows, np.float64)
 
 
 @pytest.fixture
@@ -225,3 +230,183 @@ def test_solver_equals_the_reference_solver_on_real_clips(clips, monkeypatch, fi
         np.testing.assert_allclose(fast[k], ref, rtol=0, atol=TOL, err_msg=k)
     np.testing.assert_allclose(fast_explicit, run_solver(*clips[CLIPS[0][0]], config, explicit=True),
                                rtol=0, atol=TOL)
+
+
+# -- issue 18, after issue 17's refit around the held jaw: frozen copies of the code as merged ------
+# (commit 8eaf959); the faster solver must give the same bits, not merely values within TOL.
+def frozen_bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """shape_fit.bounded_fit at 8eaf959: every pass through the loop and scipy's public NNLS."""
+    held, x, passes = np.zeros(len(rhs), bool), np.zeros(len(rhs)), 0
+    while passes < len(rhs):  # (as it was written, in another shape)
+        passes += 1
+        x[~held] = SF._NNLS(a[:, ~held], rhs - a[:, held].sum(1))
+        x[held] = 1.0
+        if not (x[~held] > 1.0).any():
+            break
+        held = held | (x > 1.0)
+    return np.minimum(x, 1.0)
+
+
+def frozen_solve_points(fit: SF.RegionFit, d: np.ndarray) -> np.ndarray:
+    """RegionFit.solve_points at 8eaf959 (axis weights applied to d, the bounded fit on chol.T)."""
+    return frozen_bounded_fit(fit.chol.T, fit.proj @ (d * fit.axis).reshape(-1) - fit.l1_proj)
+
+
+def frozen_features(points_m: np.ndarray) -> np.ndarray:
+    """measure_features at 8eaf959 (a gather per point set, np.linalg.norm)."""
+    ix = G._FEATURE_INDEX
+    p = np.asarray(points_m, dtype=np.float64)
+    f = np.empty(G.NUM_FEATURES)
+    gaps = np.linalg.norm(p[ix.lid_up] - p[ix.lid_lo], axis=1)
+    seg = np.linalg.norm(p[ix.seg_a] - p[ix.seg_b], axis=1)
+    n = ix.n_lid_r
+    f[Feature.EYE_APERTURE_R] = gaps[:n].sum() / n / max(seg[0], 1e-9)
+    f[Feature.EYE_APERTURE_L] = gaps[n:].sum() / (len(gaps) - n) / max(seg[1], 1e-9)
+    off = p[ix.iris] - 0.5 * (p[ix.seg_a[:2]] + p[ix.seg_b[:2]])
+    f[[Feature.IRIS_X_R, Feature.IRIS_Y_R]] = off[0, :2]
+    f[[Feature.IRIS_X_L, Feature.IRIS_Y_L]] = off[1, :2]
+    f[Feature.CHIN] = seg[2]
+    f[Feature.LIP_GAP] = np.linalg.norm(p[ix.gap_up] - p[ix.gap_lo], axis=1).sum() / len(ix.gap_up)
+    f[Feature.MOUTH_WIDTH] = seg[3]
+    (xr, yr, _), (xl, yl, _) = p[ix.corners]
+    mid = 0.5 * (p[ix.inner_mid[0], 1] + p[ix.inner_mid[1], 1])
+    f[Feature.CORNER_Y_R:Feature.CORNER_X_L + 1] = [yr - mid, yl - mid, -xr, xl]
+    f[Feature.BROW_INNER_R:] = np.add.reduceat(p[ix.brow, 1], ix.brow_cuts[:-1]) / ix.brow_counts
+    return f
+
+
+def frozen_hold_jaw(solver: GeometricSolver, d: np.ndarray, chin_jaw: float, w: np.ndarray) -> None:
+    """GeometricSolver._hold_jaw at 8eaf959 (np.tensordot for mouthUpperUp's offsets)."""
+    r, jaw, (up, up_off) = G._regions(), G._jaw_offsets(), G._upper_up_offsets()
+    drop = min(max(-float(d[r.chin, 1]) / solver.config.jaw_range_m, 0.0), 1.0)
+    for fit, jaw_w, chin in zip(SF.jaw_fixed_fits(), (drop, chin_jaw), (False, True)):  # (in another shape)
+        if jaw_w > w[B.jawOpen]:
+            w[B.jawOpen] = jaw_w
+            rest = d - jaw_w * jaw
+            if chin:
+                rest = rest - np.tensordot(w[up].astype(np.float64), up_off, 1)
+            w[fit.shapes] = fit.solve_points(rest)
+
+
+def frozen_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
+    """GeometricSolver._solve at 8eaf959 (np.clip, ndarray.mean)."""
+    c = solver.config
+    d = f - ref
+    w = np.zeros(NUM_BLENDSHAPES, dtype=np.float64)
+    ratio = f[G._EYES] / np.maximum(ref[G._EYES], 1e-6)
+    blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
+    linked = np.maximum(blink, np.minimum(blink[::-1], solver._blink_link(blink) * blink))
+    w[G._BLINK_OUT] = linked
+    w[G._WIDE_OUT] = np.clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
+    meas = np.arcsin(np.clip(d[G._IRIS] * (1.0 / G.EYEBALL_RADIUS_M), -1.0, 1.0))
+    angles = (1.0 - linked) * meas + linked * solver._eye_angles
+    solver._eye_angles = angles
+    gaze = angles.mean(axis=1).astype(np.float32)
+    hy = angles[0] / c.gaze_yaw_full_rad
+    vp = angles[1] / c.gaze_pitch_full_rad
+    w[G._LOOK_OUT] = np.clip(np.concatenate([hy, -hy, vp, -vp]), 0.0, 1.0)
+    dl = d.tolist()
+    jaw = G._clip01(dl[Feature.CHIN] / c.jaw_range_m)
+    w[B.jawOpen] = jaw
+    if not c.fit_shapes:
+        solver._solve_mouth_brows(dl, float(ref[Feature.MOUTH_WIDTH]), jaw, w)
+    return w.astype(np.float32), gaze
+
+
+def recording_region_fits(monkeypatch) -> list[bytes]:
+    """Record each RegionFit.solve_points call's displacements and float64 weights (as bytes): the
+    float32 outputs alone would hide a last-bit difference of the fits."""
+    calls, solve = [], SF.RegionFit.solve_points
+
+    def recorded(fit, d):
+        x = solve(fit, d)
+        calls.append(np.asarray(d, np.float64).tobytes() + x.tobytes())
+        return x
+
+    monkeypatch.setattr(SF.RegionFit, "solve_points", recorded)
+    return calls
+
+
+@pytest.mark.parametrize("fit_shapes", [True, False])
+def test_solver_bit_identical_to_the_frozen_solver_on_real_clips(clips, monkeypatch, fit_shapes):
+    config = GeometricSolverConfig(fit_shapes=fit_shapes)
+    runs = [(k, explicit) for k in clips for explicit in (False, True)]
+    with monkeypatch.context() as m:
+        fast_fits = recording_region_fits(m)
+        fast = {run: run_solver(*clips[run[0]], config, run[1], bits=True) for run in runs}
+    monkeypatch.setattr(G, "measure_features", frozen_features)
+    monkeypatch.setattr(SF.RegionFit, "solve_points", frozen_solve_points)
+    monkeypatch.setattr(GeometricSolver, "_hold_jaw", frozen_hold_jaw)
+    monkeypatch.setattr(GeometricSolver, "_solve", frozen_mapping)
+    frozen_fits = recording_region_fits(monkeypatch)
+    for run in runs:
+        frozen = run_solver(*clips[run[0]], config, run[1], bits=True)
+        assert len(frozen) == len(fast[run])
+        differ = [i for i, (a, b) in enumerate(zip(fast[run], frozen)) if a != b]
+        assert not differ, f"{run}: frames {differ[:10]} differ"
+    assert len(fast_fits) == len(frozen_fits) and (len(fast_fits) > 1000) == fit_shapes
+    differ = [i for i, (a, b) in enumerate(zip(fast_fits, frozen_fits)) if a != b]
+    assert not differ, f"region fits {differ[:10]} of {len(fast_fits)} differ"
+
+
+def test_solver_refits_the_jaw_and_holds_weights_at_one_on_real_clips(clips, monkeypatch):
+    """The clips reach the paths the bit test guards: both jaw refits and the bounded loop past its first pass."""
+    calls = {"drop": 0, "chin": 0, "over_one": 0}
+    fits = SF.jaw_fixed_fits()
+    solve = SF.RegionFit.solve_points
+
+    def counting(fit, d):
+        if fit is fits[0]:
+            calls["drop"] += 1
+        elif fit is fits[1]:
+            calls["chin"] += 1
+        x = solve(fit, d)
+        calls["over_one"] += int(frozen_bounded_fit(fit.chol.T, fit.proj @ (d * fit.axis).reshape(-1)
+                                                    - fit.l1_proj).max() == 1.0)
+        return x
+
+    monkeypatch.setattr(SF.RegionFit, "solve_points", counting)
+    for lms, t in clips.values():
+        run_solver(lms, t)
+    assert min(calls.values()) > 0, calls
+
+
+@pytest.mark.parametrize("numpy_nnls", [False, True])  # True: the desktop bundle's NNLS (no scipy)
+@pytest.mark.parametrize("point_weight", [8.0, 3.0])  # 3: axis weights not powers of two, proj left unfolded
+def test_region_fit_bit_identical_to_the_frozen_fit(monkeypatch, point_weight, numpy_nnls):
+    monkeypatch.setitem(SF.POINT_WEIGHTS, 61, point_weight)
+    if numpy_nnls:
+        monkeypatch.setattr(SF, "_NNLS", SF.nnls)
+    fits = [SF.make_region_fit(SF.MOUTH_SHAPES, SF.MOUTH_POINTS, height_rows=SF.CORNER_HEIGHT_ROWS),
+            SF.make_region_fit(SF.BROW_SHAPES, SF.BROW_POINTS)]
+    assert (fits[0]._proj_s is None) == (point_weight == 3.0)
+    rng = np.random.default_rng(11)
+    over = 0
+    for fit in fits + [*SF.default_fits(), *SF.jaw_fixed_fits()]:
+        for scale in (0.0005, 0.002, 0.006, 0.012):  # jitter .. wide expressions, weights held at 1 (metres)
+            for _ in range(25):
+                d = rng.normal(0.0, scale, (len(fit.points), 3))
+                got, want = fit.solve_points(d), frozen_solve_points(fit, d)
+                assert got.tobytes() == want.tobytes()
+                over += int(want.max() == 1.0)
+    assert over > 10  # the loop past its first pass was exercised
+
+
+def test_region_fit_keeps_scipys_errors_and_a_replaced_nnls(monkeypatch):
+    mouth = SF.default_fits()[0]
+    d = np.zeros((len(mouth.points), 3))
+    d[0, 0] = np.nan
+    with pytest.raises(ValueError):  # scipy's asarray_chkfinite, as before
+        mouth.solve_points(d)
+    seen = []
+    monkeypatch.setattr(SF, "_NNLS", lambda a, b: seen.append(a.shape) or SF.nnls(a, b))
+    mouth.solve_points(np.full((len(mouth.points), 3), 0.001))
+    assert seen, "a replaced _NNLS (the bundle's numpy NNLS) is the one used"
+
+
+def test_bounded_fit_holds_every_weight_at_one():
+    """Every weight above 1: all held at 1 (the loop as it was asked scipy for an NNLS on no columns,
+    which aborted the process)."""
+    brow = SF.default_fits()[1]
+    rhs = brow.chol.T @ np.full(len(brow.shapes), 3.0)
+    np.testing.assert_array_equal(SF.bounded_fit(brow.chol.T, rhs), np.ones(len(brow.shapes)))
