@@ -165,6 +165,9 @@ class GeometricSolverConfig:
     eye_ref_symmetry: float = 1.0
     wide_start_ratio: float = 1.10
     wide_full_ratio: float = 1.40
+    # eyeWide starts smoothly: quadratic over the first wide_knee of its range, then linear to 1 at
+    # wide_full_ratio (_soft_ramp). 0: the hard edge of before.
+    wide_knee: float = 0.5
     gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
     gaze_pitch_full_rad: float = math.radians(25.0)  # eyeLookUp/Down = 1
     jaw_range_m: float = 0.025  # chin drop for jawOpen = 1 (the face model's jawOpen drops its chin 27 mm)
@@ -227,6 +230,26 @@ def _clip01(x: np.ndarray | float) -> np.ndarray | float:
     if isinstance(x, np.ndarray) and x.ndim:
         return np.clip(x, 0.0, 1.0)
     return min(max(float(x), 0.0), 1.0)
+
+
+def _soft_ramp(x: np.ndarray, knee: float) -> np.ndarray:
+    """``clip(x, 0, 1)`` with its start rounded off: 0 below 0, ``x**2 / (2 knee)`` up to ``knee``,
+    then linear (slope ``1 / (1 - knee / 2)``) to 1 at ``x = 1``; continuous with a continuous slope.
+
+    A hard start turns landmark noise around the threshold into output jitter at full slope; the
+    rounded one starts at slope 0.
+
+    Args:
+        x: (...,) float, the position in the mapping's range (0 at its start, 1 at full).
+        knee: share of the range rounded off, in [0, 1] (0: ``clip(x, 0, 1)``).
+
+    Returns:
+        (...,) float64 in [0, 1].
+    """
+    x = np.clip(np.asarray(x, np.float64), 0.0, 1.0)
+    if knee <= 0.0:
+        return x
+    return np.where(x < knee, x * x / (2.0 * knee), x - 0.5 * knee) / (1.0 - 0.5 * knee)
 
 
 class _FeatureIndex:
@@ -735,7 +758,7 @@ class GeometricSolver:
         blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
         linked = np.maximum(blink, np.minimum(blink[::-1], self._blink_link(blink) * blink))
         w[_BLINK_OUT] = linked
-        w[_WIDE_OUT] = np.clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
+        w[_WIDE_OUT] = _soft_ramp((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), c.wide_knee)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid
         # hides the iris, so each eye keeps its previous angles in proportion

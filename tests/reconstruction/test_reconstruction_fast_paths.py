@@ -105,7 +105,10 @@ def reference_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
     blink = clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
     linked = np.maximum(blink, np.minimum(blink[::-1], solver._blink_link(blink) * blink))
     w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
-    w[B.eyeWideRight], w[B.eyeWideLeft] = clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
+    x, k = clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio)), c.wide_knee
+    if k > 0:  # the rounded start (issue 17's stability): quadratic up to the knee, then linear
+        x = np.array([(v * v / (2 * k) if v < k else v - k / 2) / (1 - k / 2) for v in x])
+    w[B.eyeWideRight], w[B.eyeWideLeft] = x
     iris = [[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]]
     meas = np.arcsin(np.clip(d[iris] * (1.0 / G.EYEBALL_RADIUS_M), -1.0, 1.0))
     angles = (1.0 - linked) * meas + linked * solver._eye_angles
