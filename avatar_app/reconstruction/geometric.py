@@ -164,9 +164,15 @@ class GeometricSolverConfig:
     # 0.938 -> 0.942, eye asymmetry 0.805 -> 0.823, winks and GRID blinks unchanged (fidelity.py).
     eye_ref_symmetry: float = 1.0
     wide_start_ratio: float = 1.10
-    wide_full_ratio: float = 1.40
+    wide_full_ratio: float = 1.35  # 1.40 before the rounded start
     # eyeWide starts smoothly: quadratic over the first wide_knee of its range, then linear to 1 at
-    # wide_full_ratio (_soft_ramp). 0: the hard edge of before.
+    # wide_full_ratio (_soft_ramp). 0: the hard edge of before, where MediaPipe's lid jitter on a
+    # small face crossed the threshold at full slope (a still GRID frame, 59 px between the irises,
+    # 200 JPEG re-encodes shifted <= 1 px: aperture ratio sd 0.047, up to 1.18; eyeWideLeft sd
+    # 0.061 -> 0.027). Full at 1.35 (1.40 before) keeps a wide eye's weight: pooled eye-aperture r
+    # 0.9421 -> 0.9409, eye asymmetry 0.8233 -> 0.8218, eyes-wide event lift 0.559 -> 0.573, winks
+    # and GRID blinks unchanged (benchmarks/fidelity.py). Knee 0.5 with full 1.40: sd 0.019 but lift
+    # 0.509; knee 0.25 / 1.40: sd 0.032, lift 0.535; 1.0 / 1.40: lift 0.474.
     wide_knee: float = 0.5
     gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
     gaze_pitch_full_rad: float = math.radians(25.0)  # eyeLookUp/Down = 1
