@@ -164,7 +164,16 @@ class GeometricSolverConfig:
     # 0.938 -> 0.942, eye asymmetry 0.805 -> 0.823, winks and GRID blinks unchanged (fidelity.py).
     eye_ref_symmetry: float = 1.0
     wide_start_ratio: float = 1.10
-    wide_full_ratio: float = 1.40
+    wide_full_ratio: float = 1.35  # 1.40 before the rounded start
+    # eyeWide starts smoothly: quadratic over the first wide_knee of its range, then linear to 1 at
+    # wide_full_ratio (_soft_ramp). 0: the hard edge of before, where MediaPipe's lid jitter on a
+    # small face crossed the threshold at full slope (a still GRID frame, 59 px between the irises,
+    # 200 JPEG re-encodes shifted <= 1 px: aperture ratio sd 0.047, up to 1.18; eyeWideLeft sd
+    # 0.061 -> 0.027). Full at 1.35 (1.40 before) keeps a wide eye's weight: pooled eye-aperture r
+    # 0.9421 -> 0.9409, eye asymmetry 0.8233 -> 0.8218, eyes-wide event lift 0.559 -> 0.573, winks
+    # and GRID blinks unchanged (benchmarks/fidelity.py). Knee 0.5 with full 1.40: sd 0.019 but lift
+    # 0.509; knee 0.25 / 1.40: sd 0.032, lift 0.535; 1.0 / 1.40: lift 0.474.
+    wide_knee: float = 0.5
     gaze_yaw_full_rad: float = math.radians(30.0)  # eyeLookIn/Out = 1
     gaze_pitch_full_rad: float = math.radians(25.0)  # eyeLookUp/Down = 1
     jaw_range_m: float = 0.025  # chin drop for jawOpen = 1 (the face model's jawOpen drops its chin 27 mm)
@@ -232,6 +241,43 @@ def _clip01(x: np.ndarray | float) -> np.ndarray | float:
     if isinstance(x, np.ndarray) and x.ndim:
         return np.clip(x, 0.0, 1.0)
     return min(max(float(x), 0.0), 1.0)
+
+
+def _soft_ramp(x: np.ndarray, knee: float) -> np.ndarray:
+    """``clip(x, 0, 1)`` with its start rounded off: 0 below 0, ``x**2 / (2 knee)`` up to ``knee``,
+    then linear (slope ``1 / (1 - knee / 2)``) to 1 at ``x = 1``; continuous with a continuous slope.
+
+    A hard start turns landmark noise around the threshold into output jitter at full slope; the
+    rounded one starts at slope 0.
+
+    Args:
+        x: (...,) float, the position in the mapping's range (0 at its start, 1 at full).
+        knee: share of the range rounded off, in [0, 1] (0: ``clip(x, 0, 1)``).
+
+    Returns:
+        (...,) float64 in [0, 1].
+    """
+    x = np.clip(np.asarray(x, np.float64), 0.0, 1.0)
+    if knee <= 0.0:
+        return x
+    return np.where(x < knee, x * x / (2.0 * knee), x - 0.5 * knee) / (1.0 - 0.5 * knee)
+
+
+def _soft_ramp_scalar(x: float, knee: float) -> float:
+    """:func:`_soft_ramp` of one Python float: the same IEEE operations in the same order (bit-identical;
+    tests/reconstruction/test_reconstruction_fast_paths.py), without numpy's per-call cost.
+
+    Args:
+        x: the position in the mapping's range (0 at its start, 1 at full); finite.
+        knee: share of the range rounded off, in [0, 1].
+
+    Returns:
+        float in [0, 1].
+    """
+    x = min(1.0, max(0.0, x))
+    if knee <= 0.0:
+        return x
+    return (x * x / (2.0 * knee) if x < knee else x - 0.5 * knee) / (1.0 - 0.5 * knee)
 
 
 class _FeatureIndex:
@@ -772,7 +818,8 @@ class GeometricSolver:
         l0, l1 = max(b0, min(b1, link * b0)), max(b1, min(b0, link * b1))
         w[_BLINK_OUT[0]], w[_BLINK_OUT[1]] = l0, l1
         wide = c.wide_full_ratio - c.wide_start_ratio
-        w[_WIDE_OUT[0]], w[_WIDE_OUT[1]] = (min(1.0, max(0.0, (r - c.wide_start_ratio) / wide)) for r in ratio)
+        w[_WIDE_OUT[0]], w[_WIDE_OUT[1]] = (_soft_ramp_scalar((r - c.wide_start_ratio) / wide, c.wide_knee)
+                                            for r in ratio)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid
         # hides the iris, so each eye keeps its previous angles in proportion

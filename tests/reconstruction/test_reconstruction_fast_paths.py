@@ -105,7 +105,10 @@ def reference_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
     blink = clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio))
     linked = np.maximum(blink, np.minimum(blink[::-1], solver._blink_link(blink) * blink))
     w[B.eyeBlinkRight], w[B.eyeBlinkLeft] = linked
-    w[B.eyeWideRight], w[B.eyeWideLeft] = clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio))
+    x, k = clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio)), c.wide_knee
+    if k > 0:  # the rounded start (issue 17's stability): quadratic up to the knee, then linear
+        x = np.array([(v * v / (2 * k) if v < k else v - k / 2) / (1 - k / 2) for v in x])
+    w[B.eyeWideRight], w[B.eyeWideLeft] = x
     iris = [[Feature.IRIS_X_R, Feature.IRIS_X_L], [Feature.IRIS_Y_R, Feature.IRIS_Y_L]]
     meas = np.arcsin(np.clip(d[iris] * (1.0 / G.EYEBALL_RADIUS_M), -1.0, 1.0))
     angles = (1.0 - linked) * meas + linked * solver._eye_angles
@@ -289,7 +292,7 @@ def frozen_hold_jaw(solver: GeometricSolver, d: np.ndarray, chin_jaw: float, w: 
 
 
 def frozen_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
-    """GeometricSolver._solve at 8eaf959 (np.clip, ndarray.mean)."""
+    """GeometricSolver._solve at 8eaf959 (np.clip, ndarray.mean), with eyeWide's rounded start."""
     c = solver.config
     d = f - ref
     w = np.zeros(NUM_BLENDSHAPES, dtype=np.float64)
@@ -297,7 +300,8 @@ def frozen_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
     blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
     linked = np.maximum(blink, np.minimum(blink[::-1], solver._blink_link(blink) * blink))
     w[G._BLINK_OUT] = linked
-    w[G._WIDE_OUT] = np.clip((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), 0.0, 1.0)
+    # rel21's rounded start (the array form, G._soft_ramp) in place of 8eaf959's np.clip
+    w[G._WIDE_OUT] = G._soft_ramp((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), c.wide_knee)
     meas = np.arcsin(np.clip(d[G._IRIS] * (1.0 / G.EYEBALL_RADIUS_M), -1.0, 1.0))
     angles = (1.0 - linked) * meas + linked * solver._eye_angles
     solver._eye_angles = angles
@@ -410,3 +414,13 @@ def test_bounded_fit_holds_every_weight_at_one():
     brow = SF.default_fits()[1]
     rhs = brow.chol.T @ np.full(len(brow.shapes), 3.0)
     np.testing.assert_array_equal(SF.bounded_fit(brow.chol.T, rhs), np.ones(len(brow.shapes)))
+
+
+def test_the_scalar_soft_ramp_is_the_array_one_bit_for_bit():
+    """geometric._soft_ramp_scalar (the per-frame eye mapping) against _soft_ramp (its array form)."""
+    rng = np.random.default_rng(7)
+    xs = np.concatenate([rng.uniform(-0.5, 1.5, 4000), [0.0, 0.25, 0.5, 1.0, np.nextafter(0.5, 0.0)]])
+    for knee in (0.0, 0.25, 0.5, 1.0):
+        ref = G._soft_ramp(xs, knee)
+        got = np.array([G._soft_ramp_scalar(float(x), knee) for x in xs])
+        assert got.tobytes() == ref.tobytes(), knee

@@ -446,3 +446,17 @@ def test_automatic_calibration_learns_the_closed_mouth(head_m):
     later = s.reconstruct(open_face, t).blendshapes[B.jawOpen]
     assert first > 0.05  # read open (weakly: 0.08 of 0.4, the chin has no reference yet) before any closed mouth
     assert abs(later - 0.4) < 0.1
+
+
+def test_soft_ramp_starts_flat_and_is_smooth():
+    """eyeWide's mapping: 0 at the start with slope 0, continuous value and slope at the knee, 1 at full."""
+    from avatar_app.reconstruction.geometric import _soft_ramp
+
+    x = np.linspace(-0.2, 1.2, 1401)
+    y = _soft_ramp(x, 0.5)
+    assert y[x <= 0].max() == 0.0 and y[x >= 1].min() == pytest.approx(1.0)
+    slope = np.diff(y) / np.diff(x)
+    assert slope[:205].max() < 0.02  # flat at the start (x < 0.005; the hard edge: slope 1)
+    assert np.abs(np.diff(slope[200:1200])).max() < 0.01  # no kink anywhere inside
+    assert np.all(np.diff(y) >= 0)
+    np.testing.assert_array_equal(_soft_ramp(x, 0.0), np.clip(x, 0.0, 1.0))
