@@ -188,3 +188,19 @@ def state_with(state: AvatarState, **changes) -> AvatarState:
     d.update(state.__dict__)
     d.update(changes)
     return new
+
+
+def make_state(t_capture_ns: int, media_time_s: float, weights: np.ndarray, rotation: np.ndarray,
+               translation: np.ndarray, gaze: np.ndarray, face_found: bool, vision_weights: np.ndarray,
+               audio_weights: np.ndarray, stamps: dict[str, tuple[int, int]], frame_index: int) -> AvatarState:
+    """``AvatarState(...)`` with every field given, for the per-frame path (see :class:`AvatarState`).
+
+    The frozen dataclass's generated ``__init__`` sets each of the 11 fields through
+    ``object.__setattr__``; this fills the instance's ``__dict__`` at once (the same object:
+    AvatarState has no ``__post_init__``). Arguments as the class's attributes (not copied).
+    """
+    new = object.__new__(AvatarState)
+    new.__dict__.update(t_capture_ns=t_capture_ns, media_time_s=media_time_s, weights=weights, rotation=rotation,
+                        translation=translation, gaze=gaze, face_found=face_found, vision_weights=vision_weights,
+                        audio_weights=audio_weights, stamps=stamps, frame_index=frame_index)
+    return new

@@ -145,7 +145,12 @@ class Fusion:
 
     Args:
         settings: FusionSettings (mutable: the UI may change it between frames).
+
+    Attributes:
+        mouth: the per-blendshape mouth fusion :meth:`fuse` calls (:func:`fuse_mouth`).
     """
+
+    mouth = staticmethod(fuse_mouth)
 
     def __init__(self, settings: FusionSettings | None = None):
         self.settings = settings or FusionSettings()
@@ -181,7 +186,7 @@ class Fusion:
         """
         v = np.asarray(vision.blendshapes, np.float32)
         a = np.asarray(audio, np.float32)
-        w = fuse_mouth(v, a, face_found, self.settings)
+        w = self.mouth(v, a, face_found, self.settings)
         rot = np.asarray(vision.rotation, np.float32)
         trans = np.asarray(vision.translation, np.float32)
         if self.settings.smoothing:

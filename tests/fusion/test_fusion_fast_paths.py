@@ -194,3 +194,32 @@ def test_state_with_equals_replace():
     with pytest.raises(TypeError):
         state_with(s, weight=1)
     assert math.isclose(a.media_time_s, 0.25)
+
+
+def _frozen_nearest_rotation(m):
+    """core.rotations.nearest_rotation at ceffc40 (numpy's determinant for the reflection test)."""
+    u, _, vt = np.linalg.svd(np.asarray(m, np.float64))
+    q = u @ vt
+    if np.linalg.det(q) < 0:
+        u[:, -1] *= -1
+        q = u @ vt
+    return q
+
+
+def test_rotation_helpers_bit_identical():
+    """nearest_rotation's sign test and euler_from_rotation's scalar reads give numpy's values exactly."""
+    from avatar_app.core.rotations import euler_from_rotation, nearest_rotation, rotation_from_euler
+
+    rng = np.random.default_rng(3)
+    mats = [rng.normal(size=(3, 3)) for _ in range(300)]  # half of them reflections
+    mats += [rotation_from_euler(*rng.uniform(-3, 3, 3)) + rng.normal(scale=1e-3, size=(3, 3)) for _ in range(300)]
+    mats += [np.diag([1.0, 1.0, -1.0]), np.eye(3), np.diag([-1.0, -1.0, -1.0]), np.zeros((3, 3))]
+    assert any(np.linalg.det(m) < 0 for m in mats) and any(np.linalg.det(m) > 0 for m in mats)
+    for m in mats:
+        assert nearest_rotation(m).tobytes() == _frozen_nearest_rotation(m).tobytes()
+        r = np.asarray(nearest_rotation(m), np.float32)
+        cos_p = math.hypot(float(r[1, 0]), float(r[1, 1]))
+        want = (math.atan2(r[0, 2], r[2, 2]), math.atan2(r[1, 2], cos_p), math.atan2(r[1, 0], r[1, 1]))
+        assert euler_from_rotation(r) == want
+    with pytest.raises(AvatarError):
+        nearest_rotation(np.full((3, 3), np.nan))
