@@ -8,13 +8,11 @@ are imported from the product (unchanged by that work).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 
 from avatar_app.core.arrays import clip
-from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.rotations import nearest_rotation
 from avatar_app.core.types import AvatarState
 from avatar_app.fusion.expressions import ExpressionLayer
@@ -32,107 +30,38 @@ from avatar_app.fusion.tuning import (
 
 
 class FrozenOneEuroFilter(OneEuroFilter):
-    """OneEuroFilter with its ``__call__`` as it was at ceffc40."""
+    """OneEuroFilter's arithmetic as the paper writes it, with :func:`smoothing_factor` (the form
+    ceffc40's in-place code was written to equal bit for bit: the same IEEE operations, up to
+    the order of the operands of + and *); the checks are the product's (unchanged)."""
 
     def __call__(self, x: np.ndarray | float, t_s: float) -> np.ndarray:
-        """Filter one sample.
-
-        Args:
-            x: the sample: any shape, fixed across calls; float values in any unit.
-            t_s: its time in seconds; must be larger than the previous call's.
-
-        Returns:
-            The filtered sample, float64, same shape as ``x`` (a new array).
-
-        Raises:
-            InputError: the shape changed or a value/time is not finite.
-            TrackingError: ``t_s`` does not increase.
-
-        The paper's equations, as :func:`smoothing_factor` computes them, with the
-        derivative's ``tau`` computed once and the temporaries reused (the same
-        floating-point operations in the same order: bit-identical results).
-        """
-        xv = np.asarray(x, dtype=np.float64)
-        t = float(t_s)
-        if not math.isfinite(t):
-            raise InputError(f"One Euro filter time must be finite, got {t_s}")
-        if not np.isfinite(xv).all():
-            raise InputError("One Euro filter input contains NaN or infinite values")
-        x_prev = self._x
-        if x_prev is None:
-            self._x = xv.copy()
-            self._dx = np.zeros_like(xv)
-            self._t_s = t
+        xv, t = self._checked(x, t_s)
+        if self._x is None:
+            self._x, self._dx, self._t_s = xv.copy(), np.zeros_like(xv), t
             return xv.copy()
-        if xv.shape != x_prev.shape:
-            raise InputError(
-                f"One Euro filter input shape changed from {x_prev.shape} to {xv.shape}; "
-                "call reset() first"
-            )
-        if not t > self._t_s:
-            raise TrackingError(
-                f"One Euro filter timestamps must strictly increase: got {t} s after {self._t_s} s"
-            )
         t_e = t - self._t_s
-        diff = xv - x_prev
-        if not isinstance(diff, np.ndarray):  # a 0-d sample: numpy scalars, no in-place operations
-            dx_hat = self._dx + smoothing_factor(t_e, self.d_cutoff_hz) * (diff / t_e - self._dx)
-            cutoff = self.min_cutoff_hz + self.beta * np.abs(dx_hat)
-            x_hat = np.asarray(x_prev + smoothing_factor(t_e, cutoff) * diff)
-            self._x, self._dx, self._t_s = x_hat, np.asarray(dx_hat), t
-            return x_hat.copy()
-        dx_prev = self._dx
-        dx_hat = diff / t_e  # dx
-        dx_hat -= dx_prev
-        dx_hat *= 1.0 / (1.0 + self._tau_d / t_e)  # smoothing_factor(t_e, d_cutoff_hz)
-        dx_hat += dx_prev
-        cutoff = np.abs(dx_hat)
-        if self._scalar_params:
-            cutoff *= self.beta
-            cutoff += self.min_cutoff_hz
-        else:
-            cutoff = self.min_cutoff_hz + self.beta * cutoff
-        # smoothing_factor(t_e, cutoff) = 1 / (1 + (1 / (2 pi cutoff)) / t_e), in place
-        cutoff *= 2.0 * math.pi
-        np.divide(1.0, cutoff, out=cutoff)
-        cutoff /= t_e
-        cutoff += 1.0
-        np.divide(1.0, cutoff, out=cutoff)
-        diff *= cutoff
-        diff += x_prev  # x_hat
-        self._x, self._dx, self._t_s = diff, dx_hat, t
-        return diff.copy()
+        diff = xv - self._x
+        dx_hat = self._dx + smoothing_factor(t_e, self.d_cutoff_hz) * (diff / t_e - self._dx)
+        cutoff = self.min_cutoff_hz + self.beta * np.abs(dx_hat)
+        x_hat = np.asarray(self._x + smoothing_factor(t_e, cutoff) * diff)
+        self._x, self._dx, self._t_s = x_hat, np.asarray(dx_hat), t
+        return x_hat.copy()
 
 
 def frozen_fuse_mouth(vision: np.ndarray, audio: np.ndarray, face_found: bool,
-               settings: FusionSettings) -> np.ndarray:
-    """Per-blendshape fusion of the mouth (no smoothing); see the module docstring.
-
-    Args:
-        vision: (52,) float32 vision weights.
-        audio: (52,) float32 audio-only weights.
-        face_found: whether vision saw the face this frame.
-        settings: FusionSettings.
-
-    Returns:
-        (52,) float32: ``vision`` with its mouth shapes fused.
-    """
-    v = np.asarray(vision, np.float32)
-    a = np.asarray(audio, np.float32)
-    w = v.copy()
+                      settings: FusionSettings) -> np.ndarray:
+    """fuse_mouth at ceffc40, whole-array boolean masks (the same statements, some joined)."""
+    v, a = np.asarray(vision, np.float32), np.asarray(audio, np.float32)
+    w, m = v.copy(), _MOUTH_MASK
     if not face_found or settings.mouth_covered:
-        w[_MOUTH_MASK] = a[_MOUTH_MASK]
+        w[m] = a[m]
         return w
     span = max(settings.open_jaw - settings.closed_jaw, 1e-6)
-    seen_open = float(clip((v[_JAW] - settings.closed_jaw) / span, 0.0, 1.0))
-    a_eff = a * seen_open
-    activity = float(clip(a_eff[_MOUTH_MASK].sum() / max(settings.activity_level, 1e-6), 0.0, 1.0))
-    mix = float(clip(settings.audio_mix, 0.0, 1.0))
-    k = mix * activity * AUDIO_TRUST
-    # How far the lips are apart is what the camera sees best: while the mouth is in view the
-    # voice never changes it (it neither closes a mouth seen open nor opens one seen closed).
+    a_eff = a * float(clip((v[_JAW] - settings.closed_jaw) / span, 0.0, 1.0))
+    activity = float(clip(a_eff[m].sum() / max(settings.activity_level, 1e-6), 0.0, 1.0))
+    k = float(clip(settings.audio_mix, 0.0, 1.0)) * activity * AUDIO_TRUST
     k[_APERTURE] = 0.0
-    w[_MOUTH_MASK] = v[_MOUTH_MASK] + k[_MOUTH_MASK] * (a_eff[_MOUTH_MASK] - v[_MOUTH_MASK])
+    w[m] = v[m] + k[m] * (a_eff[m] - v[m])
     return w
 
 
@@ -203,26 +132,15 @@ class FrozenAvatarTuner(AvatarTuner):
         return out.astype(np.float32), rot, trans, gaze
 
     def __call__(self, state: AvatarState) -> AvatarState:
-        """Apply every step to one state (see the module docstring).
-
-        Args:
-            state: the pipeline's fused state (time: its ``media_time_s``, seconds).
-
-        Returns:
-            A new AvatarState (weights (52,) float32 in [0, 1]).
-        """
+        """AvatarTuner.__call__ at ceffc40 (the same statements, some joined)."""
         with self._lock:
-            s = self._settings
-            t = float(state.media_time_s)
-            if self._last_t is not None and t <= self._last_t:
-                t = self._last_t + 1e-6  # one clock per pipeline; tolerate a repeat
+            s, t = self._settings, float(state.media_time_s)
+            t = self._last_t + 1e-6 if self._last_t is not None and t <= self._last_t else t
             raw = np.asarray(state.weights, np.float32)
             w = self.remap(raw, s)
-            w, rot, trans, gaze = self._smooth(w, np.asarray(state.rotation, np.float64),
-                                               np.asarray(state.translation, np.float64),
-                                               np.asarray(state.gaze, np.float64), t, s)
-            if s.link_eyes:  # after smoothing: the eyes are equal from the first frame it is on
-                w = self.link_eyes(w)
+            f64 = [np.asarray(a, np.float64) for a in (state.rotation, state.translation, state.gaze)]
+            w, rot, trans, gaze = self._smooth(w, *f64, t, s)
+            w = self.link_eyes(w) if s.link_eyes else w
             out = replace(state, weights=w, rotation=rot, translation=trans, gaze=gaze)
             if s.mirror:
                 out = self.mirror(out)

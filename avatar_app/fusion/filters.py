@@ -85,6 +85,26 @@ class OneEuroFilter:
         """The last filtered value (float64 array), or None before the first sample."""
         return None if self._x is None else self._x.copy()
 
+    def _checked(self, x: np.ndarray | float, t_s: float) -> tuple[np.ndarray, float]:
+        """The sample as a float64 array and its time as a float, checked (see :meth:`__call__`'s Raises)."""
+        xv = np.asarray(x, dtype=np.float64)
+        t = float(t_s)
+        if not math.isfinite(t):
+            raise InputError(f"One Euro filter time must be finite, got {t_s}")
+        if not np.isfinite(xv).all():
+            raise InputError("One Euro filter input contains NaN or infinite values")
+        if self._x is not None:
+            if xv.shape != self._x.shape:
+                raise InputError(
+                    f"One Euro filter input shape changed from {self._x.shape} to {xv.shape}; "
+                    "call reset() first"
+                )
+            if not t > self._t_s:
+                raise TrackingError(
+                    f"One Euro filter timestamps must strictly increase: got {t} s after {self._t_s} s"
+                )
+        return xv, t
+
     def __call__(self, x: np.ndarray | float, t_s: float) -> np.ndarray:
         """Filter one sample.
 
@@ -103,27 +123,13 @@ class OneEuroFilter:
         derivative's ``tau`` computed once and the temporaries reused (the same
         floating-point operations in the same order: bit-identical results).
         """
-        xv = np.asarray(x, dtype=np.float64)
-        t = float(t_s)
-        if not math.isfinite(t):
-            raise InputError(f"One Euro filter time must be finite, got {t_s}")
-        if not np.isfinite(xv).all():
-            raise InputError("One Euro filter input contains NaN or infinite values")
+        xv, t = self._checked(x, t_s)
         x_prev = self._x
         if x_prev is None:
             self._x = xv.copy()
             self._dx = np.zeros_like(xv)
             self._t_s = t
             return xv.copy()
-        if xv.shape != x_prev.shape:
-            raise InputError(
-                f"One Euro filter input shape changed from {x_prev.shape} to {xv.shape}; "
-                "call reset() first"
-            )
-        if not t > self._t_s:
-            raise TrackingError(
-                f"One Euro filter timestamps must strictly increase: got {t} s after {self._t_s} s"
-            )
         t_e = t - self._t_s
         diff = xv - x_prev
         if not isinstance(diff, np.ndarray):  # a 0-d sample: numpy scalars, no in-place operations

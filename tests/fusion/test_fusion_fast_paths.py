@@ -15,12 +15,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from frozen_post_chain import FrozenAvatarTuner, FrozenFusion
+from frozen_post_chain import FrozenAvatarTuner, FrozenFusion, FrozenOneEuroFilter
 
 from avatar_app.core.errors import AvatarError
 from avatar_app.core.types import AvatarState, FaceParams, state_with
 from avatar_app.fusion.chain import PostChain
 from avatar_app.fusion.expressions import ExpressionLayer
+from avatar_app.fusion.filters import OneEuroFilter
 from avatar_app.fusion.mouth import FusionSettings
 from avatar_app.fusion.tuning import TuningSettings
 
@@ -223,3 +224,22 @@ def test_rotation_helpers_bit_identical():
         assert euler_from_rotation(r) == want
     with pytest.raises(AvatarError):
         nearest_rotation(np.full((3, 3), np.nan))
+
+
+@pytest.mark.parametrize("params", [dict(min_cutoff_hz=3.0, beta=0.5),
+                                    dict(min_cutoff_hz=1.5, beta=0.3, d_cutoff_hz=2.0),
+                                    dict(min_cutoff_hz=np.linspace(0.5, 4, 7), beta=np.linspace(0, 1, 7))])
+@pytest.mark.parametrize("shape", [(7,), (), (3, 3)])
+def test_one_euro_filter_bit_identical(params, shape):
+    """OneEuroFilter (in place, one_euro_step) equals the paper's formulas on a noisy signal."""
+    if shape != (7,) and np.ndim(params["beta"]):
+        shape = (7,)
+    rng = np.random.default_rng(11)
+    new, old = OneEuroFilter(**params), FrozenOneEuroFilter(**params)
+    t = 0.0
+    for k in range(200):
+        t += float(rng.uniform(0.01, 0.06))
+        x = np.sin(t * 3 + np.arange(int(np.prod(shape)))).reshape(shape) + rng.normal(scale=0.05, size=shape)
+        a, b = new(x, t), old(x, t)
+        assert a.shape == b.shape == shape and a.tobytes() == b.tobytes(), k
+    assert new._dx.tobytes() == old._dx.tobytes()
