@@ -46,18 +46,16 @@ import math
 
 import numpy as np
 
+from avatar_app.core.arrays import all_finite
 from avatar_app.core.errors import InputError
 
 _GIMBAL_EPS = 1e-12
 """cos(pitch) below which yaw and roll are no longer separable (Shoemake 1994)."""
 
 
-_all = np.logical_and.reduce  # ``ndarray.all`` without its Python wrapper (the same reduction)
-
-
 def _check_matrix(rot: np.ndarray) -> np.ndarray:
     r = np.asarray(rot, np.float64)
-    if r.shape != (3, 3) or not _all(np.isfinite(r), axis=None):
+    if r.shape != (3, 3) or not all_finite(r):
         raise InputError(f"a rotation must be a finite (3, 3) matrix; got shape {r.shape}")
     return r
 

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from avatar_app.core.arrays import all_finite
 from avatar_app.core.errors import InputError, TrackingError
 
 
@@ -91,7 +92,7 @@ class OneEuroFilter:
         t = float(t_s)
         if not math.isfinite(t):
             raise InputError(f"One Euro filter time must be finite, got {t_s}")
-        if not np.isfinite(xv).all():
+        if not all_finite(xv):
             raise InputError("One Euro filter input contains NaN or infinite values")
         if self._x is not None:
             if xv.shape != self._x.shape:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from avatar_app.core.arrays import clip
+from avatar_app.core.arrays import all_finite, clip
 from avatar_app.core.blendshapes import (
     BLENDSHAPE_NAMES,
     MOUTH_BLENDSHAPES,
@@ -195,9 +195,9 @@ class Fusion:
             rot = nearest_rotation(fr(rot, t_s)).astype(np.float32)
             trans = ft(trans, t_s)
         # sanity guard: finite and in range, else neutral
-        if not np.isfinite(w).all():
+        if not all_finite(w):
             w = np.zeros(NUM_BLENDSHAPES, np.float32)
-        if not (np.isfinite(rot).all() and np.isfinite(trans).all()):
+        if not (all_finite(rot) and all_finite(trans)):
             rot = np.eye(3, dtype=np.float32)
             trans = np.array([0, 0, -0.6], np.float32)
         return clip(w, 0.0, 1.0).astype(np.float32, copy=False), rot, trans

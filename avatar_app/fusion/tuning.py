@@ -40,7 +40,7 @@ from avatar_app.core.blendshapes import (
     Blendshape,
     mirror_index,
 )
-from avatar_app.core.arrays import clip
+from avatar_app.core.arrays import all_finite, clip
 from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.rotations import (
     euler_from_rotation,
@@ -307,7 +307,7 @@ class AvatarTuner:
                                     sm.get("head", 0.0))
         steady = self._steady
         if (steady is not None and eyes > 0.0 and brows > 0.0 and mouth > 0.0 and head > 0.0
-                and steady == (eyes, brows, mouth, head) and math.isfinite(t) and np.isfinite(buf).all()):
+                and steady == (eyes, brows, mouth, head) and math.isfinite(t) and all_finite(buf)):
             if not t > self._steady_t:  # as OneEuroFilter
                 raise TrackingError(
                     f"One Euro filter timestamps must strictly increase: got {t} s after {self._steady_t} s")
@@ -347,7 +347,7 @@ class AvatarTuner:
             if not math.isfinite(t):
                 raise InputError(f"One Euro filter time must be finite, got {t}")
             xs = buf[idx]
-            if not np.isfinite(xs).all():
+            if not all_finite(xs):
                 self._x, self._dx = x, dx
                 raise InputError("One Euro filter input contains NaN or infinite values")
             t_prev = seg_t.get(key)

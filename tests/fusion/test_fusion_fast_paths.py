@@ -243,3 +243,12 @@ def test_one_euro_filter_bit_identical(params, shape):
         a, b = new(x, t), old(x, t)
         assert a.shape == b.shape == shape and a.tobytes() == b.tobytes(), k
     assert new._dx.tobytes() == old._dx.tobytes()
+
+
+def test_all_finite_equals_numpy():
+    from avatar_app.core.arrays import all_finite
+
+    cases = [np.zeros(0), np.float32(1.5), np.array(np.inf), np.ones((3, 3)), np.array([1.0, np.nan]),
+             np.array([[0.0, -np.inf]], np.float32), 2.0, float("nan"), np.arange(66.0)]
+    for a in cases:
+        assert all_finite(a) is bool(np.isfinite(a).all())
