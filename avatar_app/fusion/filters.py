@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from avatar_app.core.arrays import all_finite
 from avatar_app.core.errors import InputError, TrackingError
 
 
@@ -85,6 +86,26 @@ class OneEuroFilter:
         """The last filtered value (float64 array), or None before the first sample."""
         return None if self._x is None else self._x.copy()
 
+    def _checked(self, x: np.ndarray | float, t_s: float) -> tuple[np.ndarray, float]:
+        """The sample as a float64 array and its time as a float, checked (see :meth:`__call__`'s Raises)."""
+        xv = np.asarray(x, dtype=np.float64)
+        t = float(t_s)
+        if not math.isfinite(t):
+            raise InputError(f"One Euro filter time must be finite, got {t_s}")
+        if not all_finite(xv):
+            raise InputError("One Euro filter input contains NaN or infinite values")
+        if self._x is not None:
+            if xv.shape != self._x.shape:
+                raise InputError(
+                    f"One Euro filter input shape changed from {self._x.shape} to {xv.shape}; "
+                    "call reset() first"
+                )
+            if not t > self._t_s:
+                raise TrackingError(
+                    f"One Euro filter timestamps must strictly increase: got {t} s after {self._t_s} s"
+                )
+        return xv, t
+
     def __call__(self, x: np.ndarray | float, t_s: float) -> np.ndarray:
         """Filter one sample.
 
@@ -103,27 +124,13 @@ class OneEuroFilter:
         derivative's ``tau`` computed once and the temporaries reused (the same
         floating-point operations in the same order: bit-identical results).
         """
-        xv = np.asarray(x, dtype=np.float64)
-        t = float(t_s)
-        if not math.isfinite(t):
-            raise InputError(f"One Euro filter time must be finite, got {t_s}")
-        if not np.isfinite(xv).all():
-            raise InputError("One Euro filter input contains NaN or infinite values")
+        xv, t = self._checked(x, t_s)
         x_prev = self._x
         if x_prev is None:
             self._x = xv.copy()
             self._dx = np.zeros_like(xv)
             self._t_s = t
             return xv.copy()
-        if xv.shape != x_prev.shape:
-            raise InputError(
-                f"One Euro filter input shape changed from {x_prev.shape} to {xv.shape}; "
-                "call reset() first"
-            )
-        if not t > self._t_s:
-            raise TrackingError(
-                f"One Euro filter timestamps must strictly increase: got {t} s after {self._t_s} s"
-            )
         t_e = t - self._t_s
         diff = xv - x_prev
         if not isinstance(diff, np.ndarray):  # a 0-d sample: numpy scalars, no in-place operations
@@ -132,24 +139,56 @@ class OneEuroFilter:
             x_hat = np.asarray(x_prev + smoothing_factor(t_e, cutoff) * diff)
             self._x, self._dx, self._t_s = x_hat, np.asarray(dx_hat), t
             return x_hat.copy()
+        if self._scalar_params:
+            x_hat, dx_hat = one_euro_step(diff, x_prev, self._dx, t_e, self._tau_d, self.beta, self.min_cutoff_hz)
+            self._x, self._dx, self._t_s = x_hat, dx_hat, t
+            return x_hat.copy()
         dx_prev = self._dx
         dx_hat = diff / t_e  # dx
         dx_hat -= dx_prev
         dx_hat *= 1.0 / (1.0 + self._tau_d / t_e)  # smoothing_factor(t_e, d_cutoff_hz)
         dx_hat += dx_prev
-        cutoff = np.abs(dx_hat)
-        if self._scalar_params:
-            cutoff *= self.beta
-            cutoff += self.min_cutoff_hz
-        else:
-            cutoff = self.min_cutoff_hz + self.beta * cutoff
-        # smoothing_factor(t_e, cutoff) = 1 / (1 + (1 / (2 pi cutoff)) / t_e), in place
-        cutoff *= 2.0 * math.pi
-        np.divide(1.0, cutoff, out=cutoff)
-        cutoff /= t_e
-        cutoff += 1.0
-        np.divide(1.0, cutoff, out=cutoff)
-        diff *= cutoff
-        diff += x_prev  # x_hat
-        self._x, self._dx, self._t_s = diff, dx_hat, t
-        return diff.copy()
+        cutoff = self.min_cutoff_hz + self.beta * np.abs(dx_hat)
+        x_hat = x_prev + smoothing_factor(t_e, cutoff) * diff
+        self._x, self._dx, self._t_s = x_hat, dx_hat, t
+        return x_hat.copy()
+
+
+def one_euro_step(diff: np.ndarray, x_prev: np.ndarray, dx_prev: np.ndarray, t_e: float | np.ndarray,
+                  tau_d: float, beta: float | np.ndarray, min_cutoff_hz: float | np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """One step of the One Euro filter on independent channels, the paper's equations elementwise.
+
+    The arithmetic of :class:`OneEuroFilter` (``smoothing_factor`` for the derivative and for
+    the signal), with the temporaries reused: every element goes through the same IEEE
+    operations in the same order whatever the array's length, so filters of several signals
+    stacked into one array give bit-identical results to one filter per signal.
+
+    Args:
+        diff: (N,) float64 ``x - x_prev``; overwritten (it becomes the filtered sample).
+        x_prev: (N,) float64 previous filtered value.
+        dx_prev: (N,) float64 previous filtered derivative (units per second).
+        t_e: seconds since the previous sample (> 0): a float, or (N,) float64 per channel.
+        tau_d: ``1 / (2 pi d_cutoff_hz)``, seconds (the derivative's time constant).
+        beta: speed coefficient, a float or (N,) float64 per channel.
+        min_cutoff_hz: minimum cut-off, Hz, a float or (N,) float64 per channel.
+
+    Returns:
+        ``(x_hat, dx_hat)``: (N,) float64 filtered sample (``diff``'s buffer) and derivative (new).
+    """
+    dx_hat = diff / t_e  # dx
+    dx_hat -= dx_prev
+    dx_hat *= 1.0 / (1.0 + tau_d / t_e)  # smoothing_factor(t_e, d_cutoff_hz)
+    dx_hat += dx_prev
+    cutoff = np.abs(dx_hat)
+    cutoff *= beta
+    cutoff += min_cutoff_hz
+    # smoothing_factor(t_e, cutoff) = 1 / (1 + (1 / (2 pi cutoff)) / t_e), in place
+    cutoff *= 2.0 * math.pi
+    np.divide(1.0, cutoff, out=cutoff)
+    cutoff /= t_e
+    cutoff += 1.0
+    np.divide(1.0, cutoff, out=cutoff)
+    diff *= cutoff
+    diff += x_prev  # x_hat
+    return diff, dx_hat

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from avatar_app.core.arrays import clip
+from avatar_app.core.arrays import all_finite, clip
 from avatar_app.core.blendshapes import (
     BLENDSHAPE_NAMES,
     MOUTH_BLENDSHAPES,
@@ -66,6 +66,11 @@ def _trust(name: str) -> float:
 #: precisely; jaw opening is both; smiles and sideways motions are seen, not heard.
 AUDIO_TRUST: np.ndarray = np.array(
     [_trust(n) if m else 0.0 for n, m in zip(BLENDSHAPE_NAMES, _MOUTH_MASK)], np.float32)
+
+
+_MOUTH_ROWS = np.flatnonzero(_MOUTH_MASK)
+_MOUTH_TRUST = AUDIO_TRUST[_MOUTH_ROWS]
+_MOUTH_APERTURE = np.flatnonzero(_APERTURE[_MOUTH_ROWS])
 
 
 @dataclass
@@ -114,18 +119,24 @@ def fuse_mouth(vision: np.ndarray, audio: np.ndarray, face_found: bool,
     a = np.asarray(audio, np.float32)
     w = v.copy()
     if not face_found or settings.mouth_covered:
-        w[_MOUTH_MASK] = a[_MOUTH_MASK]
+        w[_MOUTH_ROWS] = a[_MOUTH_ROWS]
         return w
+    # The mouth's shapes only (ascending indices: the same elements in the same order as the mask,
+    # so the activity's sum and every weight are bit-identical to the whole-array formulas).
     span = max(settings.open_jaw - settings.closed_jaw, 1e-6)
     seen_open = float(clip((v[_JAW] - settings.closed_jaw) / span, 0.0, 1.0))
-    a_eff = a * seen_open
-    activity = float(clip(a_eff[_MOUTH_MASK].sum() / max(settings.activity_level, 1e-6), 0.0, 1.0))
+    a_eff = a[_MOUTH_ROWS] * seen_open
+    activity = float(clip(a_eff.sum() / max(settings.activity_level, 1e-6), 0.0, 1.0))
     mix = float(clip(settings.audio_mix, 0.0, 1.0))
-    k = mix * activity * AUDIO_TRUST
+    k = mix * activity * _MOUTH_TRUST
     # How far the lips are apart is what the camera sees best: while the mouth is in view the
     # voice never changes it (it neither closes a mouth seen open nor opens one seen closed).
-    k[_APERTURE] = 0.0
-    w[_MOUTH_MASK] = v[_MOUTH_MASK] + k[_MOUTH_MASK] * (a_eff[_MOUTH_MASK] - v[_MOUTH_MASK])
+    k[_MOUTH_APERTURE] = 0.0
+    vm = v[_MOUTH_ROWS]
+    a_eff -= vm
+    a_eff *= k
+    a_eff += vm
+    w[_MOUTH_ROWS] = a_eff
     return w
 
 
@@ -134,7 +145,12 @@ class Fusion:
 
     Args:
         settings: FusionSettings (mutable: the UI may change it between frames).
+
+    Attributes:
+        mouth: the per-blendshape mouth fusion :meth:`fuse` calls (:func:`fuse_mouth`).
     """
+
+    mouth = staticmethod(fuse_mouth)
 
     def __init__(self, settings: FusionSettings | None = None):
         self.settings = settings or FusionSettings()
@@ -170,7 +186,7 @@ class Fusion:
         """
         v = np.asarray(vision.blendshapes, np.float32)
         a = np.asarray(audio, np.float32)
-        w = fuse_mouth(v, a, face_found, self.settings)
+        w = self.mouth(v, a, face_found, self.settings)
         rot = np.asarray(vision.rotation, np.float32)
         trans = np.asarray(vision.translation, np.float32)
         if self.settings.smoothing:
@@ -179,9 +195,9 @@ class Fusion:
             rot = nearest_rotation(fr(rot, t_s)).astype(np.float32)
             trans = ft(trans, t_s)
         # sanity guard: finite and in range, else neutral
-        if not np.isfinite(w).all():
+        if not all_finite(w):
             w = np.zeros(NUM_BLENDSHAPES, np.float32)
-        if not (np.isfinite(rot).all() and np.isfinite(trans).all()):
+        if not (all_finite(rot) and all_finite(trans)):
             rot = np.eye(3, dtype=np.float32)
             trans = np.array([0, 0, -0.6], np.float32)
-        return clip(w, 0.0, 1.0).astype(np.float32), rot, trans
+        return clip(w, 0.0, 1.0).astype(np.float32, copy=False), rot, trans

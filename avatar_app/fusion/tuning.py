@@ -40,21 +40,21 @@ from avatar_app.core.blendshapes import (
     Blendshape,
     mirror_index,
 )
-from avatar_app.core.arrays import clip
-from avatar_app.core.errors import InputError
+from avatar_app.core.arrays import all_finite, clip
+from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.rotations import (
     euler_from_rotation,
     nearest_rotation,
     rotation_from_euler,
 )
-from avatar_app.core.types import AvatarState
+from avatar_app.core.types import AvatarState, state_with
 from avatar_app.fusion.expressions import (  # noqa: F401
     EXPRESSION_PRESETS,
     ExpressionLayer,
     format_mix,
     parse_mix,
 )
-from avatar_app.fusion.filters import OneEuroFilter
+from avatar_app.fusion.filters import one_euro_step
 
 #: The documented mirror convention (see the module docstring).
 MIRROR_CONVENTION = (
@@ -82,6 +82,14 @@ _MIRROR = np.array(mirror_index())
 _FLIP_X = np.diag([-1.0, 1.0, 1.0]).astype(np.float32)
 _FLIP_TRANS = np.array([-1, 1, 1], np.float32)
 _FLIP_GAZE = np.array([-1, 1], np.float32)
+
+#: The One Euro filters of :meth:`AvatarTuner._smooth`, in the order they run: (key, smoothing
+#: region, beta, slice of the stacked (66,) float64 vector: 52 weights, 9 rotation, 3 translation, 2 gaze).
+#: The weights' regions are index arrays into the first 52 (eyes, brows, mouth cover all 52).
+_W, _ROT, _TRANS, _GAZE = slice(0, 52), slice(52, 61), slice(61, 64), slice(64, 66)
+_STACK = 66
+#: ``1 / (2 pi d_cutoff)`` of the derivative's cut-off (1 Hz, OneEuroFilter's default).
+_TAU_D = 1.0 / (2.0 * math.pi * 1.0)
 
 
 def smoothing_cutoff_hz(amount: float) -> float:
@@ -149,6 +157,11 @@ class TuningSettings:
                        remap_min=self.remap_min.copy(), remap_max=self.remap_max.copy())
 
 
+def _float32_remap(s: TuningSettings) -> bool:
+    """Whether remap's arrays are all float32 (then the tuner remaps in place, the same values)."""
+    return all(np.asarray(a).dtype == np.float32 for a in (s.sensitivity, s.remap_min, s.remap_max))
+
+
 # ----------------------------------------------------------------------------- the tuner
 class AvatarTuner:
     """The post-processing step: ``tuner(state) -> state`` (see the module docstring).
@@ -177,8 +190,18 @@ class AvatarTuner:
         self.expressions = expressions or ExpressionLayer()
         self.lost_after_s = float(lost_after_s)
         self._rng = np.random.default_rng(seed)
-        self._filters: dict[str, OneEuroFilter] = {}
+        # The six One Euro filters of _smooth stacked into one (66,) vector (see _SEGMENTS): their
+        # values and derivatives, each filter's last time (absent: no filter, the next sample passes)
+        # and cut-off, and the per-element cut-off and beta.
+        self._x = np.zeros(_STACK)
+        self._dx = np.zeros(_STACK)
+        self._seg_t: dict[str, float] = {}
         self._filter_cut: dict[str, float] = {}
+        self._min_cut = np.ones(_STACK)
+        self._beta = np.zeros(_STACK)
+        self._steady: tuple[float, ...] | None = None  # the cut-offs while every filter runs with one time
+        self._steady_t = 0.0
+        self._buf = np.empty(_STACK)
         self._last_t: float | None = None
         self._lost_since: float | None = None
         self._next_blink_t: float | None = None
@@ -189,6 +212,12 @@ class AvatarTuner:
         # the masks' indices, ascending: indexing with them takes the same elements in the same order, faster
         self._rows = {r: np.flatnonzero(m) for r, m in self._masks.items()}
         self._preview_rows = [(k, int(Blendshape[v])) for k, v in self.PREVIEW.items() if v != "yaw"]
+        self._segments = [(r, r, 0.5, self._rows[r]) for r in ("eyes", "brows", "mouth")] + [
+            ("head_rot", "head", 0.3, _ROT), ("head_trans", "head", 0.3, _TRANS), ("gaze", "eyes", 0.5, _GAZE)]
+        for key, _, beta, idx in self._segments:
+            self._beta[idx] = beta
+        self._span = self._settings.remap_max - self._settings.remap_min
+        self._remap_f32 = _float32_remap(self._settings)
 
     @property
     def settings(self) -> TuningSettings:
@@ -205,11 +234,14 @@ class AvatarTuner:
         s = settings.copy().validate()
         with self._lock:
             self._settings = s
+            self._span = s.remap_max - s.remap_min
+            self._remap_f32 = _float32_remap(s)
 
     def reset(self) -> None:
         """Forget filter state (e.g. when the source changes)."""
         with self._lock:
-            self._filters.clear()
+            self._seg_t.clear()
+            self._steady = None
             self._last_t = None
             self._lost_since = None
 
@@ -236,40 +268,106 @@ class AvatarTuner:
         Rotation ``R' = S R S`` with ``S = diag(-1, 1, 1)`` (a reflection through the
         YZ plane of camera space), which negates yaw and roll and keeps pitch.
         """
-        w = np.asarray(state.weights, np.float32)[_MIRROR]
-        rot = (_FLIP_X @ np.asarray(state.rotation, np.float32) @ _FLIP_X).astype(np.float32)
-        trans = np.asarray(state.translation, np.float32) * _FLIP_TRANS
-        gaze = np.asarray(state.gaze, np.float32) * _FLIP_GAZE
+        w, rot, trans, gaze, vision, audio = AvatarTuner._mirrored(
+            state.weights, state.rotation, state.translation, state.gaze, state.vision_weights, state.audio_weights)
         return replace(state, weights=w, rotation=rot, translation=trans, gaze=gaze,
-                       vision_weights=np.asarray(state.vision_weights, np.float32)[_MIRROR],
-                       audio_weights=np.asarray(state.audio_weights, np.float32)[_MIRROR])
+                       vision_weights=vision, audio_weights=audio)
 
-    def _filter(self, key: str, x: np.ndarray, t: float, amount: float, beta: float) -> np.ndarray:
-        if amount <= 0.0:
-            self._filters.pop(key, None)
-            return x
-        cut = smoothing_cutoff_hz(amount)
-        f = self._filters.get(key)
-        if f is None or self._filter_cut.get(key) != cut:
-            old = f.value if f is not None else None
-            f = OneEuroFilter(min_cutoff_hz=cut, beta=beta)
-            if old is not None and self._last_t is not None:
-                f(old, self._last_t)  # keep the current value: no jump when the slider moves
-            self._filters[key] = f
-            self._filter_cut[key] = cut
-        return f(x, t)
+    @staticmethod
+    def _mirrored(weights, rotation, translation, gaze, vision_weights, audio_weights):
+        """:meth:`mirror` of a state's arrays: (weights, rotation, translation, gaze, vision, audio), new float32."""
+        return (np.asarray(weights, np.float32)[_MIRROR],
+                (_FLIP_X @ np.asarray(rotation, np.float32) @ _FLIP_X).astype(np.float32),
+                np.asarray(translation, np.float32) * _FLIP_TRANS, np.asarray(gaze, np.float32) * _FLIP_GAZE,
+                np.asarray(vision_weights, np.float32)[_MIRROR], np.asarray(audio_weights, np.float32)[_MIRROR])
 
     def _smooth(self, w: np.ndarray, rot: np.ndarray, trans: np.ndarray, gaze: np.ndarray,
                 t: float, s: TuningSettings):
-        out = w.astype(np.float64)
-        for region in ("eyes", "brows", "mouth"):
-            m = self._rows[region]
-            out[m] = self._filter(region, w[m], t, s.smoothing.get(region, 0.0), beta=0.5)
-        head = s.smoothing.get("head", 0.0)
-        rot = nearest_rotation(self._filter("head_rot", rot, t, head, beta=0.3)).astype(np.float32)
-        trans = self._filter("head_trans", trans, t, head, beta=0.3).astype(np.float32)
-        gaze = self._filter("gaze", gaze, t, s.smoothing.get("eyes", 0.0), beta=0.5).astype(np.float32)
-        return out.astype(np.float32), rot, trans, gaze
+        """Per-region One Euro smoothing of (52,) float32 weights, (3, 3) rotation, (3,) translation and
+        (2,) gaze (float64 in); float32 weights, rotation (nearest proper one), translation and gaze out.
+
+        Six filters (eyes, brows, mouth weights, head rotation and translation, gaze), stacked into
+        one (66,) vector: every element goes through the same operations as with one
+        :class:`~avatar_app.fusion.filters.OneEuroFilter` per region (elementwise arithmetic only,
+        :func:`~avatar_app.fusion.filters.one_euro_step`), so the result is bit-identical to it.
+        While every filter runs with one time and unchanged cut-offs (the usual frame) the whole
+        vector is one step; otherwise (first frame, a slider moved, a region off, a value not
+        finite) each filter steps on its own part in the order above, as separate filters did.
+
+        Raises:
+            InputError: a filtered value or the time is not finite.
+        """
+        buf = self._buf
+        buf[_W] = w
+        buf[_ROT] = rot.reshape(9)
+        buf[_TRANS] = trans
+        buf[_GAZE] = gaze
+        sm = s.smoothing
+        eyes, brows, mouth, head = (sm.get("eyes", 0.0), sm.get("brows", 0.0), sm.get("mouth", 0.0),
+                                    sm.get("head", 0.0))
+        steady = self._steady
+        if (steady is not None and eyes > 0.0 and brows > 0.0 and mouth > 0.0 and head > 0.0
+                and steady == (eyes, brows, mouth, head) and math.isfinite(t) and all_finite(buf)):
+            if not t > self._steady_t:  # as OneEuroFilter
+                raise TrackingError(
+                    f"One Euro filter timestamps must strictly increase: got {t} s after {self._steady_t} s")
+            out, self._dx = one_euro_step(buf - self._x, self._x, self._dx, t - self._steady_t, _TAU_D,
+                                          self._beta, self._min_cut)
+            self._x = out
+            self._steady_t = t
+        else:
+            out = self._smooth_each(buf, t, s)
+        return (out[_W].astype(np.float32), nearest_rotation(out[_ROT].reshape(3, 3)).astype(np.float32),
+                out[_TRANS].astype(np.float32), out[_GAZE].astype(np.float32))
+
+    def _smooth_each(self, buf: np.ndarray, t: float, s: TuningSettings) -> np.ndarray:
+        """:meth:`_smooth`'s filters one by one, in order, as separate OneEuroFilters ran (see there)."""
+        seg_t, cuts = self._seg_t, self._filter_cut
+        if self._steady is not None:  # leaving the one-time state: every filter had its time
+            for key, *_ in self._segments:
+                seg_t[key] = self._steady_t
+            self._steady = None
+        out = buf.copy()
+        x, dx = self._x.copy(), self._dx.copy()  # written back filter by filter (a raise keeps the earlier)
+        for key, region, _beta, idx in self._segments:
+            amount = s.smoothing.get(region, 0.0)
+            if amount <= 0.0:
+                seg_t.pop(key, None)
+                continue
+            cut = smoothing_cutoff_hz(amount)
+            if key not in seg_t or cuts.get(key) != cut:
+                if key in seg_t and self._last_t is not None:
+                    # a new filter holding the current value: no jump when the slider moves
+                    dx[idx] = 0.0
+                    seg_t[key] = self._last_t
+                else:
+                    seg_t.pop(key, None)
+                cuts[key] = cut
+                self._min_cut[idx] = cut
+            if not math.isfinite(t):
+                raise InputError(f"One Euro filter time must be finite, got {t}")
+            xs = buf[idx]
+            if not all_finite(xs):
+                self._x, self._dx = x, dx
+                raise InputError("One Euro filter input contains NaN or infinite values")
+            t_prev = seg_t.get(key)
+            if t_prev is None:  # a new filter: the first sample passes
+                x[idx], dx[idx] = xs, 0.0
+            else:
+                if not t > t_prev:
+                    self._x, self._dx = x, dx
+                    raise TrackingError(
+                        f"One Euro filter timestamps must strictly increase: got {t} s after {t_prev} s")
+                x[idx], dx[idx] = one_euro_step(xs - x[idx], x[idx], dx[idx], t - t_prev, _TAU_D,
+                                                self._beta[idx], self._min_cut[idx])
+                out[idx] = x[idx]
+            seg_t[key] = t
+        self._x, self._dx = x, dx
+        if len(seg_t) == len(self._segments):  # every filter on, all at time t: one step from the next frame
+            self._steady = tuple(s.smoothing.get(r, 0.0) for r in ("eyes", "brows", "mouth", "head"))
+            self._steady_t = t
+            seg_t.clear()
+        return out
 
     def _lost_face(self, w: np.ndarray, rot: np.ndarray, t: float, face_found: bool,
                    s: TuningSettings) -> tuple[np.ndarray, np.ndarray]:
@@ -333,21 +431,30 @@ class AvatarTuner:
             if self._last_t is not None and t <= self._last_t:
                 t = self._last_t + 1e-6  # one clock per pipeline; tolerate a repeat
             raw = np.asarray(state.weights, np.float32)
-            w = self.remap(raw, s)
+            if self._remap_f32:  # remap's operations in place (float32 throughout: the same values)
+                w = raw * s.sensitivity
+                w -= s.remap_min
+                w /= self._span
+                clip(w, 0.0, 1.0, out=w)
+            else:
+                w = self.remap(raw, s)
             w, rot, trans, gaze = self._smooth(w, np.asarray(state.rotation, np.float64),
                                                np.asarray(state.translation, np.float64),
                                                np.asarray(state.gaze, np.float64), t, s)
             if s.link_eyes:  # after smoothing: the eyes are equal from the first frame it is on
                 w = self.link_eyes(w)
-            out = replace(state, weights=w, rotation=rot, translation=trans, gaze=gaze)
             if s.mirror:
-                out = self.mirror(out)
-            w2, rot2 = self._lost_face(np.asarray(out.weights, np.float32).copy(),
-                                       np.asarray(out.rotation, np.float32), t, state.face_found, s)
+                w_out, rot_out, trans, gaze, vision, audio = self._mirrored(
+                    w, rot, trans, gaze, state.vision_weights, state.audio_weights)
+            else:
+                w_out, rot_out, vision, audio = w.copy(), rot, state.vision_weights, state.audio_weights
+            w2, rot2 = self._lost_face(w_out, rot_out, t, state.face_found, s)
             self._last_t = t
             self._record(t, raw, state.rotation, w, rot)
         w2 = self.expressions.apply(w2, t)
-        return replace(out, weights=clip(w2, 0.0, 1.0).astype(np.float32), rotation=rot2)
+        clip(w2, 0.0, 1.0, out=w2)  # apply's own copy
+        return state_with(state, weights=w2, rotation=rot2, translation=trans, gaze=gaze,
+                          vision_weights=vision, audio_weights=audio)
 
     def _record(self, t: float, raw: np.ndarray, raw_rot, w: np.ndarray, rot: np.ndarray) -> None:
         def yaw(r):

@@ -44,7 +44,7 @@ import numpy as np
 from avatar_app.core.blendshapes import NUM_BLENDSHAPES
 from avatar_app.core.clock import now_ns, stage_timer
 from avatar_app.core.errors import AvatarError, InputError
-from avatar_app.core.types import AvatarState, FaceParams, Frame, StageStamps
+from avatar_app.core.types import AvatarState, FaceParams, Frame, StageStamps, make_state
 from avatar_app.fusion.chain import PostChain
 
 log = logging.getLogger(__name__)
@@ -442,12 +442,16 @@ class FrameProcessor:
             return vision, True
         if self.tracker is None:
             return self.hold.update(None, t_s), False
-        extra = {} if meanwhile is None else {"meanwhile": meanwhile}
         with stage_timer(stamps, "track"):
-            if self.live:
-                landmarks = self.tracker.process_live(frame.image, frame.t_capture_ns, **extra)
+            if meanwhile is not None:
+                if self.live:
+                    landmarks = self.tracker.process_live(frame.image, frame.t_capture_ns, meanwhile=meanwhile)
+                else:
+                    landmarks = self.tracker.process_video_frame(frame.image, t_s * 1000.0, meanwhile=meanwhile)
+            elif self.live:
+                landmarks = self.tracker.process_live(frame.image, frame.t_capture_ns)
             else:
-                landmarks = self.tracker.process_video_frame(frame.image, frame.media_time_s * 1000.0, **extra)
+                landmarks = self.tracker.process_video_frame(frame.image, t_s * 1000.0)
         self.last_landmarks = landmarks
         with stage_timer(stamps, "reconstruct"):
             params = self.reconstructor.reconstruct(landmarks, t_s) if landmarks is not None else None
@@ -489,7 +493,8 @@ class FrameProcessor:
         overlapped = None  # the order, where it matters: speech beside tracking
         if speech is not None and audio_window is not None:
             if vision is None and self.tracker is not None:
-                overlapped = self.concurrent_speech
+                order = self._speech_order
+                overlapped = self.order_chooser.next_order() if order == "auto" else order == "overlapped"
                 self.last_overlapped = overlapped
             queued = bool(overlapped) and not getattr(self.tracker, "runs_meanwhile", False)
             job = _SpeechJob(speech.process, (audio_window, t_s + self.speech_lookahead_s), threaded=queued)
@@ -507,22 +512,21 @@ class FrameProcessor:
                 mine = not queued or job.claim()
                 if not mine:
                     job.done.wait()
-        audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
         if job is not None:
             if mine and not job.finished:
                 job.run()
             stamps["speech"] = (job.start_ns, job.end_ns)
             audio_w = np.asarray(job.result(), np.float32)
+        else:
+            audio_w = np.zeros(NUM_BLENDSHAPES, np.float32)
+        chain = self.chain
         with stage_timer(stamps, "fuse"):
-            weights, rot, trans = self.chain.fuse(vision, audio_w, face_found, t_s)
-        state = AvatarState(
-            t_capture_ns=frame.t_capture_ns, media_time_s=t_s, weights=weights, rotation=rot, translation=trans,
-            gaze=np.asarray(vision.gaze, np.float32), face_found=face_found,
-            vision_weights=np.asarray(vision.blendshapes, np.float32), audio_weights=audio_w,
-            stamps=stamps, frame_index=frame.index)
+            weights, rot, trans = chain.fuse(vision, audio_w, face_found, t_s)
+        state = make_state(frame.t_capture_ns, t_s, weights, rot, trans, np.asarray(vision.gaze, np.float32),
+                           face_found, np.asarray(vision.blendshapes, np.float32), audio_w, stamps, frame.index)
         try:
             with stage_timer(stamps, "tune"):
-                tuned = self.chain.tune(state)
+                tuned = chain.tune(state)
         except AvatarError as exc:
             self.last_error = str(exc)
             log.warning("post-processing of frame %d failed: %s", frame.index, exc)
