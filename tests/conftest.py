@@ -74,6 +74,10 @@ def pytest_configure(config):
     """
     global _WORKER_XVFB
     _isolate_user_dirs()
+    # Engine-build children at the parent's priority: at SCHED_IDLE (the app's default) they get
+    # next to no CPU while the other xdist worker keeps the cores busy, and a build's wait would
+    # depend on the load (test_inference_isolation checks the default itself).
+    os.environ.setdefault("AVATAR_APP_CHILD_PRIORITY", "normal")
     if not os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("DISPLAY") or not shutil.which("Xvfb"):
         return
     r, w = os.pipe()

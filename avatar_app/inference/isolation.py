@@ -34,6 +34,18 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 900.0
 #: Nice value of a child job: the lowest priority (``man 2 setpriority``: -20..19).
 CHILD_NICE = 19
+
+#: Environment variable: ``normal`` keeps a child job at its parent's priority and scheduling
+#: policy (its CPUs and thread pools are still capped). The test suite sets it: a ``SCHED_IDLE``
+#: child gets next to no CPU while other work keeps the cores busy (another pytest worker), so a
+#: test's build would then wait on how busy the machine is. Anything else (unset): the lowest priority.
+CHILD_PRIORITY_ENV = "AVATAR_APP_CHILD_PRIORITY"
+
+
+def _background_priority() -> bool:
+    """Whether child jobs run at the lowest priority (nice 19, ``SCHED_IDLE``): unless
+    :data:`CHILD_PRIORITY_ENV` is ``normal``."""
+    return os.environ.get(CHILD_PRIORITY_ENV, "").strip().lower() != "normal"
 #: Environment variables that size native thread pools; a child gets each set to its cap.
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                    "VECLIB_MAXIMUM_THREADS", "AVATAR_APP_ORT_THREADS")
@@ -72,7 +84,8 @@ def lower_process_priority(threads: int, nice: int = CHILD_NICE) -> dict:
     has it) and the affinity of ``threads`` CPUs (the last ones this process may use);
     threads started later inherit all three. The thread-pool variables
     (:data:`THREAD_ENV_VARS`) are set to ``threads`` for libraries loaded later.
-    Called first thing in a child job; nothing fails if the OS refuses a step.
+    Called first thing in a child job; nothing fails if the OS refuses a step. With
+    :data:`CHILD_PRIORITY_ENV` ``normal`` the priority and policy are left as they are.
 
     Args:
         threads: CPUs and native threads allowed, >= 1.
@@ -91,14 +104,15 @@ def lower_process_priority(threads: int, nice: int = CHILD_NICE) -> dict:
         cpus = set(allowed[-threads:])
     except (AttributeError, OSError):
         pass
+    background = _background_priority()
     for tid in _task_ids():
         try:
-            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+            if background and os.getpriority(os.PRIO_PROCESS, tid) < nice:
                 os.setpriority(os.PRIO_PROCESS, tid, int(nice))
-            done["nice"] = True
+            done["nice"] = background
         except (AttributeError, OSError) as exc:
             logger.debug("cannot renice thread %d: %s", tid, exc)
-        if hasattr(os, "SCHED_IDLE"):
+        if background and hasattr(os, "SCHED_IDLE"):
             try:
                 os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
                 done["idle"] = True
@@ -175,6 +189,8 @@ def _start_capped(proc, threads: int) -> None:
                     os.environ.pop(var, None)
                 else:
                     os.environ[var] = value
+    if not _background_priority():
+        return
     try:
         os.setpriority(os.PRIO_PROCESS, proc.pid, CHILD_NICE)
     except (AttributeError, OSError) as exc:  # the child already exited, or no such call here

@@ -377,7 +377,9 @@ class TrackerController:
         if gen != self._generation or not self.building:
             return
         self.build_stage, self.build_fraction = text, fraction
-        self._changed()
+        # Already on the controlling thread: emit now, so each report's refresh shows its own value (a
+        # second dispatch would queue the event behind later reports, which then all show the last).
+        self.session.events.engine_changed.emit(self.NAME)
 
     def _retire(self, old) -> None:
         """Close a replaced tracker on the builder thread (processing thread: must not raise)."""

@@ -175,7 +175,8 @@ def test_44k_device_is_resampled_to_16k(monkeypatch):
     for k in range(100):
         t_block = t0_ns + k * 441 * NS // 44100
         stream.feed(tone[k * 441:(k + 1) * 441], adc_time=t_block / NS - stream.clock_offset_s)
-    mic.stop()  # the worker drains the queue, then ends
+    mic.stop()  # the worker drains the queue, then ends (stop waits 2 s; a loaded machine may take longer)
+    mic._worker.join(60)
     assert mic.error is None
     assert not mic._worker.is_alive()
     assert ring.total_written == pytest.approx(16000, abs=200)

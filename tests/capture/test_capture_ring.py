@@ -177,7 +177,7 @@ def test_latest_slot_get_times_out_and_close_wakes_waiters():
     t = threading.Thread(target=lambda: got.append(slot.get(timeout_s=None)))
     t.start()
     slot.close()
-    t.join(5)
+    t.join(60)  # generous: only a hung thread waits it out
     assert not t.is_alive() and got == [None] and slot.closed
 
 

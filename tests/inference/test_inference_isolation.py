@@ -65,10 +65,12 @@ def test_isolated_build_loads_and_verifies_in_child(tiny_models, user_dirs):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux scheduling policies")
-def test_child_runs_at_lowest_priority_with_capped_threads():
+def test_child_runs_at_lowest_priority_with_capped_threads(monkeypatch):
     """Builds and INT8 calibration never compete with the live view: nice 19, SCHED_IDLE, half the CPUs,
-    thread pools capped."""
+    thread pools capped (the app's default; the suite itself runs children at normal priority)."""
     import os
+
+    monkeypatch.delenv("AVATAR_APP_CHILD_PRIORITY", raising=False)
 
     from avatar_app.inference.isolation import CHILD_NICE, child_thread_cap
     from inference_helpers import child_report_limits
@@ -87,3 +89,20 @@ def test_child_runs_at_lowest_priority_with_capped_threads():
     assert os.getpriority(os.PRIO_PROCESS, 0) < CHILD_NICE and os.sched_getscheduler(0) != os.SCHED_IDLE
     assert {k: os.environ.get(k) for k in parent_env} == parent_env
     assert child_thread_cap(2) == 1 and child_thread_cap(1) == 1 and child_thread_cap(64) == 4
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "SCHED_IDLE"), reason="needs Linux scheduling policies")
+def test_child_priority_normal_keeps_the_parents_priority_and_caps_threads(monkeypatch):
+    """AVATAR_APP_CHILD_PRIORITY=normal (the test suite's setting): the parent's nice and policy,
+    CPUs and thread pools still capped."""
+    import os
+
+    from avatar_app.inference.isolation import child_thread_cap
+    from inference_helpers import child_report_limits
+
+    monkeypatch.setenv("AVATAR_APP_CHILD_PRIORITY", "normal")
+    got = run_isolated(child_report_limits, label="limits")
+    parent = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))
+    assert got["threads"] and all(v == parent for v in got["threads"].values()), (got["threads"], parent)
+    assert got["new_thread"] == parent
+    assert got["cpus"] == child_thread_cap()

@@ -26,7 +26,7 @@ def test_swap_precision_every_half_second_loses_no_call(tiny_models, user_dirs):
     x = load_feed_set(info.validation_path, info.inputs)["x"]
     with OrtRunner.from_path(path) as ref:
         expected = [ref.infer({"x": x[i:i + 1]})["y"] for i in range(len(x))]
-    mgr = EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=True, timeout_s=120)
+    mgr = EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=True, timeout_s=600)
     changes = []
     slot = EngineSlot(mgr, path, on_change=lambda res, err: changes.append((res, err)))
     slot.open("ort_cpu", "fp32")
@@ -61,7 +61,11 @@ def test_swap_precision_every_half_second_loses_no_call(tiny_models, user_dirs):
             futures.append(slot.request("ort_cpu", order[n % 3]))
             time.sleep(max(0.0, t0 + 0.5 * (n + 1) - time.monotonic()))
         for f in futures:
-            f.result(timeout=120)
+            f.result(timeout=600)  # generous: only a failing run waits it out
+        # enough calls across the swaps whatever the machine's speed (waits only on a slow machine)
+        deadline = time.monotonic() + 120
+        while calls[0] <= 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         stop.set()
         worker.join(30)
@@ -70,9 +74,15 @@ def test_swap_precision_every_half_second_loses_no_call(tiny_models, user_dirs):
     assert not errors, errors[:3]
     assert calls[0] == sum(served.values()) > 100
     # Later requests supersede queued ones, so how many swaps happen depends on the
-    # machine's speed; at least two did, and the last request (INT8) won.
+    # machine's speed; at least two did, and the last request (INT8) won: its engine serves.
     assert slot.swaps >= 2 and len(served) >= 2
-    assert futures[-1].result() is not None and last_active[0].precision is Precision.INT8
+    last = futures[-1].result()
+    assert last is not None and last_active[0] is last.runner
+    if last.runner.precision is not Precision.INT8:
+        # INT8 did not pass verification on this CPU (ONNX Runtime's INT8 kernels saturate on
+        # x86 without VNNI): the fallback serves and the INT8 attempt says why
+        int8 = [a for a in last.attempts if a.precision == "int8"]
+        assert int8 and not int8[0].ok and int8[0].reason, last.attempts
     assert all(err is None for _, err in changes)
     with pytest.raises(ModelLoadError, match="not open"):
         slot.active

@@ -366,3 +366,33 @@ def test_a_source_that_starts_on_the_onnx_tracker_reports_its_build_progress(tmp
     finally:
         gate.set()
         s.close()
+
+
+def test_each_progress_report_is_seen_with_its_own_value_when_dispatch_is_queued(tmp_path, monkeypatch):
+    """With a queued dispatch (the window's: the GUI thread runs callables later, in order), a burst of
+    build reports that arrives before the GUI thread gets to them still gives one ``engine_changed``
+    per report, each seeing that report's fraction (issue 20's bar showed only the last one under load)."""
+    from types import SimpleNamespace
+
+    from avatar_app.pipeline.session_events import SessionEvents
+    from avatar_app.pipeline.stage_swaps import TrackerController
+    from avatar_app.tracking import onnx_tracker
+
+    paths = (tmp_path / "face_detection.onnx", tmp_path / "face_landmark.onnx")
+    monkeypatch.setattr(onnx_tracker, "model_paths", lambda: paths)
+    queue = []
+    session = SimpleNamespace(events=SessionEvents(), dispatch=queue.append, engines=SimpleNamespace(progress=None))
+    ctl = TrackerController(session)
+    try:
+        seen = []
+        session.events.engine_changed.connect(lambda name: seen.append((name, ctl.build_fraction)))
+        ctl._generation = ctl._building_gen = 1
+        ctl.building = True
+        for path, fraction in ((paths[0], 0.2), (paths[0], 1.0), (paths[1], 0.4)):
+            ctl._on_build_progress(path, "stage", fraction)  # the builder thread: nothing runs yet
+        assert seen == []
+        while queue:  # the GUI thread catches up
+            queue.pop(0)()
+        assert seen == [("tracker", 0.1), ("tracker", 0.5), ("tracker", 0.7)], seen
+    finally:
+        ctl.close()

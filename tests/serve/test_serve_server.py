@@ -194,9 +194,7 @@ def test_sigterm_stops_the_server_without_leftovers(server):
 
     workspaces = list(Path(tempfile.gettempdir()).glob(f"avatar-serve-{server.proc.pid}-*"))
     assert len(workspaces) == 1 and workspaces[0].is_dir()
-    t0 = time.monotonic()
-    assert server.stop(signal.SIGTERM, timeout_s=60) == 0
-    assert time.monotonic() - t0 < 60
+    assert server.stop(signal.SIGTERM, timeout_s=60) == 0  # exited by itself within its timeout
     deadline = time.monotonic() + 10
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree[1:]) and time.monotonic() < deadline:
         time.sleep(0.2)

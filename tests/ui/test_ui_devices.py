@@ -75,7 +75,7 @@ def test_camera_unplugged_and_back_is_reopened_by_id(qtbot, settings, monkeypatc
     first = win.session.pipeline
     plugged["on"] = False
     opened[0].error = CaptureError("Camera 0 stopped delivering frames (unplugged?)")
-    qtbot.waitUntil(lambda: win.session.reconnecting, timeout=5000)
+    qtbot.waitUntil(lambda: win.session.reconnecting, timeout=30000)
     assert "waiting for it to return" in win.statusBar().currentMessage()
     qtbot.wait(2500)  # attempts while it is away fail quietly
     assert win.session.pipeline is first and len(opened) == 1

@@ -275,7 +275,7 @@ def test_calibration_wizard_records_builds_int8_and_deletes(qtbot, engine_window
     rng = np.random.default_rng(0)
     while cal.collector.counts()["face_recon"] < MIN_USER_SAMPLES:
         cal.collector.add(Landmarks(rng.uniform(0, 1, (478, 3)).astype(np.float32), (640, 480)), None)
-    qtbot.waitUntil(lambda: cal.collector is None, timeout=5000)  # stops itself and stores
+    qtbot.waitUntil(lambda: cal.collector is None, timeout=30000)  # stops itself and stores
     assert win.session.outputs.sampler is None
     files = store.files()
     assert len(files) == 1 and np.load(files[0])["x"].shape == (MIN_USER_SAMPLES, 32)

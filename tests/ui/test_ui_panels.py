@@ -134,7 +134,7 @@ def test_hide_panels_and_record_shortcut(qtbot, window, settings):
         # shortcuts go to the active window; with two test workers on one Xvfb display the other
         # worker's window can take activation in between, as another app would on a desktop
         win.activateWindow()
-        qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+        qtbot.waitUntil(win.isActiveWindow, timeout=30000)
         qtbot.keyClick(win, key, ctrl)
 
     press(Qt.Key.Key_H)

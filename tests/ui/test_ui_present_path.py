@@ -123,7 +123,7 @@ def test_progress_bars_paint_a_new_value_with_the_window_not_at_once(qtbot):
     assert counter.paints == 1  # what the plain call does: the reason for show_value
     bar.show_value(-20)
     assert bar.value() == -20 and counter.paints == 1  # nothing painted inside the call
-    qtbot.waitUntil(lambda: counter.paints == 2, timeout=5000)
+    qtbot.waitUntil(lambda: counter.paints == 2, timeout=30000)
     bar.show_value(-20)  # unchanged: no paint scheduled
     qtbot.wait(50)
     assert counter.paints == 2

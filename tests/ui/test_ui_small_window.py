@@ -19,7 +19,7 @@ def small_window(qtbot, testdata, settings):
 
     win = shown_file_window(qtbot, testdata / VIDEO, settings)
     win.resize(1024, 640)
-    qtbot.waitUntil(lambda: win.size().toTuple() == (1024, 640), timeout=5000)
+    qtbot.waitUntil(lambda: win.size().toTuple() == (1024, 640), timeout=30000)
     qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
             timeout=20000)
     yield win

@@ -18,7 +18,7 @@ def test_clean_view_hides_the_latency_overlay_and_restores_it(qtbot, still_windo
     win = still_window
     overlay = win.viewport.overlay
     assert win.panels["latency"].overlay_box.isChecked()  # on by default
-    qtbot.waitUntil(overlay.isVisible, timeout=5000)
+    qtbot.waitUntil(overlay.isVisible, timeout=30000)
     win.toggle_panels(True)
     assert not overlay.isVisible(), "the clean capture view still shows the latency overlay"
     ticks = win.live.slow_timer.interval()
@@ -32,7 +32,7 @@ def test_clean_view_hides_the_latency_overlay_and_restores_it(qtbot, still_windo
 
     # a user who had turned the overlay off gets it off again with the panels
     win.panels["latency"].overlay_box.setChecked(False)
-    qtbot.waitUntil(lambda: not overlay.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: not overlay.isVisible(), timeout=30000)
     win.toggle_panels(True)
     win.toggle_panels(False)
     qtbot.wait(2 * ticks)
@@ -90,7 +90,7 @@ def test_microphone_overflows_are_shown_beside_the_meter_and_logged(qtbot, mic_w
     with caplog.at_level("WARNING"):
         mic.overflows = 3
         assert win.session.mic_overflows == 3
-        qtbot.waitUntil(sources.overflow_label.isVisible, timeout=5000)
+        qtbot.waitUntil(sources.overflow_label.isVisible, timeout=30000)
     assert "3 overflows" in sources.overflow_label.text()
     # beside the level meter: same row, to its right
     meter = sources.meter
@@ -121,7 +121,7 @@ LONG_ERROR = ("Could not play not_a_video.mp4: The file is not a readable video 
 def test_status_bar_messages_are_never_clipped(qtbot, still_window):
     win = still_window
     bar, fm = win.status, win.status.fontMetrics()
-    qtbot.waitUntil(lambda: win.status_labels["fps"].text() != "", timeout=5000)
+    qtbot.waitUntil(lambda: win.status_labels["fps"].text() != "", timeout=30000)
     win.notifier.status("Settings exported", 5000)  # a short one: every label stays
     qtbot.wait(50)
     assert win.status_labels["fps"].isVisible() and bar.currentMessage() == "Settings exported"
@@ -134,7 +134,7 @@ def test_status_bar_messages_are_never_clipped(qtbot, still_window):
     save_shot(win, "status_long_message")
     # once the message is gone, the labels that made room come back
     win.notifier.status("Recording to /tmp/x.mp4", 200)
-    qtbot.waitUntil(lambda: bar.currentMessage() == "", timeout=5000)
+    qtbot.waitUntil(lambda: bar.currentMessage() == "", timeout=30000)
     assert win.status_labels["fps"].isVisible() and win.status_labels["engines"].isVisible()
     assert bar.toolTip() == ""
 

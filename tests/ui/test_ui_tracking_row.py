@@ -78,7 +78,7 @@ def test_the_row_switches_the_live_tracker_and_the_choice_persists(qtbot, file_w
     _switched(qtbot, win, "onnx")
     assert win.session.pipeline is pipe and pipe.tracker_swaps == 1  # the same source, only the tracker swapped
     qtbot.waitUntil(lambda: pipe.frames_processed >= n + 20, timeout=20000)  # frames keep flowing
-    qtbot.waitUntil(lambda: box.serving.text().startswith("ONNX engines"), timeout=5000)
+    qtbot.waitUntil(lambda: box.serving.text().startswith("ONNX engines"), timeout=30000)
     assert box.serving.text() == "ONNX engines: ONNX Runtime CPU (detector FP32, mesh FP32)"
     assert box.backend.isEnabled() and box.precision.isEnabled() and not box.message.text()
     assert "Tracking: ONNX FP32" in win.status_labels["engines"].text()
@@ -282,7 +282,7 @@ def test_a_new_choice_clears_the_old_choices_tracker_message(qtbot, file_window,
     box.select("onnx", "ort_cpu", None)
     qtbot.waitUntil(lambda: win.notifier.message.startswith("The ONNX tracker could not be loaded"), timeout=30000)
     box.select("mediapipe")
-    qtbot.waitUntil(lambda: win.status.currentMessage() == "" and win.notifier.message == "", timeout=5000)
+    qtbot.waitUntil(lambda: win.status.currentMessage() == "" and win.notifier.message == "", timeout=30000)
     _switched(qtbot, win, "mediapipe")
     assert not box.message.text()
 

@@ -73,7 +73,7 @@ def test_record_is_refused_without_a_running_source(qtbot, settings, monkeypatch
     assert not win.recording.record_button.isEnabled() and "Nothing to record" in win.recording.record_button.toolTip()
     save_shot(win, "trial_no_source_record_disabled")
     win.activateWindow()
-    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+    qtbot.waitUntil(win.isActiveWindow, timeout=30000)
     for _ in range(2):  # Ctrl+R, Ctrl+R: refused both times, never "Saved"
         qtbot.keyClick(win, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
         assert win.recording.recorder is None and not win.recording.record_button.isChecked()
@@ -252,7 +252,7 @@ def test_clean_view_shows_how_to_get_the_panels_back(qtbot, still_window, monkey
     assert not win.menuBar().isVisible()
     assert win.viewport.hint.isVisible() and "Ctrl+H" in win.viewport.hint.text()
     save_shot(win, "trial_clean_view_hint")
-    qtbot.waitUntil(lambda: not win.viewport.hint.isVisible(), timeout=5000)  # transient
+    qtbot.waitUntil(lambda: not win.viewport.hint.isVisible(), timeout=30000)  # transient
     win.toggle_panels(True)
     win.toggle_panels(False)
     assert win.panels_visible() and not win.viewport.hint.isVisible()

@@ -47,7 +47,7 @@ def test_no_gui_stall_over_50ms_in_20s(qtbot, testdata, settings):
     win.show()
     qtbot.waitExposed(win)
     qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 10,
-                    timeout=20000)
+                    timeout=60000)
     # start-up is not measured: first frames, device listing, and opening the installed engines
     # (backend probing imports TensorRT / CUDA libraries in a worker thread, which holds the GIL)
     qtbot.waitUntil(lambda: all(not e.installed or e.slot is not None or e.error
@@ -66,6 +66,8 @@ def test_no_gui_stall_over_50ms_in_20s(qtbot, testdata, settings):
         qtbot.wait(int(RUN_S * 1000 * 0.25))
         win.recording.record_button.click()  # finished on a worker thread
         qtbot.wait(int(RUN_S * 1000 * 0.25))
+        if not BENCH_JSON:  # the suite: keep going until beats and frames came, however slow the machine
+            qtbot.waitUntil(lambda: wd.beats > 0 and win.viewport.frames_presented > frames0, timeout=60000)
     finally:
         wd.stop()
     presented = win.viewport.frames_presented - frames0

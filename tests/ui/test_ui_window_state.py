@@ -17,7 +17,7 @@ def _window(qtbot, testdata, settings):
 def _resize(qtbot, win, w, h):
     win.resize(w, h)
     qtbot.waitUntil(lambda: win.size().toTuple() == (max(w, win.minimumSizeHint().width()),
-                                                     max(h, win.minimumSizeHint().height())), timeout=5000)
+                                                     max(h, win.minimumSizeHint().height())), timeout=30000)
     qtbot.wait(300)
 
 
@@ -43,7 +43,7 @@ def test_a_saved_layout_with_squeezed_docks_is_restored_with_room(qtbot, testdat
     win.save_settings()
     win.close()
     win2 = _window(qtbot, testdata, settings)
-    qtbot.waitUntil(lambda: win2.docks["tracking"].widget().horizontalScrollBar().maximum() == 0, timeout=3000)
+    qtbot.waitUntil(lambda: win2.docks["tracking"].widget().horizontalScrollBar().maximum() == 0, timeout=30000)
     win2.close()
 
 
@@ -79,7 +79,7 @@ def test_a_stopped_source_is_said_in_the_sources_panel_and_on_the_preview(qtbot,
     qtbot.waitUntil(lambda: src.preview_panel.preview.pixmap() is not None
                     and not src.preview_panel.preview.pixmap().isNull(), timeout=10000)
     win.session.stop_pipeline()
-    qtbot.waitUntil(lambda: src.delivering_label.text().startswith("Stopped"), timeout=5000)
+    qtbot.waitUntil(lambda: src.delivering_label.text().startswith("Stopped"), timeout=30000)
     preview = src.preview_panel.preview
     assert preview.pixmap() is None or preview.pixmap().isNull()  # the last frame is gone
     assert "stopped" in preview.text().lower()
