@@ -322,9 +322,13 @@ class RunningPercentiles(ScheduledEstimate):
     #: Rings of at least this many cells (capacity x K) keep :class:`SortedColumns`; smaller
     #: ones sort the ring afresh per kept sample, which is cheaper there (same bits either way).
     #: Measured per admitted sample, p50, both paths forced (benchmarks/calibration.py, 2-core
-    #: dev VM, load average 11): 480 x 5: sort 0.027 ms vs incremental 0.10 ms; 480 x 19:
-    #: 0.064 vs 0.14; 480 x 123: 0.28 vs 0.23; 480 x 195: 0.50 vs 0.38.
-    INCREMENTAL_MIN_CELLS = 32768
+    #: dev VM, load average 11, row-major SortedColumns): 480 x 5: sort 0.027 ms vs incremental
+    #: 0.10 ms; 480 x 19: 0.064 vs 0.14; 480 x 123: 0.28 vs 0.23; 480 x 195: 0.50 vs 0.38.
+    #: With the column-major float64 SortedColumns (A/B interleaved in one process, thread CPU
+    #: time, load average 6-7), at n = 20 / 150 / 470 samples: 480 x 19: sort 0.052 / 0.147 /
+    #: 0.415 ms vs incremental 0.066 / 0.075 / 0.190; 480 x 5: 0.035 / 0.055 / 0.118 vs 0.066 /
+    #: 0.062 / 0.123; 480 x 60: 0.107 / 0.431 / 1.27 vs 0.078 / 0.102 / 0.207.
+    INCREMENTAL_MIN_CELLS = 4096
 
     def __init__(
         self,

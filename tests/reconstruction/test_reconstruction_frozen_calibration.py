@@ -311,7 +311,8 @@ def _solver_bytes(lms, times) -> list[bytes]:
 
 def test_solver_and_neutral_estimator_bit_identical_with_the_frozen_code_on_real_clips(clips, monkeypatch):
     """The GeometricSolver (its pose, features, running percentiles, weights) and NeutralEstimator
-    (sorted columns of 666 float32) on real faces: the bytes of the frozen code, every frame."""
+    (sorted columns of 666 float32) on real faces: the bytes of the frozen code, every frame
+    (its 19-feature percentiles now incremental where the frozen code sorted afresh)."""
     def neutral_bytes(lms, times) -> list[bytes]:
         est, neutral = NeutralEstimator(warmup_s=1.0, slow_interval_s=0.1, capacity=40), None
         out = []
@@ -323,6 +324,7 @@ def test_solver_and_neutral_estimator_bit_identical_with_the_frozen_code_on_real
 
     fast = {rel: (_solver_bytes(lms, t), neutral_bytes(lms, t)) for rel, (lms, t) in clips.items()}
     monkeypatch.setattr(calibration, "SortedColumns", FrozenSortedColumns)
+    monkeypatch.setattr(calibration.RunningPercentiles, "INCREMENTAL_MIN_CELLS", 32768)  # as at ceffc40
     monkeypatch.setattr(auto_neutral, "SortedColumns", FrozenSortedColumns)
     monkeypatch.setattr(HeadPoseFitter, "fit", FrozenHeadPoseFitter.fit)
     monkeypatch.setattr(HeadPoseFitter, "_similarity", FrozenHeadPoseFitter._similarity)
