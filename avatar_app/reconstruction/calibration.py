@@ -85,15 +85,18 @@ class SortedColumns:
 
     :meth:`insert` adds a sample while the ring grows and :meth:`replace` swaps the
     sample a full ring overwrites for the new one: a vectorised binary search over the
-    columns finds both ranks (or a compare-and-count for narrow buffers), then a few
-    branch-free passes (xor / multiply on the integer view, into preallocated scratch
-    arrays, so no large array is allocated per sample) move each column's values
-    between the two ranks by one row. Cost is O(n * width) memory passes instead
-    of a sort, plus a fixed ~0.1 ms of numpy calls, so it pays for wide rings only.
-    Measured by benchmarks/calibration.py (median of 600 admitted samples, A/B
-    interleaved, 2-core dev VM shared with other work, load average 5.0, numpy 1.26),
-    :class:`RunningPercentiles` with a full ring, per admitted sample: 480 x 195:
-    0.52 ms with the former ``np.sort`` vs 0.41 ms; 480 x 123: 0.32 vs 0.29.
+    columns finds both ranks (or a compare-and-count for narrow buffers), then each
+    column's values between the two ranks move by one row. float64 buffers are stored
+    column by column, so that move is one contiguous run per column (a boolean-mask copy
+    of the moved values only); float32 buffers row by row, moved by a few branch-free
+    passes over the whole buffer (xor / multiply on the integer view, into preallocated
+    scratch arrays), which on 4-byte words beat the per-value copies. Cost is O(n * width)
+    memory traffic instead of a sort, plus a fixed ~0.1 ms of numpy calls, so it pays for
+    wide rings only. Measured per replace (full ring, median of 400, A/B interleaved in one
+    process, thread CPU time, 2-core dev VM shared with other work, load average 6-7,
+    numpy 1.26; /tmp bench of the pose21 branch): 480 x 195 float64 0.37 ms row-major vs
+    0.29 ms column-major, 480 x 123 0.29 vs 0.22; 240 x 666 float32 0.38 vs 0.43 (kept
+    row-major).
 
     Args:
         capacity: most samples (rows); >= 1.
@@ -111,30 +114,46 @@ class SortedColumns:
         if capacity < 1 or width < 1 or dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise InputError("capacity >= 1, width >= 1 and a float32 or float64 dtype are required")
         self.capacity, self.width = int(capacity), int(width)
-        ints = np.int32 if dt.itemsize == 4 else np.int64
-        # Row r + 1 of _pad holds sorted row r; row 0 and the rows after the n-th are +inf
-        # padding, so the binary search never reads out of bounds and never passes the end.
-        self._pad = np.empty((2 * self.capacity + 2, self.width), dt)
-        self._bits = self._pad.view(ints)
-        self._ints = ints
-        self._cols = np.arange(self.width, dtype=np.intp)
-        self._cols2 = np.concatenate([self._cols, self._cols])
-        self._ridx = np.int16 if self.capacity < 2 ** 15 - 2 else np.int32
-        self._rows = np.arange(self.capacity + 1, dtype=self._ridx)[:, None]
-        self._a = np.empty((self.capacity + 1, self.width), bool)
-        self._b = np.empty((self.capacity + 1, self.width), bool)
-        self._d = np.empty((self.capacity + 1, self.width), ints)
+        cap, w = self.capacity, self.width
+        # Sorted row r of column j is entry r + 1 of that column; entry 0 and those after the
+        # n-th are +inf padding (2 capacity + 2 entries a column), so the binary search never
+        # reads out of its column and never passes the end. Flat index of entry k of column j:
+        # _base[j] + k * _rstep.
+        self._by_column = dt.itemsize == 8
+        self._cols = np.arange(w, dtype=np.intp)
+        self._ridx = np.int16 if cap < 2 ** 15 - 2 else np.int32
+        if self._by_column:
+            self._store = np.empty((w, 2 * cap + 2), dt)
+            self._base, self._rstep = self._cols * (2 * cap + 2), 1
+            # _steps seen as the (cap + 1, m) view _ge(m): row k is arange(m) >= k
+            self._steps = np.zeros(2 * cap + 2, bool)
+            self._steps[cap + 1:] = True
+            self._mask = np.empty(w * (cap + 1), bool)  # scratch (width, m) masks
+        else:
+            self._store = np.empty((2 * cap + 2, w), dt)
+            self._base, self._rstep = self._cols, w
+            ints = np.int32 if dt.itemsize == 4 else np.int64
+            self._bits, self._ints = self._store.view(ints), ints
+            self._rows = np.arange(cap + 1, dtype=self._ridx)[:, None]
+            self._a = np.empty((cap + 1, w), bool)
+            self._b = np.empty((cap + 1, w), bool)
+            self._d = np.empty((cap + 1, w), ints)
+        self._flat = self._store.reshape(-1)
+        self._base2 = np.concatenate([self._base, self._base])
         self.reset()
 
     def reset(self) -> None:
         """Forget every sample."""
-        self._pad.fill(np.inf)
+        self._store.fill(np.inf)
         self.n = 0
 
     @property
     def sorted(self) -> np.ndarray:
-        """(n, width) the column-sorted samples; a view that the next update overwrites."""
-        return self._pad[1:self.n + 1]
+        """(n, width) the column-sorted samples (a Fortran-ordered view for float64); a view
+        that the next update overwrites."""
+        if self._by_column:
+            return self._store[:, 1:self.n + 1].T
+        return self._store[1:self.n + 1]
 
     @staticmethod
     def _before(vals: np.ndarray, keys: np.ndarray, plus0: np.ndarray | None) -> np.ndarray:
@@ -145,9 +164,9 @@ class SortedColumns:
             before |= (vals == keys) & plus0
         return before
 
-    def _rank(self, keys: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """(len(keys),) intp: how many of column ``cols[j]``'s n values sort before ``keys[j]``
-        (:meth:`_before`); n for a NaN key."""
+    def _rank(self, keys: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """(len(keys),) intp: how many of the n values of the column whose entry 0 is at flat
+        index ``base[j]`` sort before ``keys[j]`` (:meth:`_before`); n for a NaN key."""
         n, w = self.n, self.width
         plus0 = (keys == 0) & ~np.signbit(keys)
         plus0 = plus0 if plus0.any() else None
@@ -157,16 +176,26 @@ class SortedColumns:
                 np.count_nonzero(self._before(s, keys[i:i + w], None if plus0 is None else plus0[i:i + w]), axis=0)
                 for i in range(0, keys.size, w)]).astype(np.intp)
         else:
-            flat = self._pad.reshape(-1)
-            pos = cols.copy()  # flat index of pad row c = sorted row c - 1, from c = 0
+            flat, rstep = self._flat, self._rstep
+            pos = base.copy()  # flat index of entry c = sorted row c - 1, from c = 0
             step = 1 << (n.bit_length() - 1) if n else 0
             while step:
-                cand = pos + step * w
-                pos += self._before(flat.take(cand), keys, plus0) * (step * w)
+                pos += self._before(flat.take(pos + step * rstep), keys, plus0) * (step * rstep)
                 step >>= 1
-            pos //= w
+            pos -= base
+            if rstep > 1:
+                pos //= rstep
         pos[np.isnan(keys)] = n
         return pos
+
+    def _ge(self, m: int) -> np.ndarray:
+        """(capacity + 1, m) bool read-only view: row k is ``arange(m) >= k`` (by column)."""
+        return np.ndarray((self.capacity + 1, m), bool, self._steps, self.capacity + 1, (-1, 1))
+
+    def _band(self, lo: np.ndarray, hi: np.ndarray, m: int) -> np.ndarray:
+        """(width, m) bool scratch view: ``lo[j] <= i < hi[j]`` (lo <= hi) for positions i < m."""
+        ge = self._ge(m)
+        return np.bitwise_xor(ge[lo], ge[hi], out=self._mask[:self.width * m].reshape(self.width, m))
 
     def insert(self, x: np.ndarray) -> None:
         """Add one sample while the buffer grows.
@@ -180,13 +209,18 @@ class SortedColumns:
         n = self.n
         if n >= self.capacity:
             raise InputError("the sorted buffer is full; replace a sample instead")
-        p = self._rank(x, self._cols)
-        below = np.greater(self._rows[:n + 1], p.astype(self._ridx), out=self._b[:n + 1])
-        cur = self._bits[1:n + 2]  # rows past the insertion point move one row down
-        d = np.bitwise_xor(self._bits[0:n + 1], cur, out=self._d[:n + 1])
-        np.multiply(d, below, out=d)  # prev ^ cur past the insertion point, 0 before it
-        cur ^= d
-        self._pad[p + 1, self._cols] = x
+        p = self._rank(x, self._base)
+        if self._by_column:
+            if n:
+                moved = self._ge(n)[p]  # rows from the insertion point move one row down
+                self._store[:, 2:n + 2][moved] = self._store[:, 1:n + 1][moved]
+        else:
+            below = np.greater(self._rows[:n + 1], p.astype(self._ridx), out=self._b[:n + 1])
+            cur = self._bits[1:n + 2]  # rows past the insertion point move one row down
+            d = np.bitwise_xor(self._bits[0:n + 1], cur, out=self._d[:n + 1])
+            np.multiply(d, below, out=d)  # prev ^ cur past the insertion point, 0 before it
+            cur ^= d
+        self._flat[self._base + (p + 1) * self._rstep] = x
         self.n = n + 1
 
     def replace(self, old: np.ndarray, x: np.ndarray) -> None:
@@ -197,25 +231,43 @@ class SortedColumns:
             x: (width,) the values arriving.
         """
         n, w = self.n, self.width
-        q = self._rank(np.concatenate([old, x]), self._cols2)
+        q = self._rank(np.concatenate([old, x]), self._base2)
         # the row holding old: the first equal one (the last for +0.0, which sorts after -0.0;
         # the last row for NaN)
         r = np.minimum(q[:w] - ((old == 0) & ~np.signbit(old)), n - 1)
         plus0 = (x == 0) & ~np.signbit(x)
         p = np.minimum(q[w:] - self._before(old, x, plus0 if plus0.any() else None), n - 1)  # x's row once old is gone
         # Rows r..p-1 take the row below (r < p); rows p+1..r the row above (r > p).
-        up = r < p
-        rows = self._rows[:n]
-        moved = np.greater_equal(rows, np.where(up, r, p + 1).astype(self._ridx), out=self._a[:n])
-        moved &= np.less(rows, np.where(up, p, r + 1).astype(self._ridx), out=self._b[:n])
-        cur, nxt, prev = self._bits[1:n + 1], self._bits[2:n + 2], self._bits[0:n]
-        d = np.bitwise_xor(prev, nxt, out=self._d[:n])
-        d &= np.negative(up, dtype=self._ints)  # per column: (prev ^ nxt) where up, else 0
-        d ^= prev  # the row below in up columns, the row above in the others
-        d ^= cur
-        np.multiply(d, moved, out=d)  # ... ^ cur where moved, 0 elsewhere
-        cur ^= d
-        self._pad[p + 1, self._cols] = x
+        if self._by_column:
+            self._shift_by_column(r, p)
+        else:
+            up = r < p
+            rows = self._rows[:n]
+            moved = np.greater_equal(rows, np.where(up, r, p + 1).astype(self._ridx), out=self._a[:n])
+            moved &= np.less(rows, np.where(up, p, r + 1).astype(self._ridx), out=self._b[:n])
+            cur, nxt, prev = self._bits[1:n + 1], self._bits[2:n + 2], self._bits[0:n]
+            d = np.bitwise_xor(prev, nxt, out=self._d[:n])
+            d &= np.negative(up, dtype=self._ints)  # per column: (prev ^ nxt) where up, else 0
+            d ^= prev  # the row below in up columns, the row above in the others
+            d ^= cur
+            np.multiply(d, moved, out=d)  # ... ^ cur where moved, 0 elsewhere
+            cur ^= d
+        self._flat[self._base + (p + 1) * self._rstep] = x
+
+    def _shift_by_column(self, r: np.ndarray, p: np.ndarray) -> None:
+        """:meth:`replace`'s move, column-major: over the n - 1 pairs of neighbouring rows
+        (i, i + 1), pair i moves up where r <= i < p, down where p <= i < r."""
+        n = self.n
+        if n < 2:
+            return
+        upper, lower = self._store[:, 1:n], self._store[:, 2:n + 1]
+        up, down = r < p, r > p
+        if up.any():
+            band = self._band(np.where(up, r, 0), np.where(up, p, 0), n - 1)
+            upper[band] = lower[band]
+        if down.any():
+            band = self._band(np.where(down, p, 0), np.where(down, r, 0), n - 1)
+            lower[band] = upper[band]
 
 
 class ScheduledEstimate:
@@ -270,9 +322,13 @@ class RunningPercentiles(ScheduledEstimate):
     #: Rings of at least this many cells (capacity x K) keep :class:`SortedColumns`; smaller
     #: ones sort the ring afresh per kept sample, which is cheaper there (same bits either way).
     #: Measured per admitted sample, p50, both paths forced (benchmarks/calibration.py, 2-core
-    #: dev VM, load average 11): 480 x 5: sort 0.027 ms vs incremental 0.10 ms; 480 x 19:
-    #: 0.064 vs 0.14; 480 x 123: 0.28 vs 0.23; 480 x 195: 0.50 vs 0.38.
-    INCREMENTAL_MIN_CELLS = 32768
+    #: dev VM, load average 11, row-major SortedColumns): 480 x 5: sort 0.027 ms vs incremental
+    #: 0.10 ms; 480 x 19: 0.064 vs 0.14; 480 x 123: 0.28 vs 0.23; 480 x 195: 0.50 vs 0.38.
+    #: With the column-major float64 SortedColumns (A/B interleaved in one process, thread CPU
+    #: time, load average 6-7), at n = 20 / 150 / 470 samples: 480 x 19: sort 0.052 / 0.147 /
+    #: 0.415 ms vs incremental 0.066 / 0.075 / 0.190; 480 x 5: 0.035 / 0.055 / 0.118 vs 0.066 /
+    #: 0.062 / 0.123; 480 x 60: 0.107 / 0.431 / 1.27 vs 0.078 / 0.102 / 0.207.
+    INCREMENTAL_MIN_CELLS = 4096
 
     def __init__(
         self,
