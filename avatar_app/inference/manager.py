@@ -126,6 +126,7 @@ class BuildJob:
     calibration_method: str
     verify: bool
     cannot_run_reason: str = ""
+    int8_reduce_range: bool = False  # 7-bit INT8 weights (ORT CPU on x86 without VNNI)
     backend_obj: object = None  # the registry's Backend, pickled: the child's registry may lack it
 
 
@@ -154,7 +155,8 @@ def _precision_onnx(info: ModelInfo, precision: Precision, job: BuildJob, cache:
     with tempfile.NamedTemporaryFile(dir=onnx_dir, suffix=".onnx.tmp", delete=False) as tmp:
         tmp_path = Path(tmp.name)
     try:
-        convert(info.path, tmp_path, precision, reader, job.calibration_method, card=info.card)
+        convert(info.path, tmp_path, precision, reader, job.calibration_method, card=info.card,
+                reduce_range=job.int8_reduce_range)
         tmp_path.replace(dst)
     finally:
         tmp_path.unlink(missing_ok=True)
@@ -201,6 +203,10 @@ def _int8_details(job: BuildJob, info: ModelInfo, src: Path) -> dict[str, str]:
     sets = (["the model's calibration set"] if len(job.calibration_files) > own else []) + (
         [f"{own} sample file(s) of your own"] if own else [])
     out = {"calibration": f"{job.calibration_method} method, " + " + ".join(sets or ["no samples"])}
+    if job.int8_reduce_range:
+        from avatar_app.inference.precision import REDUCED_RANGE_NOTE
+
+        out["int8_weights"] = REDUCED_RANGE_NOTE
     split = int8_summary(src)
     if split is not None:
         q, floats = split["quantized_layers"], split["float_nodes"]
@@ -298,17 +304,22 @@ class EngineManager:
         calibration_root: root of the user's recorded calibration samples
             (default ``user_data_dir()/calibration``).
         timeout_s: limit of one child job, seconds.
+        cpu_features: injected CPU features for the INT8 ``reduce_range`` choice
+            (``cpuinfo_flags``, ``numpy_features``, ``machine`` of
+            :func:`~avatar_app.inference.precision.cpu_has_vnni`; default: read this machine).
     """
 
     def __init__(self, cache: EngineCache | None = None, isolate: bool = True,
                  preference: tuple[str, ...] | None = None, calibration_method: str = "percentile",
-                 calibration_root: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+                 calibration_root: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 cpu_features: Mapping | None = None):
         self.cache = cache or EngineCache()
         self.isolate = isolate
         self.preference = preference
         self.calibration_method = calibration_method
         self.calibration_root = calibration_root
         self.timeout_s = timeout_s
+        self.cpu_features = dict(cpu_features or {})
         self._info_cache: dict[tuple[str, float], ModelInfo] = {}
 
     # -- keys ------------------------------------------------------------------
@@ -328,6 +339,18 @@ class EngineManager:
         files = [info.calibration_path] if info.calibration_path.is_file() else []
         return files + CalibrationStore(info.name, self.calibration_root).files()
 
+    def int8_reduce_range(self, backend: str) -> bool:
+        """Whether ``backend``'s INT8 file gets 7-bit weights here.
+
+        True for an ONNX Runtime backend on the CPU provider on an x86 CPU without VNNI
+        (:func:`~avatar_app.inference.precision.int8_reduce_range`); False for TensorRT
+        and GPU providers. Part of the INT8 cache key (and so of the QDQ file's name).
+        """
+        from avatar_app.inference.precision import int8_reduce_range
+
+        return int8_reduce_range(getattr(_backends.get_backend(backend), "provider", None),
+                                 **self.cpu_features)
+
     def cache_key(self, info: ModelInfo, backend: str, precision: Precision) -> CacheKey:
         """The cache key of (model, backend, precision) on this machine."""
         b = _backends.get_backend(backend)
@@ -340,7 +363,10 @@ class EngineManager:
             for f in self.calibration_files(info):
                 h.update(sha256_file(f).encode())
             # the INT8 recipe (card exclusions, search, recipe version) changes the file
-            h.update(Int8Recipe.from_card(info.card, self.calibration_method).fingerprint().encode())
+            # and so does reduce_range (7-bit weights for ORT CPU without VNNI): a file made on
+            # another kind of CPU, or for TensorRT, is not reused
+            h.update(Int8Recipe.from_card(info.card, self.calibration_method,
+                                          reduce_range=self.int8_reduce_range(backend)).fingerprint().encode())
             variant = h.hexdigest()[:20]
         return CacheKey(onnx_sha256=info.sha256, precision=precision.value, backend=backend,
                         backend_version=st.version or "", device=b.device_key(),
@@ -409,7 +435,9 @@ class EngineManager:
                        precision=precision.value, key=asdict(key), cache_root=str(self.cache.root),
                        calibration_files=tuple(str(p) for p in self.calibration_files(info)),
                        calibration_method=self.calibration_method, verify=st.can_run,
-                       cannot_run_reason="" if st.can_run else st.reason, backend_obj=b)
+                       cannot_run_reason="" if st.can_run else st.reason,
+                       int8_reduce_range=precision is Precision.INT8 and self.int8_reduce_range(backend),
+                       backend_obj=b)
         logger.info("%s", label)
         try:
             run_isolated(build_job, job, label=label, isolate=self.isolate, timeout_s=self.timeout_s,

@@ -29,7 +29,12 @@ such partially quantised QDQ graphs as mixed precision (layers without Q/DQ
 inputs run in the network's float type), and ONNX Runtime's CPU provider runs
 INT8 kernels only where Q/DQ pairs are.
 
-ONNX Runtime runs all three files directly.
+ONNX Runtime runs all three files directly. For its CPU provider on an x86-64
+CPU without VNNI the weights are quantised to 7 bits (``reduce_range=True``):
+ONNX Runtime's x86 INT8 kernels multiply u8 x s8 with ``VPMADDUBSW`` there, whose
+16-bit pair sums saturate with full 8-bit weights (ONNX Runtime's quantization
+docs, "When and why do I need to try U8U8?" / ``reduce_range``: "7-bit
+quantization for better accuracy on non-VNNI CPUs"). See :func:`int8_reduce_range`.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ import inspect
 import io
 import json
 import logging
+import platform
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,8 +78,97 @@ INT8_SEARCH_MARGIN = 0.5
 #: :meth:`Int8Recipe.fingerprint`, so engines made by an older recipe get new cache keys.
 INT8_RECIPE_VERSION = 3
 
+#: /proc/cpuinfo flags (Linux) of the x86 VNNI extensions: AVX512-VNNI and AVX-VNNI (the
+#: kernel spells the latter ``avx_vnni``; ``avxvnni`` is accepted too).
+VNNI_CPU_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "avxvnni"})
+
+#: numpy ``__cpu_features__`` names implying VNNI (AVX512_CLX and later groups include it).
+VNNI_NUMPY_FEATURES = ("AVX512VNNI", "AVXVNNI", "AVX512_CLX", "AVX512_ICL", "AVX512_SPR")
+
+#: Manifest text of an INT8 file quantised with ``reduce_range`` (Engines panel build details).
+REDUCED_RANGE_NOTE = "7-bit weights (CPU without VNNI)"
+
 #: ONNX metadata key of the INT8 file: JSON of :meth:`Int8Result.to_json` (float layers, errors).
 META_INT8 = "avatar_app.int8"
+
+
+def _is_x86(machine: str) -> bool:
+    return machine.lower() in ("x86_64", "amd64", "x64", "i386", "i686", "x86")
+
+
+def _numpy_cpu_features() -> dict | None:
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as feats
+    except ImportError:
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as feats
+        except ImportError:
+            return None
+    return dict(feats)
+
+
+def _proc_cpuinfo_flags(path: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(val.split())
+    return flags or None
+
+
+def cpu_has_vnni(*, cpuinfo_flags: Iterable[str] | None = None, numpy_features: Mapping[str, bool] | None = None,
+                 machine: str | None = None) -> bool | None:
+    """Whether this x86 CPU has VNNI (AVX512-VNNI or AVX-VNNI) INT8 dot-product instructions.
+
+    Sources, first that answers: Linux ``/proc/cpuinfo`` flags (:data:`VNNI_CPU_FLAGS`),
+    then numpy's ``__cpu_features__`` (:data:`VNNI_NUMPY_FEATURES`; numpy reports what
+    the CPU and OS support at run time). The arguments inject those features (tests);
+    when one is None it is read from this machine.
+
+    Args:
+        cpuinfo_flags: the CPU's flags as /proc/cpuinfo lists them.
+        numpy_features: numpy's ``__cpu_features__`` dict (name -> bool).
+        machine: :func:`platform.machine` value.
+
+    Returns:
+        True or False on x86; True on other architectures (ARM's INT8 kernels do not
+        saturate this way, so nothing needs avoiding); None when x86 and no source
+        could be read (callers pick the safe setting, :func:`int8_reduce_range`).
+    """
+    machine = platform.machine() if machine is None else machine
+    if not _is_x86(machine):
+        return True
+    flags = _proc_cpuinfo_flags() if cpuinfo_flags is None else set(cpuinfo_flags)
+    if flags:
+        return bool(VNNI_CPU_FLAGS & {f.lower() for f in flags})
+    feats = _numpy_cpu_features() if numpy_features is None else dict(numpy_features)
+    if feats:
+        return any(bool(feats.get(k)) for k in VNNI_NUMPY_FEATURES)
+    return None
+
+
+def int8_reduce_range(provider: str | None, **features) -> bool:
+    """Whether an INT8 file for ``provider`` should be quantised with 7-bit weights.
+
+    True only for ONNX Runtime's CPU provider (``"CPUExecutionProvider"``) on an x86
+    CPU that lacks VNNI, where full 8-bit weights saturate ONNX Runtime's INT8
+    kernels (module docstring). When VNNI cannot be detected on x86 it is True: the
+    7-bit file is correct on every CPU (slightly coarser weights), the 8-bit one
+    is wrong without VNNI. TensorRT and GPU providers (``provider`` anything else or
+    None) get False: TensorRT runs the QDQ file's full 8-bit weights.
+
+    Args:
+        provider: ONNX Runtime execution provider name, or None for a non-ORT backend.
+        **features: passed to :func:`cpu_has_vnni` (``cpuinfo_flags``, ``numpy_features``,
+            ``machine``) to inject the CPU's features.
+    """
+    if provider != "CPUExecutionProvider":
+        return False
+    return cpu_has_vnni(**features) is not True
 
 
 def convert_fp16(src: Path, dst: Path, op_block_list: Sequence[str] | None = None) -> Path:
@@ -223,6 +318,8 @@ class Int8Recipe:
             measured on (the chosen split is checked on all ``max_selection_samples``).
         max_candidates: rank at most this many layers (largest weights first); the
             others stay float (None: all).
+        reduce_range: 7-bit weights (``quantize_static(reduce_range=True)``), for ONNX
+            Runtime's CPU provider on x86 without VNNI (:func:`int8_reduce_range`).
     """
 
     method: str = "percentile"
@@ -235,6 +332,7 @@ class Int8Recipe:
     max_selection_samples: int = 2048
     sensitivity_samples: int = 16
     max_candidates: int | None = None
+    reduce_range: bool = False
 
     def __post_init__(self):
         if self.method not in CALIBRATION_METHODS:
@@ -247,7 +345,8 @@ class Int8Recipe:
                                    f"{self.sensitivity_samples} and {self.max_candidates}")
 
     @classmethod
-    def from_card(cls, card: Mapping | None, method: str = "percentile") -> "Int8Recipe":
+    def from_card(cls, card: Mapping | None, method: str = "percentile", *,
+                  reduce_range: bool = False) -> "Int8Recipe":
         """The recipe a model card asks for.
 
         Card keys (all optional): ``int8_exclude`` (list of node names or patterns kept
@@ -256,7 +355,8 @@ class Int8Recipe:
         target as a fraction of the tolerance, in (0, 1], default :data:`INT8_SEARCH_MARGIN`;
         smaller keeps more layers in float, for outputs that are thresholded downstream),
         ``int8_max_candidates`` (positive int: the search ranks only that many layers,
-        largest weights first, the rest stay float; default all).
+        largest weights first, the rest stay float; default all). ``reduce_range``
+        comes from the target backend, not the card (:func:`int8_reduce_range`).
 
         Raises:
             ModelLoadError: a key has the wrong type.
@@ -281,11 +381,18 @@ class Int8Recipe:
             raise ModelLoadError(f"model card of {card.get('name', 'the model')}: 'int8_max_candidates' "
                                  f"must be a positive integer, got {cap!r}")
         return cls(method=method, exclude=tuple(exclude), search=search,
-                   op_types=tuple(op_types) if op_types else None, margin=float(margin), max_candidates=cap)
+                   op_types=tuple(op_types) if op_types else None, margin=float(margin), max_candidates=cap,
+                   reduce_range=bool(reduce_range))
 
     def fingerprint(self) -> str:
-        """Hex digest of the recipe and :data:`INT8_RECIPE_VERSION` (for cache keys)."""
-        text = json.dumps({"version": INT8_RECIPE_VERSION, **asdict(self)}, sort_keys=True)
+        """Hex digest of the recipe and :data:`INT8_RECIPE_VERSION` (for cache keys).
+
+        ``reduce_range`` enters only when True, so the 8-bit recipes keep their digests.
+        """
+        d = asdict(self)
+        if not d["reduce_range"]:
+            del d["reduce_range"]
+        text = json.dumps({"version": INT8_RECIPE_VERSION, **d}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -435,7 +542,7 @@ class _Quantizer:
                 self._quantize_static(
                     str(self.pre), str(dst), self.reader, quant_format=self._fmt.QDQ,
                     op_types_to_quantize=list(r.op_types) if r.op_types is not None else None,
-                    per_channel=True, activation_type=self._qtype.QInt8,
+                    per_channel=True, reduce_range=r.reduce_range, activation_type=self._qtype.QInt8,
                     weight_type=self._qtype.QInt8, calibrate_method=cal,
                     nodes_to_exclude=excluded, extra_options=extra, **kwargs)
             logger.debug("calibration of %s: %s", self.src.name, chatter.getvalue().strip())
@@ -569,7 +676,8 @@ def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: 
                             float(tolerance), sens, q.count, meter.samples, bool(sens))
         model = onnx.load(str(best))
         meta = {p.key: p.value for p in model.metadata_props}
-        meta[META_INT8] = json.dumps({**result.to_json(), "recipe": recipe.fingerprint()})
+        meta[META_INT8] = json.dumps({**result.to_json(), "recipe": recipe.fingerprint(),
+                                      "reduce_range": recipe.reduce_range})
         onnx.helper.set_model_props(model, meta)
         onnx.save(model, str(work / "final.onnx"))
         shutil.move(str(work / "final.onnx"), str(dst))
@@ -611,7 +719,7 @@ def int8_summary(path: Path) -> dict | None:
 
 def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | None = None,
             method: str = "percentile", *, card: Mapping | None = None,
-            tolerance: float | None = None) -> Path:
+            tolerance: float | None = None, reduce_range: bool = False) -> Path:
     """Write the ONNX file of ``precision`` (FP32 is copied unchanged).
 
     INT8 goes through :func:`quantize_int8_mixed` with the recipe of the model card
@@ -625,6 +733,7 @@ def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | 
         method: calibration method (INT8 only).
         card: model-card dict (default: ``<stem>.card.json`` beside ``src``).
         tolerance: INT8 max abs error allowed (default: from the card / ONNX metadata).
+        reduce_range: INT8 with 7-bit weights (:func:`int8_reduce_range` of the target backend).
 
     Raises:
         EngineBuildError, BackendUnavailableError: see :func:`convert_fp16`, :func:`quantize_int8_mixed`.
@@ -643,5 +752,5 @@ def convert(src: Path, dst: Path, precision: Precision, reader: FeedSetReader | 
     info = ModelInfo.from_onnx(src, card)  # reads <stem>.card.json when no card is given
     if tolerance is None:
         tolerance = info.tolerances[Precision.INT8]
-    quantize_int8_mixed(src, dst, reader, tolerance, Int8Recipe.from_card(info.card, method))
+    quantize_int8_mixed(src, dst, reader, tolerance, Int8Recipe.from_card(info.card, method, reduce_range=reduce_range))
     return dst
