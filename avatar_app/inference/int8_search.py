@@ -5,7 +5,11 @@ Inference: Principles and Empirical Evaluation" (NVIDIA 2020, arXiv:2004.09602,
 section 5.1): rank the weighted layers by the output error each gives when it
 alone is quantised, then keep the least sensitive ones in INT8 while the whole
 model stays within the accuracy target. Errors are max abs differences from the
-FP32 model on calibration samples (ONNX Runtime CPU, one thread).
+FP32 model on calibration samples (ONNX Runtime CPU, one thread). For a file
+that will not run on ONNX Runtime's CPU INT8 kernels (TensorRT) on a CPU whose
+kernels saturate (x86 without VNNI), the meter runs the QDQ graph as written
+(ONNX Runtime's QDQ fusion off: quantise, dequantise, float operator), the
+arithmetic TensorRT carries out, instead of those saturating kernels.
 """
 from __future__ import annotations
 
@@ -19,10 +23,23 @@ from avatar_app.core.errors import EngineBuildError
 logger = logging.getLogger(__name__)
 
 
-class ErrorMeter:
-    """Max abs output error of a model file against the FP32 source on fixed feeds."""
+#: ONNX Runtime graph transformer that fuses DQ -> op -> Q into integer kernels.
+QDQ_FUSION = "QDQSelectorActionTransformer"
 
-    def __init__(self, src: Path | None, feeds: list[dict[str, np.ndarray]]):
+
+class ErrorMeter:
+    """Max abs output error of a model file against the FP32 source on fixed feeds.
+
+    Args:
+        src: FP32 source .onnx (None: the caller sets ``reference``).
+        feeds: input dicts, arrays batched along axis 0.
+        simulate_qdq: run candidates with :data:`QDQ_FUSION` disabled (the QDQ
+            graph's own arithmetic, as TensorRT runs it) rather than ONNX Runtime's
+            CPU integer kernels.
+    """
+
+    def __init__(self, src: Path | None, feeds: list[dict[str, np.ndarray]], simulate_qdq: bool = False):
+        self.simulate_qdq = simulate_qdq
         self.feeds = feeds
         self.samples = sum(next(iter(f.values())).shape[0] for f in feeds)
         self.reference = self._run(src) if src is not None else []
@@ -36,18 +53,18 @@ class ErrorMeter:
             feeds.append({k: v[:left] for k, v in f.items()})
             refs.append({k: v[:left] for k, v in r.items()})
             left -= next(iter(f.values())).shape[0]
-        sub = ErrorMeter(None, feeds)
+        sub = ErrorMeter(None, feeds, self.simulate_qdq)
         sub.reference = refs
         return sub
 
-    @staticmethod
-    def _session(path: Path):
+    def _session(self, path: Path):
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.log_severity_level = 3
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        extra = {"disabled_optimizers": [QDQ_FUSION]} if self.simulate_qdq else {}
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"], **extra)
 
     def _run(self, path: Path) -> list[dict[str, np.ndarray]]:
         sess = self._session(path)

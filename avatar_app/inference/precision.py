@@ -629,7 +629,10 @@ def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: 
 
     Costs 1 quantisation, or about (number of candidate layers) + log2 of it + 1
     with the search; calibration runs once. The errors are measured on the
-    calibration samples only.
+    calibration samples only, with ONNX Runtime CPU's INT8 kernels, except for an
+    8-bit recipe on an x86 CPU without VNNI (a TensorRT file: ONNX Runtime CPU gets
+    ``recipe.reduce_range`` there, :func:`int8_reduce_range`), measured with the QDQ
+    graph's own arithmetic (:class:`~avatar_app.inference.int8_search.ErrorMeter`'s ``simulate_qdq``).
 
     Args:
         src: FP32 .onnx file.
@@ -661,7 +664,10 @@ def quantize_int8_mixed(src: Path, dst: Path, reader: FeedSetReader, tolerance: 
             raise EngineBuildError(
                 f"INT8 quantisation of {src.name}: no layer of the types {recipe.op_types} is left to "
                 f"quantise (card exclusions: {list(recipe.exclude)}); use FP16 or FP32")
-        meter = ErrorMeter(src, list(reader.batches(64, recipe.max_selection_samples)))
+        # an 8-bit file on a CPU whose INT8 kernels saturate is for TensorRT (ORT CPU gets
+        # reduce_range here): measure the QDQ arithmetic TensorRT runs, not those kernels
+        simulate = not recipe.reduce_range and cpu_has_vnni() is not True
+        meter = ErrorMeter(src, list(reader.batches(64, recipe.max_selection_samples)), simulate)
         best = q.quantize(work / "full.onnx", ())
         _check_qdq(best, src.name)
         best_err, float_nodes, sens = meter(best), (), {}

@@ -71,8 +71,9 @@ def test_cache_key_carries_the_flag_and_tensorrt_never_gets_it(tiny_models, user
         assert no.cache_key(info, backend, Precision.INT8).variant == k_yes.variant
 
 
-@pytest.mark.parametrize("features,bits7", [(NO_VNNI, True), (VNNI, False)])
-def test_build_quantises_with_the_chosen_range(tiny_models, user_dirs, monkeypatch, features, bits7):
+@pytest.mark.parametrize("backend,features,bits7", [
+    ("ort_cpu", NO_VNNI, True), ("ort_cpu", VNNI, False), ("tensorrt_rtx", NO_VNNI, False)])
+def test_build_quantises_with_the_chosen_range(tiny_models, user_dirs, monkeypatch, backend, features, bits7):
     import onnxruntime.quantization as oq
 
     seen = []
@@ -83,8 +84,33 @@ def test_build_quantises_with_the_chosen_range(tiny_models, user_dirs, monkeypat
         return real(*args, **kwargs)
 
     monkeypatch.setattr(oq, "quantize_static", spy)
-    entry = _manager(user_dirs, features).build(tiny_models["matmul"], "ort_cpu", "int8")
+    entry = _manager(user_dirs, features).build(tiny_models["matmul"], backend, "int8")
     assert seen and set(seen) == {bits7}
     assert (entry.manifest.details.get("int8_weights") == REDUCED_RANGE_NOTE) is bits7
-    meta = {p.key: p.value for p in onnx.load(str(entry.artifact_path)).metadata_props}
-    assert json.loads(meta[META_INT8])["reduce_range"] is bits7
+    if backend == "ort_cpu":  # the artifact is the QDQ file itself
+        meta = {p.key: p.value for p in onnx.load(str(entry.artifact_path)).metadata_props}
+        assert json.loads(meta[META_INT8])["reduce_range"] is bits7
+
+
+@pytest.mark.parametrize("vnni,reduce_range,simulated", [
+    (False, False, True), (None, False, True), (False, True, False), (True, False, False)])
+def test_search_meter_simulates_qdq_only_for_8bit_files_on_saturating_cpus(
+        tiny_models, tmp_path, monkeypatch, vnni, reduce_range, simulated):
+    """An 8-bit (TensorRT) file on a CPU without VNNI is measured with the QDQ graph's arithmetic."""
+    from avatar_app.inference import int8_search, precision
+    from avatar_app.inference.modelinfo import load_feed_set
+    from avatar_app.inference.precision import FeedSetReader, quantize_int8_mixed
+
+    flags = []
+    real = int8_search.ErrorMeter.__init__
+
+    def spy(self, src, feeds, simulate_qdq=False):
+        flags.append(simulate_qdq)
+        real(self, src, feeds, simulate_qdq)
+
+    monkeypatch.setattr(int8_search.ErrorMeter, "__init__", spy)
+    monkeypatch.setattr(precision, "cpu_has_vnni", lambda **_: vnni)
+    info = ModelInfo.from_onnx(tiny_models["matmul"])
+    reader = FeedSetReader([load_feed_set(info.calibration_path, info.inputs)])
+    quantize_int8_mixed(info.path, tmp_path / "m8.onnx", reader, 0.05, Int8Recipe(reduce_range=reduce_range))
+    assert flags and flags[0] is simulated
