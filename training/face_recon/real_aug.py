@@ -10,7 +10,8 @@ Two additions to real_data.py's set, both keyed by its sample indices:
    perturbed the way the engine tests perturb a photo and tracked again by MediaPipe (IMAGE
    mode): JPEG re-encodes at quality 85-95 after a sub-pixel shift of up to 1 px (as
    :func:`avatar_app.evaluation.stability.still_jitter_sd`), in-plane rotations by +-12 deg and
-   +-6 deg (as the rotation relation), and a 0.7 rescale. Each copy is aligned
+   +-6 deg (as the rotation relation), a 0.7 rescale and the mirror image (as the flip
+   relation; its aligned points are mirrored back). Each copy is aligned
    (:func:`~avatar_app.reconstruction.engine.head_frame`) like the original. train_real.py asks
    the output on a copy, read against a neutral, to equal the output on the original read
    against the same neutral (MediaPipe's own changes under these perturbations are not
@@ -26,7 +27,9 @@ Stored:
 
 - ``aug_head``: (M, 146, 3) float32 metres, the copies' aligned points on the network's subset;
 - ``aug_src``: (M,) int32 real-set index of the still each copy was made from;
-- ``aug_kind``: (M,) int8, 0 JPEG + shift, 1 rotation, 2 rescale;
+- ``aug_kind``: (M,) int8, 0 JPEG + shift, 1 rotation, 2 rescale, 3 the mirror image (its aligned
+  points mirrored back: the flip relation);
+- ``aug_copy``: (M,) int8 index into :data:`COPIES`;
 - ``pair_neutral``, ``pair_expr``: (Q,) int32 real-set indices of (neutral, expression) stills of one person;
 - ``t0``, ``t_solver``: (N, 3) float32 metres per real sample (zeros for stills).
 
@@ -44,9 +47,11 @@ import numpy as np
 
 log = logging.getLogger("face_recon.real_aug")
 
-#: Copies per still: (kind, rotation deg, scale, JPEG + shift).
-COPIES = ((0, 0.0, 1.0, True), (0, 0.0, 1.0, True), (0, 0.0, 1.0, True), (1, 12.0, 1.0, False),
-          (1, -12.0, 1.0, False), (1, 6.0, 1.0, True), (1, -6.0, 1.0, True), (2, 0.0, 0.7, False))
+#: Copies per still: (kind, rotation deg, scale, JPEG + shift, mirrored).
+COPIES = tuple([(0, 0.0, 1.0, True, False)] * 8) + (
+    (1, 12.0, 1.0, False, False), (1, -12.0, 1.0, False, False), (1, 6.0, 1.0, True, False),
+    (1, -6.0, 1.0, True, False), (2, 0.0, 0.7, False, False), (3, 0.0, 1.0, False, True),
+    (3, 0.0, 1.0, True, True))
 
 
 def perturb(img: np.ndarray, rot_deg: float, scale: float, jpeg: bool, rng: np.random.Generator) -> np.ndarray:
@@ -101,18 +106,23 @@ def build(real: dict, testdata: Path, seed: int = 0) -> dict[str, np.ndarray]:
         log.info("%s: pose targets of %d frames", clip.name, len(idx))
     files = {p.stem: p for p in (testdata / "images").rglob("*") if p.suffix.lower() in (".jpg", ".png")}
     rng = np.random.default_rng(seed)
-    heads, srcs, kinds = [], [], []
+    heads, srcs, kinds, copy_ids = [], [], [], []
     still_idx = np.flatnonzero(real["still"])
     with new_tracker(RunningMode.IMAGE) as tracker:
         for k, j in enumerate(still_idx):
             img = cv2.imread(str(files[names[clip_of[j]]]))
-            for kind, rot, scale, jpeg in COPIES:
+            for ci, (kind, rot, scale, jpeg, mirrored) in enumerate(COPIES):
+                src_img = img[:, ::-1].copy() if mirrored else img
                 try:
                     lm = track_image(files[names[clip_of[j]]], use_cache=False, tracker=tracker,
-                                     image=perturb(img, rot, scale, jpeg, rng))
+                                     image=perturb(src_img, rot, scale, jpeg, rng))
                 except NoFaceError:
                     continue
-                heads.append(head_frame(lm)[0][sub])
+                head = head_frame(lm)[0]
+                if mirrored:  # back to the original's side: the network is exactly mirror-symmetric
+                    head = N.mirror_points(head)
+                heads.append(head[sub])
+                copy_ids.append(ci)
                 srcs.append(j)
                 kinds.append(kind)
             if (k + 1) % 10 == 0:
@@ -133,7 +143,8 @@ def build(real: dict, testdata: Path, seed: int = 0) -> dict[str, np.ndarray]:
         pn.append(by_name["grid_lbax4n_frame10"])
         pe.append(by_name["grid_lbax4n_frame29"])
     return {"aug_head": np.array(heads, np.float32), "aug_src": np.array(srcs, np.int32),
-            "aug_kind": np.array(kinds, np.int8), "pair_neutral": np.array(pn, np.int32),
+            "aug_kind": np.array(kinds, np.int8), "aug_copy": np.array(copy_ids, np.int8),
+            "pair_neutral": np.array(pn, np.int32),
             "pair_expr": np.array(pe, np.int32), "t0": t0s, "t_solver": tss}
 
 

@@ -299,11 +299,14 @@ def consistency_pairs(real: dict, aug: dict) -> dict[str, np.ndarray]:
     Per copy of a still: ``x``/``n`` the copy read against a neutral and ``xt``/``nt`` the
     original read against the same neutral (the target's inputs). The neutrals: the still
     itself (``x`` = copy - still, ``xt`` = 0) and, for a copy of a pair's expression photo, the
-    pair's neutral photo (``x`` = copy - neutral photo, ``xt`` = expression - neutral photo).
+    pair's neutral photo (``x`` = copy - neutral photo, ``xt`` = expression - neutral photo), and
+    with ``aug_copy``, the same copy of both photos of a pair (``x`` = copy of the expression -
+    copy of the neutral, ``n`` = copy of the neutral - template).
     """
     sub = np.asarray(N.SUBSET)
     head = real["head"][:, sub].astype(np.float32)
     src = aug["aug_src"]
+    tmpl = N.template()[sub].astype(np.float32)
     xs = [aug["aug_head"] - head[src]]
     ns = [real["n"][src]]
     xts = [np.zeros_like(xs[0])]
@@ -314,6 +317,17 @@ def consistency_pairs(real: dict, aug: dict) -> dict[str, np.ndarray]:
         ns.append(np.repeat(real["n"][jn][None], len(c), 0))
         xts.append(np.repeat((head[je] - head[jn])[None], len(c), 0))
         nts.append(ns[-1])
+        if "aug_copy" in aug:  # both photos of the pair perturbed alike (the same copy)
+            cn = np.flatnonzero(src == jn)
+            by_copy = {int(aug["aug_copy"][i]): i for i in cn}
+            for i in c:
+                i_n = by_copy.get(int(aug["aug_copy"][i]))
+                if i_n is None:
+                    continue
+                xs.append((aug["aug_head"][i] - aug["aug_head"][i_n])[None])
+                ns.append((aug["aug_head"][i_n] - tmpl)[None])
+                xts.append((head[je] - head[jn])[None])
+                nts.append(real["n"][jn][None])
     return {k: np.concatenate(v).astype(np.float32) for k, v in (("x", xs), ("n", ns), ("xt", xts), ("nt", nts))}
 
 
