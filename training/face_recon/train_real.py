@@ -33,6 +33,17 @@ Each optimiser step sees three batches:
    read: on a smiling London photo the mean mouthSmile must reach ``--smile-target``
    (squared hinge), on a neutral one every shape must stay under ``--neutral-max`` and the
    smile under half of it.
+4. **Re-tracked stills and pose targets** (``--aug``, real_aug.py's file; optional): the
+   output on a still re-tracked after a JPEG re-encode with a sub-pixel shift, an in-plane
+   rotation or a rescale, read against a neutral (the still itself, or a pair's neutral photo),
+   must equal the output on the original read against the same neutral (``--w-cons`` x mean
+   squared difference, the target without gradient, in eval mode: MediaPipe's changes under
+   these perturbations are not expression); and on the real video frames the depth scale of
+   the translation output (:func:`avatar_app.reconstruction.engine.depth_scale`, unclipped)
+   must equal the geometric solver's, ``t_solver . t0 / |t0|^2`` (``--w-depth`` x squared
+   difference), so the runtime places the head at the solver's distance.
+
+``--init`` starts from a state dict (its input statistics kept): fine-tuning a candidate.
 
 Written: a state dict (.pt) and a metrics JSON beside it (curve, synthetic held-out figures,
 label-free figures on the real clips: avatar_app/evaluation's pooled r of the face model's
@@ -143,8 +154,12 @@ def landmark_residual(w: torch.Tensor, rot: torch.Tensor, x: torch.Tensor, nh: t
     return res - res.mean(1, keepdim=True)
 
 
-def fit_real(syn: dict, real: dict, evals: dict, args, device: str) -> tuple[FaceReconNet, list[dict]]:
-    """Train one network on the synthetic set and the real set (module docstring)."""
+def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
+             aug: dict | None = None) -> tuple[FaceReconNet, list[dict]]:
+    """Train one network on the synthetic set and the real set (module docstring).
+
+    ``aug``: real_aug.py's arrays (the consistency and depth losses; None: neither).
+    """
     torch.manual_seed(args.seed)
     rig = load_face_model()
     rng = np.random.default_rng(args.seed)
@@ -154,7 +169,10 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str) -> tuple[Fac
     k_still = int(args.still_share * n_stat)
     sx = np.concatenate([syn["x"][:n_stat - k_still], np.zeros_like(syn["x"][:k_still]), real["x"]])
     sn = np.concatenate([syn["n"][:n_stat - k_still], syn["x"][:k_still] + syn["n"][:k_still], real["n"]])
-    model.set_input_stats(sx, sn)
+    if args.init is not None:  # fine-tune: the input statistics come with the state dict
+        model.load_state_dict(torch.load(args.init, map_location="cpu"), strict=False)
+    else:
+        model.set_input_stats(sx, sn)
     model.to(device)
     sub = np.asarray(N.SUBSET)
     b_full = torch.from_numpy(np.asarray(rig.blendshapes, np.float32)).to(device)  # (52, 478, 3)
@@ -172,6 +190,13 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str) -> tuple[Fac
     vid_idx = np.flatnonzero(~real["still"] & (real["next"] >= 0))
     still_idx = torch.from_numpy(np.flatnonzero(real["still"])).to(device)
     lab = R["smile_label"][still_idx]
+    cons = consistency_pairs(real, aug) if aug is not None else None
+    if cons is not None:
+        C = {k: torch.from_numpy(v).to(device) for k, v in cons.items()}
+    if aug is not None:
+        t_al = torch.from_numpy(aug["t0"]).to(device)
+        d0 = (t_al ** 2).sum(1).clamp_min(1e-6)
+        s_tgt = (torch.from_numpy(aug["t_solver"]).to(device) * t_al).sum(1) / d0  # the solver's depth scale
     n_train = len(syn["x"])
     steps_per_epoch = n_train // args.batch
     steps = args.epochs * steps_per_epoch
@@ -201,7 +226,7 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str) -> tuple[Fac
             ri = torch.from_numpy(rng.choice(vid_idx, args.real_batch)).to(device)
             both = torch.cat([ri, R["next"][ri].long(), still_idx])
             xr, nr = R["x"][both], R["n"][both]
-            wr, r6, _, _ = model.forward_subset(xr, nr)
+            wr, r6, tr, _ = model.forward_subset(xr, nr)
             k = len(ri)
             w0, w1, ws = wr[:k], wr[k:2 * k], wr[2 * k:]
             wv, xv, nv = wr[:2 * k], xr[:2 * k], nr[:2 * k]
@@ -222,14 +247,32 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str) -> tuple[Fac
             over = torch.relu(ws - args.neutral_max) ** 2
             l_weak = l_weak + (is_n * (over.sum(1) + torch.relu(smile - 0.5 * args.neutral_max) ** 2)).sum() \
                 / is_n.sum().clamp_min(1)
-            loss = (l_syn + args.w_lmk * l_lmk + args.w_distill * l_dist + args.w_sparse * l_sparse
+            l_cons = torch.zeros((), device=device)
+            l_depth = torch.zeros((), device=device)
+            if cons is not None and args.w_cons > 0:
+                ci = torch.from_numpy(rng.choice(len(cons["x"]), min(args.cons_batch, len(cons["x"])),
+                                                 replace=False)).to(device)
+                model.eval()
+                with torch.no_grad():
+                    wt = model.forward_subset(C["xt"][ci], C["nt"][ci])[0]
+                model.train()
+                wc = model.forward_subset(C["x"][ci], C["n"][ci])[0]
+                dc = (wc - wt).index_select(1, est)
+                l_cons = (dc ** 2).mean()
+            if aug is not None and args.w_depth > 0:
+                vi = both[:2 * k]
+                s_pred = 1.0 + (tr[:2 * k] * t_al[vi]).sum(1) / d0[vi]
+                l_depth = ((s_pred - s_tgt[vi]) ** 2).mean()
+            loss = (l_syn + args.w_cons * l_cons + args.w_depth * l_depth
+                    + args.w_lmk * l_lmk + args.w_distill * l_dist + args.w_sparse * l_sparse
                     + args.w_geo * l_geo + args.w_sym * l_sym + args.w_temporal * l_temp + args.w_weak * l_weak)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
             for name, v in (("loss", loss), ("syn", l_syn), ("lmk", l_lmk), ("distill", l_dist), ("geo", l_geo),
-                            ("temporal", l_temp), ("weak", l_weak)):
+                            ("temporal", l_temp), ("weak", l_weak), ("cons", l_cons),
+                            ("depth", l_depth)):
                 sums[name] = sums.get(name, 0.0) + float(v.detach())
         if (epoch + 1) % args.log_every == 0 or epoch + 1 == args.epochs:
             row = {"epoch": epoch + 1, "elapsed_s": time.time() - t0,
@@ -248,6 +291,44 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str) -> tuple[Fac
             log.info("epoch %d: %s", epoch + 1, json.dumps(row, default=lambda v: round(v, 4)))
     model.cpu().eval()
     return model, curve
+
+
+def consistency_pairs(real: dict, aug: dict) -> dict[str, np.ndarray]:
+    """Inputs of the consistency loss from real_aug.py's re-tracked stills, (M', 146, 3) float32 each.
+
+    Per copy of a still: ``x``/``n`` the copy read against a neutral and ``xt``/``nt`` the
+    original read against the same neutral (the target's inputs). The neutrals: the still
+    itself (``x`` = copy - still, ``xt`` = 0) and, for a copy of a pair's expression photo, the
+    pair's neutral photo (``x`` = copy - neutral photo, ``xt`` = expression - neutral photo), and
+    with ``aug_copy``, the same copy of both photos of a pair (``x`` = copy of the expression -
+    copy of the neutral, ``n`` = copy of the neutral - template).
+    """
+    sub = np.asarray(N.SUBSET)
+    head = real["head"][:, sub].astype(np.float32)
+    src = aug["aug_src"]
+    tmpl = N.template()[sub].astype(np.float32)
+    xs = [aug["aug_head"] - head[src]]
+    ns = [real["n"][src]]
+    xts = [np.zeros_like(xs[0])]
+    nts = [real["n"][src]]
+    for jn, je in zip(aug["pair_neutral"], aug["pair_expr"]):
+        c = np.flatnonzero(src == je)
+        xs.append(aug["aug_head"][c] - head[jn])
+        ns.append(np.repeat(real["n"][jn][None], len(c), 0))
+        xts.append(np.repeat((head[je] - head[jn])[None], len(c), 0))
+        nts.append(ns[-1])
+        if "aug_copy" in aug:  # both photos of the pair perturbed alike (the same copy)
+            cn = np.flatnonzero(src == jn)
+            by_copy = {int(aug["aug_copy"][i]): i for i in cn}
+            for i in c:
+                i_n = by_copy.get(int(aug["aug_copy"][i]))
+                if i_n is None:
+                    continue
+                xs.append((aug["aug_head"][i] - aug["aug_head"][i_n])[None])
+                ns.append((aug["aug_head"][i_n] - tmpl)[None])
+                xts.append((head[je] - head[jn])[None])
+                nts.append(real["n"][jn][None])
+    return {k: np.concatenate(v).astype(np.float32) for k, v in (("x", xs), ("n", ns), ("xt", xts), ("nt", nts))}
 
 
 def feature_points() -> np.ndarray:
@@ -340,6 +421,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--w-weak", type=float, default=1.0, help="London weak labels")
     ap.add_argument("--smile-target", type=float, default=0.6)
     ap.add_argument("--neutral-max", type=float, default=0.15)
+    ap.add_argument("--aug", type=Path, default=None,
+                    help="real_aug.py's file: the consistency (--w-cons) and depth (--w-depth) losses")
+    ap.add_argument("--w-cons", type=float, default=0.0,
+                    help="consistency of the output on re-tracked (JPEG, shifted, rotated, rescaled) stills")
+    ap.add_argument("--cons-batch", type=int, default=256)
+    ap.add_argument("--w-depth", type=float, default=0.0,
+                    help="depth scale of the translation output vs the solver's on real video frames")
+    ap.add_argument("--init", type=Path, default=None, help="start from this state dict (fine-tuning)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log-every", type=int, default=5)
@@ -357,8 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     ho = D.prepare(synthetic_set(SYN_HELDOUT_SEED, 5000, rig))
     real = load_real(args.real)
     real = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in real.items()}
+    aug = load_real(args.aug) if args.aug is not None else None
     log.info("data ready in %.0f s", time.time() - t)
-    model, curve = fit_real(syn, real, {"syn": ho, "syn_still": still_version(ho)}, args, args.device)
+    model, curve = fit_real(syn, real, {"syn": ho, "syn_still": still_version(ho)}, args, args.device, aug)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), args.out)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
