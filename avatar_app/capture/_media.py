@@ -544,6 +544,51 @@ def mpeg_ts_cut_short(path: Path) -> str | None:
     return None
 
 
+#: FFmpeg demuxer of RIFF WAVE files.
+WAV_FORMATS = ("wav",)
+
+
+def wav_cut_short(path: Path) -> str | None:
+    """What is cut off a RIFF WAVE file, from its ``data`` chunk's declared size, or None.
+
+    FFmpeg's wav demuxer reads a file cut inside its ``data`` chunk as complete (it decodes
+    what is there and reports no error). The chunk's size field (little-endian uint32, after
+    the ``data`` id; the RIFF/WAVE layout of Microsoft's Multimedia Programming Interface and
+    Data Specifications 1.0, 1991) says how many sample bytes were written.
+
+    Args:
+        path: the file.
+
+    Returns:
+        None when the ``data`` chunk is all there, or when its size is unknown (0 or
+        0xFFFFFFFF, which streaming writers leave; RF64 files; no ``data`` chunk found), else
+        a sentence saying how many of the declared bytes are there.
+    """
+    import struct
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            pos = 12
+            while pos + 8 <= size:
+                f.seek(pos)
+                cid, n = struct.unpack("<4sI", f.read(8))
+                if cid == b"data":
+                    if n in (0, 0xFFFFFFFF):
+                        return None
+                    there = size - (pos + 8)
+                    if there < n:
+                        return f"the file ends inside its audio data: {there} of its {n} bytes are there"
+                    return None
+                pos += 8 + n + (n & 1)  # chunks are padded to an even size
+    except OSError:
+        return None
+    return None
+
+
 def cut_short(path: Path, format_name: str) -> str | None:
     """What is cut off a file whose demuxer reads a truncated file as complete, or None.
 
@@ -553,9 +598,12 @@ def cut_short(path: Path, format_name: str) -> str | None:
 
     Returns:
         :func:`mpeg_ps_cut_short` for MPEG program streams, :func:`mpeg_ts_cut_short` for
-        MPEG transport streams; None for other formats (their demuxers report a cut file:
-        decode errors, fewer frames or an earlier end than declared).
+        MPEG transport streams, :func:`wav_cut_short` for WAVE files; None for other formats
+        (their demuxers report a cut file: decode errors, fewer frames or an earlier end than
+        declared).
     """
+    if format_name in WAV_FORMATS:
+        return wav_cut_short(path)
     if format_name in MPEG_PS_FORMATS:
         return mpeg_ps_cut_short(path)
     if format_name in MPEG_TS_FORMATS:

@@ -96,3 +96,28 @@ def test_no_audio_stream(testdata: Path):
 def test_bad_rate(testdata: Path):
     with pytest.raises(ValueError, match="sample_rate must be > 0"):
         load_audio(testdata / "audio" / "jfk.wav", sample_rate=-1)
+
+
+def test_a_wav_cut_inside_its_data_chunk_says_so(tmp_path: Path, testdata: Path):
+    """FFmpeg reads a cut WAVE file as complete; its data chunk's declared size tells (trial, issue 17/18)."""
+    data = (testdata / "audio" / "jfk.wav").read_bytes()
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(data[:60000])
+    chunk = load_audio(cut)
+    assert 0 < chunk.samples.shape[0] < 2.0 * chunk.sample_rate
+    assert "ends inside its audio data" in chunk.problem and "of its" in chunk.problem
+    assert load_audio(testdata / "audio" / "jfk.wav").problem == ""
+
+
+def test_a_wav_of_unknown_data_size_is_not_called_cut(tmp_path: Path, testdata: Path):
+    """Streaming writers leave the data size at 0xFFFFFFFF (or 0): no verdict, not a false alarm."""
+    from avatar_app.capture._media import wav_cut_short
+
+    data = bytearray((testdata / "audio" / "jfk.wav").read_bytes())
+    at = data.index(b"data") + 4
+    for size in (b"\xff\xff\xff\xff", b"\x00\x00\x00\x00"):
+        data[at:at + 4] = size
+        f = tmp_path / "stream.wav"
+        f.write_bytes(bytes(data[:60000]))
+        assert wav_cut_short(f) is None
+    assert wav_cut_short(testdata / "audio" / "grid_s1_bbaf2n.wav") is None
