@@ -10,8 +10,6 @@ from avatar_app.reconstruction.auto_neutral import NeutralEstimator
 from training.face_recon.make_data import synthetic_set
 from training.face_recon.real_data import _feeds
 
-torch = pytest.importorskip("torch")
-
 
 def _heads(n: int = 6) -> list[np.ndarray]:
     raw = synthetic_set(3, n)
@@ -40,6 +38,8 @@ def test_video_feeds_follow_the_automatic_neutral_in_time_order():
 
 
 def test_landmark_residual_vanishes_for_the_true_weights_only():
+    torch = pytest.importorskip(
+        "torch", reason="training/ needs PyTorch (training/face_recon/README.md), not a test dependency")
     from avatar_app.core.blendshapes import Blendshape as B
     from training.face_recon.train_real import landmark_residual
 

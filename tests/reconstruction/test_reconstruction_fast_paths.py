@@ -10,7 +10,6 @@ bit-identical).
 """
 from __future__ import annotations
 
-import av
 import numpy as np
 import pytest
 
@@ -26,32 +25,13 @@ from avatar_app.reconstruction.head_pose import (
     estimate_head_pose,
     make_neutral_face,
 )
-from avatar_app.tracking import FaceTracker, RunningMode
+from tests.clip_helpers import CLIPS, track_clips
 
 TOL = 1e-6  # blendshapes, gaze, rotation, translation (m)
-CLIPS = (("video/grid_lbax4n.mp4", 75), ("video/grid_s1_bbaf2n.mp4", 75),
-         ("video/expressive/lp_d9.mp4", 240))
-
-
 @pytest.fixture(scope="module")
 def clips(testdata) -> dict[str, tuple[list, np.ndarray]]:
     """Landmarks and frame times of the first frames of each clip (VIDEO mode)."""
-    out = {}
-    with FaceTracker(RunningMode.VIDEO) as tracker:
-        for rel, n in CLIPS:
-            lms, times = [], []
-            with av.open(str(testdata / rel)) as c:
-                for k, frame in enumerate(c.decode(video=0)):
-                    if k >= n:
-                        break
-                    lm = tracker.process_video_frame(frame.to_ndarray(format="bgr24"), frame.time * 1e3)
-                    if lm is not None:
-                        lms.append(lm)
-                        times.append(frame.time)
-            tracker.reset()
-            assert len(lms) > 0.9 * n, f"{rel}: face lost"
-            out[rel] = (lms, np.array(times))
-    return out
+    return track_clips(testdata)
 
 
 # -- the references -------------------------------------------------------------------

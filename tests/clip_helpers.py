@@ -1,0 +1,38 @@
+"""Real landmark clips shared by the solver's frozen-copy tests (tests/reconstruction/): the
+MediaPipe landmarks and frame times of the first frames of a few real recordings."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+
+from avatar_app.tracking import FaceTracker, RunningMode
+
+CLIPS = (("video/grid_lbax4n.mp4", 75), ("video/grid_s1_bbaf2n.mp4", 75),
+         ("video/expressive/lp_d9.mp4", 240))
+
+
+def track_clips(testdata: Path) -> dict[str, tuple[list, np.ndarray]]:
+    """{clip path relative to testdata: (Landmarks list, (N,) float64 frame times in s)} of the first
+    frames of each of CLIPS (MediaPipe VIDEO mode).
+
+    Raises:
+        AssertionError: a clip lost its face on more than 10 % of those frames.
+    """
+    out = {}
+    with FaceTracker(RunningMode.VIDEO) as tracker:
+        for rel, n in CLIPS:
+            lms, times = [], []
+            with av.open(str(testdata / rel)) as c:
+                for k, frame in enumerate(c.decode(video=0)):
+                    if k >= n:
+                        break
+                    lm = tracker.process_video_frame(frame.to_ndarray(format="bgr24"), frame.time * 1e3)
+                    if lm is not None:
+                        lms.append(lm)
+                        times.append(frame.time)
+            tracker.reset()
+            assert len(lms) > 0.9 * n, f"{rel}: face lost"
+            out[rel] = (lms, np.array(times))
+    return out
