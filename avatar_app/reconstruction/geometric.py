@@ -243,33 +243,17 @@ def _clip01(x: np.ndarray | float) -> np.ndarray | float:
     return min(max(float(x), 0.0), 1.0)
 
 
-def _soft_ramp(x: np.ndarray, knee: float) -> np.ndarray:
+def _soft_ramp(x: float, knee: float) -> float:
     """``clip(x, 0, 1)`` with its start rounded off: 0 below 0, ``x**2 / (2 knee)`` up to ``knee``,
     then linear (slope ``1 / (1 - knee / 2)``) to 1 at ``x = 1``; continuous with a continuous slope.
 
     A hard start turns landmark noise around the threshold into output jitter at full slope; the
-    rounded one starts at slope 0.
-
-    Args:
-        x: (...,) float, the position in the mapping's range (0 at its start, 1 at full).
-        knee: share of the range rounded off, in [0, 1] (0: ``clip(x, 0, 1)``).
-
-    Returns:
-        (...,) float64 in [0, 1].
-    """
-    x = np.clip(np.asarray(x, np.float64), 0.0, 1.0)
-    if knee <= 0.0:
-        return x
-    return np.where(x < knee, x * x / (2.0 * knee), x - 0.5 * knee) / (1.0 - 0.5 * knee)
-
-
-def _soft_ramp_scalar(x: float, knee: float) -> float:
-    """:func:`_soft_ramp` of one Python float: the same IEEE operations in the same order (bit-identical;
-    tests/reconstruction/test_reconstruction_fast_paths.py), without numpy's per-call cost.
+    rounded one starts at slope 0. Plain Python floats (one value per eye and frame: numpy's per-call
+    cost would be most of it).
 
     Args:
         x: the position in the mapping's range (0 at its start, 1 at full); finite.
-        knee: share of the range rounded off, in [0, 1].
+        knee: share of the range rounded off, in [0, 1] (0: ``clip(x, 0, 1)``).
 
     Returns:
         float in [0, 1].
@@ -818,7 +802,7 @@ class GeometricSolver:
         l0, l1 = max(b0, min(b1, link * b0)), max(b1, min(b0, link * b1))
         w[_BLINK_OUT[0]], w[_BLINK_OUT[1]] = l0, l1
         wide = c.wide_full_ratio - c.wide_start_ratio
-        w[_WIDE_OUT[0]], w[_WIDE_OUT[1]] = (_soft_ramp_scalar((r - c.wide_start_ratio) / wide, c.wide_knee)
+        w[_WIDE_OUT[0]], w[_WIDE_OUT[1]] = (_soft_ramp((r - c.wide_start_ratio) / wide, c.wide_knee)
                                             for r in ratio)
 
         # Gaze: iris displacement on an eyeball of known radius. A closing lid

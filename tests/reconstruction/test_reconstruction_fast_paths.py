@@ -280,8 +280,9 @@ def frozen_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
     blink = np.clip((c.blink_start_ratio - ratio) / (c.blink_start_ratio - c.blink_full_ratio), 0.0, 1.0)
     linked = np.maximum(blink, np.minimum(blink[::-1], solver._blink_link(blink) * blink))
     w[G._BLINK_OUT] = linked
-    # rel21's rounded start (the array form, G._soft_ramp) in place of 8eaf959's np.clip
-    w[G._WIDE_OUT] = G._soft_ramp((ratio - c.wide_start_ratio) / (c.wide_full_ratio - c.wide_start_ratio), c.wide_knee)
+    # rel21's rounded start (its array form, array_soft_ramp) in place of 8eaf959's np.clip
+    span = c.wide_full_ratio - c.wide_start_ratio
+    w[G._WIDE_OUT] = array_soft_ramp((ratio - c.wide_start_ratio) / span, c.wide_knee)
     meas = np.arcsin(np.clip(d[G._IRIS] * (1.0 / G.EYEBALL_RADIUS_M), -1.0, 1.0))
     angles = (1.0 - linked) * meas + linked * solver._eye_angles
     solver._eye_angles = angles
@@ -396,11 +397,19 @@ def test_bounded_fit_holds_every_weight_at_one():
     np.testing.assert_array_equal(SF.bounded_fit(brow.chol.T, rhs), np.ones(len(brow.shapes)))
 
 
-def test_the_scalar_soft_ramp_is_the_array_one_bit_for_bit():
-    """geometric._soft_ramp_scalar (the per-frame eye mapping) against _soft_ramp (its array form)."""
+def array_soft_ramp(x: np.ndarray, knee: float) -> np.ndarray:
+    """geometric._soft_ramp as array code (rel21's form, np.clip and np.where): the reference."""
+    x = np.clip(np.asarray(x, np.float64), 0.0, 1.0)
+    if knee <= 0.0:
+        return x
+    return np.where(x < knee, x * x / (2.0 * knee), x - 0.5 * knee) / (1.0 - 0.5 * knee)
+
+
+def test_the_soft_ramp_is_its_array_form_bit_for_bit():
+    """geometric._soft_ramp (Python floats, the per-frame eye mapping) against array_soft_ramp."""
     rng = np.random.default_rng(7)
     xs = np.concatenate([rng.uniform(-0.5, 1.5, 4000), [0.0, 0.25, 0.5, 1.0, np.nextafter(0.5, 0.0)]])
     for knee in (0.0, 0.25, 0.5, 1.0):
-        ref = G._soft_ramp(xs, knee)
-        got = np.array([G._soft_ramp_scalar(float(x), knee) for x in xs])
+        ref = array_soft_ramp(xs, knee)
+        got = np.array([G._soft_ramp(float(x), knee) for x in xs])
         assert got.tobytes() == ref.tobytes(), knee

@@ -453,10 +453,10 @@ def test_soft_ramp_starts_flat_and_is_smooth():
     from avatar_app.reconstruction.geometric import _soft_ramp
 
     x = np.linspace(-0.2, 1.2, 1401)
-    y = _soft_ramp(x, 0.5)
+    y = np.array([_soft_ramp(float(v), 0.5) for v in x])
     assert y[x <= 0].max() == 0.0 and y[x >= 1].min() == pytest.approx(1.0)
     slope = np.diff(y) / np.diff(x)
     assert slope[:205].max() < 0.02  # flat at the start (x < 0.005; the hard edge: slope 1)
     assert np.abs(np.diff(slope[200:1200])).max() < 0.01  # no kink anywhere inside
     assert np.all(np.diff(y) >= 0)
-    np.testing.assert_array_equal(_soft_ramp(x, 0.0), np.clip(x, 0.0, 1.0))
+    np.testing.assert_array_equal([_soft_ramp(float(v), 0.0) for v in x], np.clip(x, 0.0, 1.0))
