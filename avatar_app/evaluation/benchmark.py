@@ -118,7 +118,10 @@ def run_benchmark(reconstructor, testdata: Path, *, retrack_step: int = 2, londo
     for clip in clips:
         al = testdata / "video" / f"{clip.name}.align"
         if al.is_file():
-            jaw[clip.name] = E.jaw_in_words(weights[clip.name][:, B.jawOpen], E.words_indicator(al, clip.times))
+            words = E.words_indicator(al, clip.times)
+            jaw[clip.name] = E.jaw_in_words(weights[clip.name][:, B.jawOpen], words)
+            inp, _ = G.input_features(clip)
+            jaw[clip.name]["face_lip_gap"] = E.visible_gap_in_words(inp[:, G.FEATURES.index("lip_gap")], words)
     res["jaw_in_words"] = jaw
     if fusion:
         from avatar_app.evaluation.mouth import fusion_scores, speech_weights

@@ -131,3 +131,32 @@ def jaw_in_words(jaw: np.ndarray, words: np.ndarray) -> dict:
     """jawOpen inside words against silence: ``{"in_words", "in_silence", "lift"}``."""
     a, b = float(jaw[words].mean()), float(jaw[~words].mean())
     return {"in_words": a, "in_silence": b, "lift": a - b}
+
+
+def visible_gap_in_words(lip_gap: np.ndarray, words: np.ndarray) -> dict:
+    """The face's own inner-lip gap inside words against silence, the reference for jawOpen's lift.
+
+    The jaw bar of issue 17 asks jawOpen to rise >= 0.1 in words over silence; this is what the
+    face itself does in the same frames, so a clip whose speaker opens the mouth in a silence
+    (an in-breath before the first word) shows it here.
+
+    Args:
+        lip_gap: (F,) float, the inner-lip gap normalised by face size
+            (:data:`avatar_app.evaluation.geometry.FEATURES` ``lip_gap``), NaN where no face.
+        words: (F,) bool, from :func:`words_indicator`.
+
+    Returns:
+        ``{"in_words", "in_silence", "lift", "silence_max"}`` (face-size units; NaN rows left out).
+
+    Raises:
+        ValueError: if the shapes differ or either side has no frame with a face.
+    """
+    g = np.asarray(lip_gap, float)
+    w = np.asarray(words, bool)
+    if g.shape != w.shape:
+        raise ValueError(f"lip gap {g.shape} and words {w.shape} differ in shape")
+    ok = ~np.isnan(g)
+    if not (ok & w).any() or not (ok & ~w).any():
+        raise ValueError("the face is not seen both inside words and in silence")
+    a, b = float(g[ok & w].mean()), float(g[ok & ~w].mean())
+    return {"in_words": a, "in_silence": b, "lift": a - b, "silence_max": float(g[ok & ~w].max())}

@@ -56,6 +56,10 @@ def table(runs: dict[str, dict]) -> str:
     for clip in first.get("jaw_in_words", {}):
         lines.append(f"| jawOpen words - silence: {clip} | " + " | ".join(
             _f(r["jaw_in_words"][clip]["lift"]) for r in runs.values()) + " |")
+        face = first["jaw_in_words"][clip].get("face_lip_gap")
+        if face:
+            lines.append(f"| the face's own lip gap words - silence: {clip} (silence max) | "
+                         + " | ".join(f"{_f(face['lift'])} ({_f(face['silence_max'])})" for _ in runs) + " |")
     for clip in first.get("fusion", {}):
         lines.append(f"| lip-gap r vision / fused: {clip} | " + " | ".join(
             _f(r["fusion"][clip]["vision_r"]) + " / " + _f(r["fusion"][clip]["fused_r"]) for r in runs.values()) + " |")

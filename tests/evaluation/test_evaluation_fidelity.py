@@ -206,6 +206,29 @@ def test_jaw_opens_inside_words(testdata, clips, solver_weights, name):
     assert j["lift"] >= BM.BAR_JAW_LIFT, j
 
 
+def test_visible_gap_in_words_reads_the_face_and_refuses_bad_input():
+    gap = np.array([0.2, 0.1, np.nan, 0.3, 0.5, 0.0])
+    words = np.array([False, False, False, True, True, False])
+    j = E.visible_gap_in_words(gap, words)
+    assert j["in_words"] == pytest.approx(0.4) and j["in_silence"] == pytest.approx(0.1)
+    assert j["lift"] == pytest.approx(0.3) and j["silence_max"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="shape"):
+        E.visible_gap_in_words(gap[:-1], words)
+    with pytest.raises(ValueError, match="silence"):
+        E.visible_gap_in_words(np.where(words, gap, np.nan), words)
+
+
+def test_grid_s2_speaker_opens_the_mouth_in_a_silence(testdata, clips):
+    """Why the jaw bar is not met on grid_s2: the face's own lip gap in the aligned 'silence'
+    reaches twice its mean inside words (an in-breath before the first word), so jawOpen that
+    follows the face cannot lift 0.1 there."""
+    clip = next(c for c in clips if c.name == "grid_s2_swwp2s")
+    inp, _ = G.input_features(clip)
+    words = E.words_indicator(testdata / "video" / "grid_s2_swwp2s.align", clip.times)
+    face = E.visible_gap_in_words(inp[:, G.FEATURES.index("lip_gap")], words)
+    assert face["silence_max"] > 1.5 * face["in_words"], face
+
+
 def test_grid_blinks_hold(testdata, solver_weights):
     for name in ("grid_lbax4n", "grid_s1_bbaf2n", "grid_s2_swwp2s"):
         b = E.blink_scores(solver_weights[name], *E.blink_labels(testdata / "video" / "blinks.json", name))
