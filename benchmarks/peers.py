@@ -260,8 +260,9 @@ class AvatarApp(_Timed):
 class _EventProbes:
     """Benchmark-only counters of what a frame did besides its median work (``--tail``).
 
-    ``detector``: face-detector graph runs (the tracker's ``_detect_faces`` wrapped on the
-    instance); ``gc0``/``gc1``/``gc2``: Python GC passes per generation and ``gc_us`` their
+    ``detector``: face-detector runs (the tracker's ``_detect_faces`` and ``_start_detection``
+    wrapped on the instance; a fallback ``_start_detection`` that detects at once counts
+    twice); ``gc0``/``gc1``/``gc2``: Python GC passes per generation and ``gc_us`` their
     time (``gc.callbacks``); ``calib``: calibration samples kept (``SampleSchedule.admit``
     returning a slot, wrapped on the class).
     """
@@ -293,14 +294,17 @@ class _EventProbes:
             self.counts["gc_us"] += (time.perf_counter_ns() - self._gc_t0) // 1000
 
     def wrap_detector(self, tracker) -> None:
-        detect = tracker._detect_faces
         counts = self.counts
+        for name in ("_detect_faces", "_start_detection"):  # the periodic run starts through the second
+            real = getattr(tracker, name, None)
+            if real is None:
+                continue
 
-        def counted(*a, **k):
-            counts["detector"] += 1
-            return detect(*a, **k)
+            def counted(*a, _real=real, **k):
+                counts["detector"] += 1
+                return _real(*a, **k)
 
-        tracker._detect_faces = counted
+            setattr(tracker, name, counted)
 
     def snapshot(self, tracker) -> dict:
         return dict(self.counts)
