@@ -30,7 +30,13 @@ taken within the run stay meaningful on a shared machine:
   ``avatar_app_overlapped`` and ``avatar_app_sequential``, the A/B of the
   overlap in the same run;
 - ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
-  ran before (legacy FaceMesh for two faces, landmarks copied into numpy).
+  ran before (legacy FaceMesh for two faces, landmarks copied into numpy);
+- with ``--tail`` (benchmark-only instrumentation), per avatar_app system a ``tail``
+  section: the frames at or above its p95 against those between p40 and p60, with
+  their mean stage times (tune too), the share run sequentially (the order
+  chooser's probes) and per-frame events (face-detector runs, Python GC passes and
+  their time, calibration samples kept), and the tail's frames by cause
+  (:func:`tail_report`). The counters wrap a few calls (~1 us a frame).
 
 The clip: the three GRID clips of ../shared/testdata/video, three times over
 (27 s, 675 frames at 25 fps), scaled to 640x512 and written with PyAV into a
