@@ -31,6 +31,10 @@ taken within the run stay meaningful on a shared machine:
   overlap in the same run;
 - ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
   ran before (legacy FaceMesh for two faces, landmarks copied into numpy);
+- with ``--legacy-tail``, ``avatar_app_legacy_tail``: avatar_app as it ran before the
+  p95 work of issue 18 (the periodic face detector every 1 s, before the landmark
+  graph; the order chooser's probes 10 frames each 6 s / 150 frames), the A/B of
+  that work in the same run (:func:`make_legacy_tail`);
 - with ``--tail`` (benchmark-only instrumentation), per avatar_app system a ``tail``
   section: the frames at or above its p95 against those between p40 and p60, with
   their mean stage times (tune too), the share run sequentially (the order
@@ -263,6 +267,25 @@ class AvatarApp(_Timed):
         return out
 
 
+def make_legacy_tail(app: "AvatarApp") -> None:
+    """Give ``app`` the settings of before the p95 work (``--legacy-tail``): the tracker's periodic
+    detector every 1 s of media time, run before the landmark graph on the calling thread, and the
+    order chooser's former probes (10 frames each 6 s and 150 frames). Call again after a new
+    processor is made (each round)."""
+    from avatar_app.pipeline.processor import OrderChooser, speech_overlap_default
+
+    app.proc.order_chooser = OrderChooser(speech_overlap_default(), probe_frames=10, interval_s=6.0,
+                                          interval_frames=150)
+    t = app.tracker
+    t._redetect_s = 1.0
+    if "_start_detection" not in vars(t):  # once: _EventProbes may wrap it afterwards
+        def before(frame, w, h, t_s):
+            found = t._find_faces(frame, w, h, t_s, near=True, far=False)
+            return lambda: found
+
+        t._start_detection = before
+
+
 class _EventProbes:
     """Benchmark-only counters of what a frame did besides its median work (``--tail``).
 
@@ -387,6 +410,8 @@ def main() -> int:
                     help="add avatar_app with each order forced too (avatar_app_overlapped, avatar_app_sequential)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the clip")
     ap.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each round")
+    ap.add_argument("--legacy-tail", action="store_true",
+                    help="add avatar_app_legacy_tail: the settings of before the p95 work, A/B in the same run")
     ap.add_argument("--tail", action="store_true",
                     help="benchmark-only instrumentation: per-stage times and events (detector runs, GC passes, "
                          "calibration samples, order) of the p95 tail frames against the median ones, in 'tail'")
@@ -412,6 +437,10 @@ def main() -> int:
             if order != args.order:
                 systems.append(AvatarApp(audio.samples, float(audio.media_time_s), order=order,
                                          name=f"avatar_app_{order}"))
+    if args.legacy_tail:
+        legacy = AvatarApp(audio.samples, float(audio.media_time_s), order=args.order, name="avatar_app_legacy_tail")
+        make_legacy_tail(legacy)
+        systems.append(legacy)
     if not args.no_baseline:
         systems.append(MediaPipeAlone(max_faces=2, points=True))
     if not args.no_openseeface:
@@ -435,6 +464,8 @@ def main() -> int:
                                                      chain=s.built.chain)
                     s.proc.speech_lookahead_s = float(getattr(s.speech, "offline_lookahead_s", 0.0) or 0.0)
                     s.proc.speech_order = s.order
+                    if s.name == "avatar_app_legacy_tail":
+                        make_legacy_tail(s)
         for i, frame in enumerate(frames):
             k = (i + r) % len(systems)
             for s in systems[k:] + systems[:k]:
@@ -479,6 +510,11 @@ def main() -> int:
             tail = other_name.removeprefix("avatar_app_")
             ratios[f"avatar_app_p50_over_{tail}_p50"] = _ratio(app["wall_ms"]["p50"], other["wall_ms"]["p50"])
             ratios[f"{other_name}_p50_over_openseeface_average"] = _ratio(other["wall_ms"]["p50"], osf_avg)
+    legacy = results.get("avatar_app_legacy_tail")
+    if legacy:
+        ratios["avatar_app_p95_over_legacy_tail_p95"] = _ratio(app["wall_ms"]["p95"], legacy["wall_ms"]["p95"])
+        ratios["legacy_tail_p95_over_mediapipe_p95"] = _ratio(legacy["wall_ms"]["p95"], mp_["wall_ms"]["p95"])
+    ratios["avatar_app_p95_over_mediapipe_p95"] = _ratio(app["wall_ms"]["p95"], mp_["wall_ms"]["p95"])
     old = results.get("mediapipe_2faces_to_numpy")
     if old:
         ratios["old_track_graph_p50_over_mediapipe_p50"] = _ratio(old["wall_ms"]["p50"], mp_["wall_ms"]["p50"])
