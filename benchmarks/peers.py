@@ -30,7 +30,17 @@ taken within the run stay meaningful on a shared machine:
   ``avatar_app_overlapped`` and ``avatar_app_sequential``, the A/B of the
   overlap in the same run;
 - ``mediapipe_2faces_to_numpy`` (unless ``--no-baseline``): what the track stage
-  ran before (legacy FaceMesh for two faces, landmarks copied into numpy).
+  ran before (legacy FaceMesh for two faces, landmarks copied into numpy);
+- with ``--legacy-tail``, ``avatar_app_legacy_tail``: avatar_app as it ran before the
+  p95 work of issue 18 (the periodic face detector every 1 s, before the landmark
+  graph; the order chooser's probes 10 frames each 6 s / 150 frames), the A/B of
+  that work in the same run (:func:`make_legacy_tail`);
+- with ``--tail`` (benchmark-only instrumentation), per avatar_app system a ``tail``
+  section: the frames at or above its p95 against those between p40 and p60, with
+  their mean stage times (tune too), the share run sequentially (the order
+  chooser's probes) and per-frame events (face-detector runs, Python GC passes and
+  their time, calibration samples kept), and the tail's frames by cause
+  (:func:`tail_report`). The counters wrap a few calls (~1 us a frame).
 
 The clip: the three GRID clips of ../shared/testdata/video, three times over
 (27 s, 675 frames at 25 fps), scaled to 640x512 and written with PyAV into a
@@ -45,6 +55,7 @@ figures on a quiet machine; ``load_average`` in the JSON says how busy it was.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -63,6 +74,8 @@ GRID_CLIPS = ("grid_s1_bbaf2n.mp4", "grid_s2_swwp2s.mp4", "grid_lbax4n.mp4")
 SIZE = (640, 512)
 FPS = 25
 STAGES = ("track", "reconstruct", "speech", "fuse")
+#: ``--tail``: the stages and events reported per frame of the p95 tail against the median frames.
+TAIL_STAGES = STAGES + ("tune",)
 # ../shared beside the checkout (a worktree under wt/ has it one level further up)
 SHARED = next((p / "shared" for p in ROOT.parents if (p / "shared").is_dir()), ROOT.parent / "shared")
 
@@ -210,6 +223,14 @@ class AvatarApp(_Timed):
         self.stages: dict[str, list[float]] = {s: [] for s in STAGES}
         self.faces: list[int] = []
         self.overlapped: list[bool | None] = []  # the order each frame ran in
+        self.events: dict[str, list[int]] | None = None  # ``--tail``: per-frame event counts
+
+    def watch_events(self, probes: "_EventProbes") -> None:
+        """Count, per frame, the detector runs, GC passes and calibration samples (``--tail``)."""
+        self.probes = probes
+        probes.wrap_detector(self.tracker)
+        self.events = {k: [] for k in _EventProbes.KEYS}
+        self.stages.setdefault("tune", [])
 
     def describe(self) -> dict:
         d = {}
@@ -221,10 +242,16 @@ class AvatarApp(_Timed):
         f = frame  # frozen: the processor fills a new stage-timing record per call
         window = self._audio_window(self.samples, self._rate,
                                     f.media_time_s - self.offset + self.proc.speech_lookahead_s, self.context_s)
+        if self.events is not None:
+            before = self.probes.snapshot(self.tracker)
         state = self.time(self.proc.process, f, window)
-        for s in STAGES:
+        for s in self.stages:
             a, b = state.stamps.get(s, (0, 0))
             self.stages[s].append((b - a) / 1e6)
+        if self.events is not None:
+            after = self.probes.snapshot(self.tracker)
+            for k, v in self.events.items():
+                v.append(after[k] - before[k])
         self.faces.append(int(state.face_found))
         self.overlapped.append(self.proc.last_overlapped)
 
@@ -238,6 +265,122 @@ class AvatarApp(_Timed):
         if self.order == "auto":
             out["chooser"] = self.proc.order_chooser.describe()
         return out
+
+
+def make_legacy_tail(app: "AvatarApp") -> None:
+    """Give ``app`` the settings of before the p95 work (``--legacy-tail``): the tracker's periodic
+    detector every 1 s of media time, run before the landmark graph on the calling thread, and the
+    order chooser's former probes (10 frames each 6 s and 150 frames). Call again after a new
+    processor is made (each round)."""
+    from avatar_app.pipeline.processor import OrderChooser, speech_overlap_default
+
+    app.proc.order_chooser = OrderChooser(speech_overlap_default(), probe_frames=10, interval_s=6.0,
+                                          interval_frames=150)
+    t = app.tracker
+    t._redetect_s = 1.0
+    if "_start_detection" not in vars(t):  # once: _EventProbes may wrap it afterwards
+        def before(frame, w, h, t_s):
+            found = t._find_faces(frame, w, h, t_s, near=True, far=False)
+            return lambda: found
+
+        t._start_detection = before
+
+
+class _EventProbes:
+    """Benchmark-only counters of what a frame did besides its median work (``--tail``).
+
+    ``detector``: face-detector runs (the tracker's ``_detect_faces`` and ``_start_detection``
+    wrapped on the instance; a fallback ``_start_detection`` that detects at once counts
+    twice); ``gc0``/``gc1``/``gc2``: Python GC passes per generation and ``gc_us`` their
+    time (``gc.callbacks``); ``calib``: calibration samples kept (``SampleSchedule.admit``
+    returning a slot, wrapped on the class).
+    """
+
+    KEYS = ("detector", "gc0", "gc1", "gc2", "gc_us", "calib")
+
+    def __init__(self):
+        from avatar_app.reconstruction import calibration
+
+        self.counts = dict.fromkeys(self.KEYS, 0)
+        self._gc_t0 = 0
+        gc.callbacks.append(self._gc)
+        admit = calibration.SampleSchedule.admit
+        counts = self.counts
+
+        def counted_admit(sched, t_s):
+            slot = admit(sched, t_s)
+            if slot is not None:
+                counts["calib"] += 1
+            return slot
+
+        calibration.SampleSchedule.admit = counted_admit
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter_ns()
+        else:
+            self.counts[f"gc{info['generation']}"] += 1
+            self.counts["gc_us"] += (time.perf_counter_ns() - self._gc_t0) // 1000
+
+    def wrap_detector(self, tracker) -> None:
+        counts = self.counts
+        for name in ("_detect_faces", "_start_detection"):  # the periodic run starts through the second
+            real = getattr(tracker, name, None)
+            if real is None:
+                continue
+
+            def counted(*a, _real=real, **k):
+                counts["detector"] += 1
+                return _real(*a, **k)
+
+            setattr(tracker, name, counted)
+
+    def snapshot(self, tracker) -> dict:
+        return dict(self.counts)
+
+
+def tail_report(app: "AvatarApp", keep: np.ndarray) -> dict:
+    """What the frames at or above the p95 wall time did, against the frames between p40 and p60.
+
+    Per group: frames, mean wall ms, mean ms per stage, "rest" (wall minus the stages that do
+    not overlap: track, reconstruct, fuse, tune, and speech when it ran after tracking), the
+    share of frames run sequentially (speech after tracking: the order chooser's probes), and
+    per event the share of frames with it and its mean count; ``excess_ms``: tail minus median
+    group per stage.
+    """
+    wall = np.asarray(app.wall)
+    p40, p60, p95 = np.percentile(wall[keep], [40, 60, 95])
+    groups = {"tail_p95": keep & (wall >= p95), "median_p40_p60": keep & (wall >= p40) & (wall <= p60)}
+    seq = np.asarray([o is False for o in app.overlapped])
+    stages = {k: np.asarray(v) for k, v in app.stages.items()}
+    serial = sum(stages[k] for k in ("track", "reconstruct", "fuse", "tune")) + np.where(seq, stages["speech"], 0)
+    rest = wall - serial
+    out: dict = {}
+    for name, m in groups.items():
+        g = {"frames": int(m.sum()), "wall_ms": round(float(wall[m].mean()), 3),
+             "stages_ms": {k: round(float(v[m].mean()), 3) for k, v in stages.items()},
+             "rest_ms": round(float(rest[m].mean()), 3), "sequential_share": round(float(seq[m].mean()), 3),
+             "events": {}}
+        for k, v in (app.events or {}).items():
+            v = np.asarray(v)[m]
+            g["events"][k] = {"share": round(float((v > 0).mean()), 3), "mean": round(float(v.mean()), 3)}
+        out[name] = g
+    t, md = out["tail_p95"], out["median_p40_p60"]
+    out["excess_ms"] = {k: round(t["stages_ms"][k] - md["stages_ms"][k], 3) for k in t["stages_ms"]}
+    out["excess_ms"]["rest"] = round(t["rest_ms"] - md["rest_ms"], 3)
+    # the tail's frames split by what they did: each class's frames and mean wall time
+    ev = {k: np.asarray(v) for k, v in (app.events or {}).items()}
+    det = ev.get("detector", np.zeros_like(wall)) > 0
+    gcs = (ev.get("gc0", 0) + ev.get("gc1", 0) + ev.get("gc2", 0)) > 0 if ev else np.zeros(wall.shape, bool)
+    classes = {"sequential": seq, "detector": det & ~seq, "gc": gcs & ~seq & ~det}
+    classes["none_of_these"] = ~(seq | det | gcs)
+    tail = groups["tail_p95"]
+    out["tail_by_cause"] = {k: {"frames": int((tail & c).sum()),
+                                "of_all_kept_frames_with_it": int((keep & c).sum()),
+                                "wall_ms_when_present": (round(float(wall[keep & c].mean()), 3)
+                                                         if (keep & c).any() else None)}
+                            for k, c in classes.items()}
+    return out
 
 
 # -- statistics ---------------------------------------------------------------------
@@ -267,6 +410,11 @@ def main() -> int:
                     help="add avatar_app with each order forced too (avatar_app_overlapped, avatar_app_sequential)")
     ap.add_argument("--rounds", type=int, default=1, help="passes over the clip")
     ap.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each round")
+    ap.add_argument("--legacy-tail", action="store_true",
+                    help="add avatar_app_legacy_tail: the settings of before the p95 work, A/B in the same run")
+    ap.add_argument("--tail", action="store_true",
+                    help="benchmark-only instrumentation: per-stage times and events (detector runs, GC passes, "
+                         "calibration samples, order) of the p95 tail frames against the median ones, in 'tail'")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
     args = ap.parse_args()
 
@@ -289,10 +437,19 @@ def main() -> int:
             if order != args.order:
                 systems.append(AvatarApp(audio.samples, float(audio.media_time_s), order=order,
                                          name=f"avatar_app_{order}"))
+    if args.legacy_tail:
+        legacy = AvatarApp(audio.samples, float(audio.media_time_s), order=args.order, name="avatar_app_legacy_tail")
+        make_legacy_tail(legacy)
+        systems.append(legacy)
     if not args.no_baseline:
         systems.append(MediaPipeAlone(max_faces=2, points=True))
     if not args.no_openseeface:
         systems.append(OpenSeeFace(args.openseeface, info.width, info.height))
+    if args.tail:
+        probes = _EventProbes()
+        for s in systems:
+            if isinstance(s, AvatarApp):
+                s.watch_events(probes)
     keep = []
     t_run = time.perf_counter()
     for r in range(args.rounds):
@@ -307,6 +464,8 @@ def main() -> int:
                                                      chain=s.built.chain)
                     s.proc.speech_lookahead_s = float(getattr(s.speech, "offline_lookahead_s", 0.0) or 0.0)
                     s.proc.speech_order = s.order
+                    if s.name == "avatar_app_legacy_tail":
+                        make_legacy_tail(s)
         for i, frame in enumerate(frames):
             k = (i + r) % len(systems)
             for s in systems[k:] + systems[:k]:
@@ -329,6 +488,8 @@ def main() -> int:
             res["stages_wall_ms"] = {k: _summary(v, keep) for k, v in s.stages.items()}
             res["components"] = s.describe()
             res["speech_order"] = s.order_report(keep)
+            if s.events is not None:
+                res["tail"] = tail_report(s, keep)
         results[s.name] = res
 
     app, mp_ = results["avatar_app"], results["mediapipe"]
@@ -349,6 +510,11 @@ def main() -> int:
             tail = other_name.removeprefix("avatar_app_")
             ratios[f"avatar_app_p50_over_{tail}_p50"] = _ratio(app["wall_ms"]["p50"], other["wall_ms"]["p50"])
             ratios[f"{other_name}_p50_over_openseeface_average"] = _ratio(other["wall_ms"]["p50"], osf_avg)
+    legacy = results.get("avatar_app_legacy_tail")
+    if legacy:
+        ratios["avatar_app_p95_over_legacy_tail_p95"] = _ratio(app["wall_ms"]["p95"], legacy["wall_ms"]["p95"])
+        ratios["legacy_tail_p95_over_mediapipe_p95"] = _ratio(legacy["wall_ms"]["p95"], mp_["wall_ms"]["p95"])
+    ratios["avatar_app_p95_over_mediapipe_p95"] = _ratio(app["wall_ms"]["p95"], mp_["wall_ms"]["p95"])
     old = results.get("mediapipe_2faces_to_numpy")
     if old:
         ratios["old_track_graph_p50_over_mediapipe_p50"] = _ratio(old["wall_ms"]["p50"], mp_["wall_ms"]["p50"])
@@ -382,6 +548,8 @@ def main() -> int:
     for name, res in results.items():
         if "speech_order" in res:
             print(f"{name} order: {json.dumps(res['speech_order'])}")
+        if "tail" in res:
+            print(f"{name} tail: {json.dumps(res['tail'])}")
     print(json.dumps({"ratios": ratios, "bars": bars}, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2))

@@ -105,8 +105,10 @@ def speech_order_setting(value: str | None = None) -> str:
     return order
 
 
-#: While the order estimate is unsure (within twice the margin), probes come this many times as often.
-UNSURE_PROBE_DIVISOR = 3
+#: While the order estimate is unsure (within twice the margin), probes come this many times as often
+#: (with the defaults every 3 s / 75 frames: a first call that left the faster order out, e.g. made under
+#: a passing load, is corrected within seconds; the probes cost little then, the orders being close).
+UNSURE_PROBE_DIVISOR = 5
 
 
 class OrderChooser:
@@ -127,8 +129,14 @@ class OrderChooser:
     frames (graph and allocator start-up) are not measured.
 
     Probing costs ``probe_frames`` frames in the slower order per interval (with the
-    defaults 10 frames each 6 s and at least 150 frames: ~6 % of frames at 25 fps, and
-    never more, however slowly frames come).
+    defaults 6 frames each 15 s and at least 375 frames: 1.6 % of frames at 25 fps, and
+    never more, however slowly frames come; 8 % while unsure, when the orders cost about
+    the same, so the probe frames are hardly slower). A probe frame costs ~15 % more than
+    a home frame, so probes must stay well under 5 % of frames to stay out of the frame
+    time's 95th percentile: with 10 frames each 6 s (6.7 %) they were most of it
+    (``benchmarks/peers.py --tail``). The price is a slower reaction to a change of load:
+    about ``history`` intervals (~75 s) before the estimate has forgotten the old one (one
+    clearly faster order turns it sooner).
 
     Args:
         start: the first home order (True: overlapped), e.g. :func:`speech_overlap_default`.
@@ -152,8 +160,8 @@ class OrderChooser:
     Thread: the processing thread only.
     """
 
-    def __init__(self, start: bool, clock: Callable[[], int] = now_ns, probe_frames: int = 10,
-                 interval_s: float = 6.0, interval_frames: int = 150, margin: float = 0.03, confirm: int = 2,
+    def __init__(self, start: bool, clock: Callable[[], int] = now_ns, probe_frames: int = 6,
+                 interval_s: float = 15.0, interval_frames: int = 375, margin: float = 0.03, confirm: int = 2,
                  history: int = 5, warmup_frames: int = 10):
         if (probe_frames < 1 or confirm < 1 or history < 1 or not 0.0 <= margin < 1.0 or interval_s < 0
                 or interval_frames < 0):

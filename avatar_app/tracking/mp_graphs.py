@@ -190,6 +190,40 @@ class Graph:
             self._feed(inputs, ts, meanwhile)
         return self._outputs
 
+    def start(self, inputs: dict):
+        """Feed one packet per input stream (at the next timestamp) without waiting for the outputs.
+
+        The graph computes on MediaPipe's threads while the caller does other work, e.g. another
+        graph's :meth:`run` (the periodic face detector beside the landmark model). No other
+        :meth:`run` or :meth:`start` of this graph until the returned callable was called.
+
+        Args:
+            inputs: ``{input stream name: packet}``.
+
+        Returns:
+            A callable (no arguments) that waits for the graph and returns what :meth:`run` would
+            have: ``{output stream name: packet}``. During the first ``quiet_runs`` runs the graph
+            is run (and waited for) at once, its native log kept off stderr.
+
+        Raises:
+            RuntimeError: the graph failed (MediaPipe's error; raised by the callable when the
+                graph fails while computing).
+        """
+        if self._quiet_left > 0:
+            out = self.run(inputs)
+            return lambda: out
+        self._outputs = {}
+        self._ts += 1
+        ts = self._ts
+        for name, packet in inputs.items():
+            self._graph.add_packet_to_input_stream(stream=name, packet=packet.at(ts))
+
+        def wait() -> dict:
+            self._graph.wait_until_idle()
+            return self._outputs
+
+        return wait
+
     def _feed(self, inputs: dict, ts, meanwhile=None) -> None:
         for name, packet in inputs.items():
             self._graph.add_packet_to_input_stream(stream=name, packet=packet.at(ts))

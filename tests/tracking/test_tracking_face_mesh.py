@@ -223,16 +223,18 @@ def test_small_faces_path_in_image_mode(testdata):
 # -- when the detector runs (counted through a wrapper; media time only, never wall time) --------
 
 
-def _count_calls(tracker: FaceTracker, name: str) -> list:
-    """Wrap ``tracker.<name>`` so each call appends its media time (or None) to the returned list."""
+def _count_calls(tracker: FaceTracker, *names: str) -> list:
+    """Wrap ``tracker.<name>`` of each name so each call appends its media time (or None) to the
+    returned list (one list for all: ``_find_faces`` and ``_start_detection`` are both detector runs)."""
     calls: list = []
-    real = getattr(tracker, name)
+    for name in names:
+        real = getattr(tracker, name)
 
-    def counted(*args, **kwargs):
-        calls.append(tracker._last_ts)
-        return real(*args, **kwargs)
+        def counted(*args, _real=real, **kwargs):
+            calls.append(tracker._last_ts)
+            return _real(*args, **kwargs)
 
-    setattr(tracker, name, counted)
+        setattr(tracker, name, counted)
     return calls
 
 
@@ -244,13 +246,15 @@ def grid_frames(testdata) -> list[tuple[np.ndarray, float]]:
 
 
 @pytest.mark.parametrize(("redetect_s", "expected_ms"), [
+    ("default", [0.0, 2000.0]),  # 2 s: 2 % of frames at 25 fps, out of the frame time's p95
     (1.0, [0.0, 1000.0, 2000.0]),
     (0.5, [0.0, 520.0, 1040.0, 1560.0, 2080.0, 2600.0]),
     (None, [0.0]),
 ])
 def test_detector_runs_on_the_first_frame_then_every_redetect_s_of_media_time(grid_frames, redetect_s, expected_ms):
-    with FaceTracker(RunningMode.VIDEO, redetect_s=redetect_s) as t:
-        detector = _count_calls(t, "_find_faces")
+    kw = {} if redetect_s == "default" else {"redetect_s": redetect_s}
+    with FaceTracker(RunningMode.VIDEO, **kw) as t:
+        detector = _count_calls(t, "_find_faces", "_start_detection")
         landmarker = _count_calls(t, "_landmarks")
         for img, ms in grid_frames:
             assert t.process_video_frame(img, ms) is not None
@@ -286,6 +290,40 @@ def test_another_face_in_view_is_never_tracked(faces):
             xs.append(centre_x(lm))
     assert len(landmarker) == 12
     assert max(xs) < W / 2, xs
+
+
+def test_the_periodic_detection_beside_the_landmark_model_equals_the_one_before_it(faces, grid_frames):
+    """The periodic detector graph computes beside the landmark graph (``_start_detection``): the
+    landmarks, the faces counted and the detector's media times equal those of the detector run
+    before the landmark model (the fallback of trackers on other engines), bit for bit; a second
+    person stepping into view is counted at the next periodic run, and never tracked."""
+    clip = [img for img, _ in grid_frames[:20]] + [two_faces(faces, 250, 280)] * 6 + [
+        two_faces(faces, 240, 300)] * 6
+
+    def run(beside: bool):
+        with FaceTracker(RunningMode.VIDEO, redetect_s=0.1) as t:
+            if not beside:  # the detection on the calling thread, before the landmark model
+                t._start_detection = lambda frame, w, h, t_s: (
+                    lambda found=t._find_faces(frame, w, h, t_s, near=True, far=False): found)
+            first = t.process_video_frame(two_faces(faces, 260, 170), 0.0)
+            out, detector = [(first.points.copy(), t.faces_found)], set()
+            for i, img in enumerate(clip):
+                lm = t.process_video_frame(cv2.resize(img, (W, H)), 40.0 * (i + 1))
+                out.append((None if lm is None else lm.points.copy(), t.faces_found))
+                detector.add(t._detected_at_s)  # media time (s) of the last detector run
+            return out, sorted(detector)
+
+    beside, det_beside = run(True)
+    before, det_before = run(False)
+    assert det_beside == det_before and len(det_beside) >= 10  # every 0.1 s: every 3rd frame at 25 fps
+    for (p1, n1), (p2, n2) in zip(beside, before):
+        assert n1 == n2 and (p1 is None) == (p2 is None)
+        if p1 is not None:
+            assert p1.tobytes() == p2.tobytes()
+    counts = [n for _, n in beside]
+    # one face while the GRID speaker is alone; the second person counted within 0.12 s of entering
+    assert counts[1:21] == [1] * 20 and all(n == 2 for n in counts[24:])
+    assert all(p is not None and p[:, 0].mean() * W < W / 2 for p, _ in beside[21:])  # still person a
 
 
 def test_a_second_person_is_taken_only_after_reacquire_after_s(faces):
