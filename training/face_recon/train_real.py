@@ -49,6 +49,10 @@ Each optimiser step sees three batches:
    corners, lip gap, mouth width; a name given twice weighs twice) of the face model under the
    output must equal those under the solver's output, each over the solver's sd on the video
    frames (squared difference).
+6. **Residual consistency** (``--w-bank``, with ``--aug``): MediaPipe's re-tracking residuals of
+   the consistency stills (copy - original) added to the synthetic batch's inputs (a still's
+   neutral, a frame's displacement); the output must stay as on the clean input (eval mode,
+   target without gradient), so invariance learnt on a few photos is asked of every face.
 
 ``--init`` starts from a state dict (its input statistics kept): fine-tuning a candidate.
 
@@ -248,6 +252,7 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
         feat_scale = f_sol_all.std(0).clamp_min(1e-4)  # per feature: the solver's spread on the video frames
     if cons is not None:
         C = {k: torch.from_numpy(v).to(device) for k, v in cons.items()}
+        bank = C["x"] - C["xt"]  # (M', 146, 3) re-tracking residuals of the training stills
     if aug is not None:
         t_al = torch.from_numpy(aug["t0"]).to(device)
         d0 = (t_al ** 2).sum(1).clamp_min(1e-6)
@@ -308,6 +313,19 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
             over = torch.relu(ws - args.neutral_max) ** 2
             l_weak = l_weak + (is_n * (over.sum(1) + torch.relu(smile - 0.5 * args.neutral_max) ** 2)).sum() \
                 / is_n.sum().clamp_min(1)
+            l_bank = torch.zeros((), device=device)
+            if cons is not None and args.w_bank > 0:
+                # MediaPipe's own changes under re-tracking (copy - original, other photos), added to
+                # the synthetic batch's inputs (a still's to its neutral, a frame's to its displacement)
+                r = bank[torch.randint(len(bank), (len(it),), device=device)]
+                xp = torch.where(still[:, None, None], x, x + r)
+                np_ = torch.where(still[:, None, None], n + r, n)
+                model.eval()
+                with torch.no_grad():
+                    wt_b = model.forward_subset(x, n)[0]
+                model.train()
+                db = (model.forward_subset(xp, np_)[0] - wt_b).index_select(1, est)
+                l_bank = (db ** 2).mean()
             l_cons = torch.zeros((), device=device)
             l_depth = torch.zeros((), device=device)
             if cons is not None and args.w_cons > 0:
@@ -324,7 +342,7 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
                 vi = both[:2 * k]
                 s_pred = 1.0 + (tr[:2 * k] * t_al[vi]).sum(1) / d0[vi]
                 l_depth = ((s_pred - s_tgt[vi]) ** 2).mean()
-            loss = (l_syn + args.w_cons * l_cons + args.w_depth * l_depth
+            loss = (l_syn + args.w_cons * l_cons + args.w_bank * l_bank + args.w_depth * l_depth
                     + args.w_lmk * l_lmk + args.w_distill * l_dist + args.w_sparse * l_sparse
                     + args.w_geo * l_geo + args.w_feat * l_feat + args.w_sym * l_sym
                     + args.w_temporal * l_temp + args.w_weak * l_weak)
@@ -334,6 +352,7 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
             sched.step()
             for name, v in (("loss", loss), ("syn", l_syn), ("lmk", l_lmk), ("distill", l_dist), ("geo", l_geo),
                             ("feat", l_feat), ("temporal", l_temp), ("weak", l_weak), ("cons", l_cons),
+                            ("bank", l_bank),
                             ("depth", l_depth)):
                 sums[name] = sums.get(name, 0.0) + float(v.detach())
         if (epoch + 1) % args.log_every == 0 or epoch + 1 == args.epochs:
@@ -502,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="depth scale of the translation output vs the solver's on real video frames")
     ap.add_argument("--cons-holdout", nargs="*", default=list(TEST_STILLS),
                     help="stills left out of the consistency loss (default: the engine tests' stills)")
+    ap.add_argument("--w-bank", type=float, default=0.0,
+                    help="consistency of the output on synthetic inputs under the stills' re-tracking residuals")
     ap.add_argument("--w-feat", type=float, default=0.0,
                     help="distillation of the fidelity features (--feat) of the face model under the output vs "
                          "under the solver's output, each over the solver's sd on the video frames")
