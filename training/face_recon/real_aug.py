@@ -47,6 +47,12 @@ import numpy as np
 
 log = logging.getLogger("face_recon.real_aug")
 
+#: The stills the engine tests perturb (tests/reconstruction/test_face_recon_real.py: the
+#: stability, rotation, rescale and flip relations): train_real.py leaves their copies and
+#: pairs out of the consistency loss by default, so those tests measure held-out photos.
+TEST_STILLS = ("grid_lbax4n_frame10", "grid_lbax4n_frame29", "london_005_03_neutral", "london_005_08_smiling",
+               "london_005_03", "london_005_08")  # the last two: the same person's other pair
+
 #: Copies per still: (kind, rotation deg, scale, JPEG + shift, mirrored).
 COPIES = tuple([(0, 0.0, 1.0, True, False)] * 8) + (
     (1, 12.0, 1.0, False, False), (1, -12.0, 1.0, False, False), (1, 6.0, 1.0, True, False),

@@ -41,7 +41,18 @@ Each optimiser step sees three batches:
    these perturbations are not expression); and on the real video frames the depth scale of
    the translation output (:func:`avatar_app.reconstruction.engine.depth_scale`, unclipped)
    must equal the geometric solver's, ``t_solver . t0 / |t0|^2`` (``--w-depth`` x squared
-   difference), so the runtime places the head at the solver's distance.
+   difference), so the runtime places the head at the solver's distance. The engine tests'
+   stills (real_aug.TEST_STILLS, ``--cons-holdout``) are left out of the consistency loss, so the
+   stability, rotation and flip tests measure photos it never saw perturbed.
+5. **Feature distillation** (``--w-feat``, ``--feat``): the fidelity features of
+   :func:`avatar_app.evaluation.geometry.shape_features` (eye apertures, eye asymmetry, mouth
+   corners, lip gap, mouth width; a name given twice weighs twice) of the face model under the
+   output must equal those under the solver's output, each over the solver's sd on the video
+   frames (squared difference).
+6. **Residual consistency** (``--w-bank``, with ``--aug``): MediaPipe's re-tracking residuals of
+   the consistency stills (copy - original) added to the synthetic batch's inputs (a still's
+   neutral, a frame's displacement); the output must stay as on the clean input (eval mode,
+   target without gradient), so invariance learnt on a few photos is asked of every face.
 
 ``--init`` starts from a state dict (its input statistics kept): fine-tuning a candidate.
 
@@ -68,6 +79,7 @@ from training.face_recon import data as D
 from training.face_recon import sampling as S
 from training.face_recon.make_data import synthetic_set
 from training.face_recon.model import FaceReconNet, rotation_from_6d_torch
+from training.face_recon.real_aug import TEST_STILLS
 from training.face_recon.train import SYN_HELDOUT_SEED, SYN_TRAIN_SEED, build_training_set, evaluate
 
 log = logging.getLogger("face_recon.train_real")
@@ -154,6 +166,43 @@ def landmark_residual(w: torch.Tensor, rot: torch.Tensor, x: torch.Tensor, nh: t
     return res - res.mean(1, keepdim=True)
 
 
+#: The fidelity features of :func:`avatar_app.evaluation.geometry.shape_features` that
+#: ``--w-feat`` distils by default (the brows are left to the other losses: the network
+#: already reads them better than the solver).
+FEAT_DEFAULT = ("eye_aperture_l", "eye_aperture_r", "eye_asymmetry", "corner_height_l", "corner_height_r",
+                "lip_gap", "mouth_width")
+
+
+def shape_features_torch(p: torch.Tensor) -> torch.Tensor:
+    """:func:`avatar_app.evaluation.geometry.shape_features` in PyTorch (differentiable).
+
+    Args:
+        p: (B, 478, 3) float head-frame points (any unit).
+
+    Returns:
+        (B, 9) float, columns in :data:`avatar_app.evaluation.geometry.SHAPE_FEATURES` order.
+    """
+    from avatar_app.core import landmarks as lmk
+    from avatar_app.evaluation import geometry as G
+
+    centre = {s: 0.5 * (p[:, a] + p[:, b]) for s, (a, b, *_) in G._EYES.items()}
+    span = (centre["l"] - centre["r"]).norm(dim=-1).clamp_min(1e-9)
+    out = {}
+    for s, (outer, inner, up, lo, brow) in G._EYES.items():
+        width = (p[:, outer] - p[:, inner]).norm(dim=-1).clamp_min(1e-9)
+        gap = (p[:, list(up)] - p[:, list(lo)]).norm(dim=-1).mean(-1)
+        out[f"eye_aperture_{s}"] = gap / width
+        out[f"brow_height_{s}"] = (p[:, list(brow), 1].mean(-1) - p[:, G._BRIDGE, 1]) / span
+    out["lip_gap"] = (p[:, list(lmk.LIP_GAP_UPPER)] - p[:, list(lmk.LIP_GAP_LOWER)]).norm(dim=-1).mean(-1) / span
+    cr, cl = p[:, int(lmk.FacePoint.MOUTH_RIGHT)], p[:, int(lmk.FacePoint.MOUTH_LEFT)]
+    out["mouth_width"] = (cl - cr).norm(dim=-1) / span
+    mid_y = 0.5 * (p[:, int(lmk.FacePoint.LIP_UPPER_INNER), 1] + p[:, int(lmk.FacePoint.LIP_LOWER_INNER), 1])
+    out["corner_height_l"] = (cl[:, 1] - mid_y) / span
+    out["corner_height_r"] = (cr[:, 1] - mid_y) / span
+    out["eye_asymmetry"] = out["eye_aperture_r"] - out["eye_aperture_l"]
+    return torch.stack([out[k] for k in G.SHAPE_FEATURES], -1)
+
+
 def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
              aug: dict | None = None) -> tuple[FaceReconNet, list[dict]]:
     """Train one network on the synthetic set and the real set (module docstring).
@@ -190,9 +239,20 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
     vid_idx = np.flatnonzero(~real["still"] & (real["next"] >= 0))
     still_idx = torch.from_numpy(np.flatnonzero(real["still"])).to(device)
     lab = R["smile_label"][still_idx]
-    cons = consistency_pairs(real, aug) if aug is not None else None
+    cons = consistency_pairs(real, aug, holdout=tuple(args.cons_holdout)) if aug is not None else None
+    if cons is not None:
+        log.info("consistency: %d inputs (held out: %s)", len(cons["x"]), ", ".join(args.cons_holdout))
+    # the fidelity features of the face model under the output vs under the solver's output
+    from avatar_app.evaluation import geometry as G
+    neutral_pts = torch.from_numpy(np.asarray(rig.neutral, np.float32)).to(device)
+    feat_cols = torch.tensor([G.SHAPE_FEATURES.index(f) for f in args.feat], device=device)
+    with torch.no_grad():
+        f_sol_all = shape_features_torch(neutral_pts + torch.einsum(
+            "bk,kpc->bpc", R["solver"][torch.from_numpy(np.flatnonzero(~real["still"])).to(device)], b_full))
+        feat_scale = f_sol_all.std(0).clamp_min(1e-4)  # per feature: the solver's spread on the video frames
     if cons is not None:
         C = {k: torch.from_numpy(v).to(device) for k, v in cons.items()}
+        bank = C["x"] - C["xt"]  # (M', 146, 3) re-tracking residuals of the training stills
     if aug is not None:
         t_al = torch.from_numpy(aug["t0"]).to(device)
         d0 = (t_al ** 2).sum(1).clamp_min(1e-6)
@@ -238,6 +298,12 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
             # under the solver's output (cm^2; the benchmark's landmarks weigh feature_weight)
             dg = torch.einsum("bk,kpc->bpc", wv - R["solver"][both[:2 * k]], b_full) * 100.0
             l_geo = ((dg ** 2).sum(2) * pw).mean()
+            l_feat = torch.zeros((), device=device)
+            if args.w_feat > 0:
+                pts = neutral_pts + torch.einsum("bk,kpc->bpc", wv, b_full)
+                pts_s = neutral_pts + torch.einsum("bk,kpc->bpc", R["solver"][both[:2 * k]], b_full)
+                df = (shape_features_torch(pts) - shape_features_torch(pts_s)) / feat_scale
+                l_feat = (df.index_select(1, feat_cols) ** 2).mean()
             l_sparse = wv.mean()
             l_sym = ((wv - wv.index_select(1, mir)) ** 2).mean()
             l_temp = ((w0 - w1) ** 2).mean()
@@ -247,6 +313,19 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
             over = torch.relu(ws - args.neutral_max) ** 2
             l_weak = l_weak + (is_n * (over.sum(1) + torch.relu(smile - 0.5 * args.neutral_max) ** 2)).sum() \
                 / is_n.sum().clamp_min(1)
+            l_bank = torch.zeros((), device=device)
+            if cons is not None and args.w_bank > 0:
+                # MediaPipe's own changes under re-tracking (copy - original, other photos), added to
+                # the synthetic batch's inputs (a still's to its neutral, a frame's to its displacement)
+                r = bank[torch.randint(len(bank), (len(it),), device=device)]
+                xp = torch.where(still[:, None, None], x, x + r)
+                np_ = torch.where(still[:, None, None], n + r, n)
+                model.eval()
+                with torch.no_grad():
+                    wt_b = model.forward_subset(x, n)[0]
+                model.train()
+                db = (model.forward_subset(xp, np_)[0] - wt_b).index_select(1, est)
+                l_bank = (db ** 2).mean()
             l_cons = torch.zeros((), device=device)
             l_depth = torch.zeros((), device=device)
             if cons is not None and args.w_cons > 0:
@@ -263,15 +342,17 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
                 vi = both[:2 * k]
                 s_pred = 1.0 + (tr[:2 * k] * t_al[vi]).sum(1) / d0[vi]
                 l_depth = ((s_pred - s_tgt[vi]) ** 2).mean()
-            loss = (l_syn + args.w_cons * l_cons + args.w_depth * l_depth
+            loss = (l_syn + args.w_cons * l_cons + args.w_bank * l_bank + args.w_depth * l_depth
                     + args.w_lmk * l_lmk + args.w_distill * l_dist + args.w_sparse * l_sparse
-                    + args.w_geo * l_geo + args.w_sym * l_sym + args.w_temporal * l_temp + args.w_weak * l_weak)
+                    + args.w_geo * l_geo + args.w_feat * l_feat + args.w_sym * l_sym
+                    + args.w_temporal * l_temp + args.w_weak * l_weak)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
             for name, v in (("loss", loss), ("syn", l_syn), ("lmk", l_lmk), ("distill", l_dist), ("geo", l_geo),
-                            ("temporal", l_temp), ("weak", l_weak), ("cons", l_cons),
+                            ("feat", l_feat), ("temporal", l_temp), ("weak", l_weak), ("cons", l_cons),
+                            ("bank", l_bank),
                             ("depth", l_depth)):
                 sums[name] = sums.get(name, 0.0) + float(v.detach())
         if (epoch + 1) % args.log_every == 0 or epoch + 1 == args.epochs:
@@ -293,8 +374,12 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
     return model, curve
 
 
-def consistency_pairs(real: dict, aug: dict) -> dict[str, np.ndarray]:
+def consistency_pairs(real: dict, aug: dict, holdout: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Inputs of the consistency loss from real_aug.py's re-tracked stills, (M', 146, 3) float32 each.
+
+    ``holdout``: names of stills (``real["clip_names"]``) whose copies and pairs are left out
+    (the engine tests' stills, :data:`training.face_recon.real_aug.TEST_STILLS`, so the
+    stability, rotation and flip tests measure held-out photos).
 
     Per copy of a still: ``x``/``n`` the copy read against a neutral and ``xt``/``nt`` the
     original read against the same neutral (the target's inputs). The neutrals: the still
@@ -305,6 +390,12 @@ def consistency_pairs(real: dict, aug: dict) -> dict[str, np.ndarray]:
     """
     sub = np.asarray(N.SUBSET)
     head = real["head"][:, sub].astype(np.float32)
+    names = np.asarray([str(c) for c in real["clip_names"]])[real["clip"].astype(int)]
+    held = np.isin(names, np.asarray(holdout, dtype=str))
+    keep = ~held[aug["aug_src"]]
+    aug = {**aug, **{k: aug[k][keep] for k in ("aug_head", "aug_src", "aug_kind", "aug_copy") if k in aug}}
+    pk = ~(held[aug["pair_neutral"]] | held[aug["pair_expr"]])
+    aug["pair_neutral"], aug["pair_expr"] = aug["pair_neutral"][pk], aug["pair_expr"][pk]
     src = aug["aug_src"]
     tmpl = N.template()[sub].astype(np.float32)
     xs = [aug["aug_head"] - head[src]]
@@ -428,6 +519,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cons-batch", type=int, default=256)
     ap.add_argument("--w-depth", type=float, default=0.0,
                     help="depth scale of the translation output vs the solver's on real video frames")
+    ap.add_argument("--cons-holdout", nargs="*", default=list(TEST_STILLS),
+                    help="stills left out of the consistency loss (default: the engine tests' stills)")
+    ap.add_argument("--w-bank", type=float, default=0.0,
+                    help="consistency of the output on synthetic inputs under the stills' re-tracking residuals")
+    ap.add_argument("--w-feat", type=float, default=0.0,
+                    help="distillation of the fidelity features (--feat) of the face model under the output vs "
+                         "under the solver's output, each over the solver's sd on the video frames")
+    ap.add_argument("--feat", nargs="+", default=list(FEAT_DEFAULT), help="features of --w-feat")
     ap.add_argument("--init", type=Path, default=None, help="start from this state dict (fine-tuning)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
