@@ -34,7 +34,16 @@ frame at most once), repeats, held slots, frames lost, and the bar's ratio
 ``--int8-build`` starts an INT8 build of the speech engine on ONNX Runtime CPU
 (calibration and quantisation in the background child, a fresh engine cache) after
 the warm-up and reports the frames presented while it ran separately
-(``during_build``), beside the frames after it.
+(``during_build``), beside the frames after it. ``--builds N`` runs N fresh builds one
+after the other (the engine cache and calibrated file emptied; ``--build-gap`` seconds after
+each swap a switch back to FP32, as long again before the next build), so frames during
+builds and frames outside them come from the same run under the same machine load;
+``build_diagnostics`` splits them by phase (the child working; the parent from the child's
+end to the swap; the first second after the swap; outside the builds) with per-stage p50 /
+p95, by progress stage, and gives the parent's CPU time per thread during the builds (the
+engine slot's ``engine-swap-*`` and the controller's ``engines`` threads are Python: their
+CPU time is GIL time taken from the pipeline and render threads) and the children's CPU
+time. ``windows_5s``: camera-to-screen and render per 5 s of the run.
 
 Writes JSON (default benchmarks/results/live_latency.json, or
 live_latency_int8.json with ``--int8-build``) and prints where.
@@ -223,16 +232,15 @@ def measure(args, tmp: Path) -> dict:
     paint0 = getattr(win.viewport, "paint_cpu_ns", 0)
     cpu0, ru0, t0 = thread_cpu_s(), resource.getrusage(resource.RUSAGE_SELF), time.perf_counter_ns()
     measuring[0] = True
-    build = {}
+    builds: list[dict] = []
+    driver = None
     if args.int8_build:
-        fut = engines.request("speech2face", "ort_cpu", "int8")
-        build["requested_ns"] = time.perf_counter_ns()
-        if fut is None:
-            build["error"] = "the speech engine is not open"
-        else:
-            fut.add_done_callback(lambda f: build.setdefault("done_ns", time.perf_counter_ns()))
+        driver = BuildDriver(engines, tmp, builds, count=args.builds, gap_s=args.build_gap)
+        driver.start()
     _spin(app, args.seconds)
     measuring[0] = False
+    if driver is not None:
+        driver.stop()
     t1, cpu1, ru1 = time.perf_counter_ns(), thread_cpu_s(), resource.getrusage(resource.RUSAGE_SELF)
     dropped, presented = pipe.stats.dropped - dropped0, pipe.stats.presented - presented0
     span_s = (t1 - t0) / 1e9
@@ -254,23 +262,190 @@ def measure(args, tmp: Path) -> dict:
                     "platform": platform.platform(), "python": platform.python_version()},
         "note": args.note,
         **summarise(frames, span_s, cpu_ms),
+        "windows_5s": time_windows(frames, t0, 5.0),
     }
     if args.int8_build:
+        build = builds[0] if builds else {"error": "no build started"}
         done = build.get("done_ns")
-        during = [f for f in frames if done is None or f[0] <= done]
-        after = [f for f in frames if done is not None and f[0] > done]
+        windows = [(b["requested_ns"], b.get("done_ns") or t1) for b in builds if "requested_ns" in b]
+        during = [f for f in frames if any(a < f[0] <= b for a, b in windows)]
+        after = [f for f in frames if done is not None and f[0] > done and f not in during]
         doc["build"] = {"engine": "speech2face", "backend": "ort_cpu", "precision": "int8",
                         "seconds": round((done - build["requested_ns"]) / 1e9, 1) if done else None,
                         "finished": done is not None, "error": build.get("error") or engines.entry("speech2face").error,
-                        "serving": engines.describe("speech2face")}
-        d_s = ((done or t1) - t0) / 1e9
+                        "serving": engines.describe("speech2face"), "builds": len(builds),
+                        "seconds_each": [round((b["done_ns"] - b["requested_ns"]) / 1e9, 2)
+                                         for b in builds if b.get("done_ns")]}
+        d_s = sum(b - a for a, b in windows) / 1e9
         doc["during_build"] = summarise(during, d_s)
         doc["after_build"] = summarise(after, (t1 - done) / 1e9) if done and after else None
+        doc["build_diagnostics"] = build_diagnostics(builds, frames, t0, t1)
     if args.record:
         doc["recording"] = record_clip(app, win, tmp, args.record)
     win.close()
     engines.close()
     return doc
+
+
+def time_windows(frames: list[tuple[int, dict]], t0_ns: int, width_s: float) -> list[dict]:
+    """Camera-to-screen and render p50 / p95 (ms) of the frames presented in each ``width_s`` window
+    from the measurement's start: what changes over the run (a slow start, a build, other work)."""
+    out = []
+    if not frames:
+        return out
+    n = int((frames[-1][0] - t0_ns) / (width_s * 1e9)) + 1
+    for i in range(n):
+        a, b = t0_ns + int(i * width_s * 1e9), t0_ns + int((i + 1) * width_s * 1e9)
+        sel = [f for f in frames if a < f[0] <= b]
+        c2s, render = _pct(f["camera_to_screen"] for _, f in sel), _pct(f["render"] for _, f in sel if "render" in f)
+        out.append({"from_s": round(i * width_s, 1), "frames": len(sel), "c2s_p50": c2s.get("p50"),
+                    "c2s_p95": c2s.get("p95"), "render_p50": render.get("p50"), "render_p95": render.get("p95")})
+    return out
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's waited-for children (the build child, once joined)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+class BuildDriver:
+    """Runs ``count`` INT8 builds of the speech engine one after the other while the window plays, from a
+    GUI-thread timer: a fresh build (the engine cache emptied), then ``gap_s`` after its swap a switch
+    back to the FP32 reference, ``gap_s`` later the next build. Each build's record (in ``builds``):
+    ``requested_ns``, ``done_ns`` (swapped), ``child_end_ns`` (``EngineManager.build`` returned: the
+    child's job is over, the parent opens the engine), ``progress`` ((t_ns, stage) of each report),
+    per-thread CPU at request and at swap, and the revert's window (``revert_ns``)."""
+
+    def __init__(self, engines, tmp: Path, builds: list[dict], count: int = 1, gap_s: float = 5.0):
+        from PySide6.QtCore import QTimer
+
+        self.engines, self.tmp, self.builds, self.count, self.gap_s = engines, tmp, builds, count, gap_s
+        self.state, self.next_ns, self.current = "start", 0, None
+        engines.progress.connect(self._on_progress)
+        mgr = engines.manager
+        inner = mgr.build
+
+        def timed_build(*a, **kw):
+            try:
+                return inner(*a, **kw)
+            finally:
+                if self.current is not None:
+                    self.current.setdefault("child_end_ns", time.perf_counter_ns())
+        mgr.build = timed_build
+        self.timer = QTimer()
+        self.timer.setInterval(50)
+        self.timer.timeout.connect(self._tick)
+
+    def start(self) -> None:
+        self._tick()
+        self.timer.start()
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    def _on_progress(self, _path, stage, _fraction) -> None:
+        cur = self.current
+        if cur is not None and "done_ns" not in cur:
+            cur["progress"].append((time.perf_counter_ns(), stage))
+
+    def _tick(self) -> None:
+        import shutil
+
+        now = time.perf_counter_ns()
+        cur = self.current
+        if self.state == "start" or (self.state == "idle" and now >= self.next_ns):
+            if len(self.builds) >= self.count:
+                self.state = "finished"
+                return
+            for sub in ("engines", "onnx"):  # the built engine and the calibrated QDQ file: calibrate again
+                shutil.rmtree(self.tmp / "engine_cache" / sub, ignore_errors=True)
+            cur = self.current = {"progress": [], "cpu0": thread_cpu_s(), "children0": _children_cpu_s()}
+            self.builds.append(cur)
+            fut = self.engines.request("speech2face", "ort_cpu", "int8")
+            cur["requested_ns"] = time.perf_counter_ns()
+            if fut is None:
+                cur["error"] = "the speech engine is not open"
+                self.state = "finished"
+                return
+
+            def on_done(_f, cur=cur):
+                cur.setdefault("done_ns", time.perf_counter_ns())
+                cur.setdefault("cpu1", thread_cpu_s())
+            fut.add_done_callback(on_done)
+            self.state = "building"
+        elif self.state == "building" and "done_ns" in cur:
+            self.state, self.next_ns = "swapped", now + int(self.gap_s * 1e9)
+        elif self.state == "swapped" and now >= self.next_ns:
+            if len(self.builds) >= self.count:
+                self.state = "finished"
+                return
+            fut = self.engines.request("speech2face", "ort_cpu", "fp32")
+            t = time.perf_counter_ns()
+            cur["revert_ns"] = [t, None]
+            if fut is not None:
+                fut.add_done_callback(lambda _f, cur=cur: cur["revert_ns"].__setitem__(1, time.perf_counter_ns()))
+            self.state = "reverting"
+        elif self.state == "reverting" and cur["revert_ns"][1] is not None:
+            self.state, self.next_ns = "idle", now + int(self.gap_s * 1e9)
+
+
+def build_diagnostics(builds: list[dict], frames: list[tuple[int, dict]], t_start_ns: int, t_end_ns: int) -> dict:
+    """Where background builds' cost lands, over all builds of the run: per phase (``child``: the child
+    working, up to ``EngineManager.build`` returning; ``parent_after_child``: from there to the swap;
+    ``first_second_after_swap``; ``outside_build``: every other frame, reverts excluded) the frames'
+    camera-to-screen and per-stage p50 / p95 (ms); per progress stage of each build its frames'
+    camera-to-screen and render p95; the parent's CPU time per thread during the builds (ms, summed; the
+    Python threads of the engine slot / controller hold the GIL while they run Python) and the children's
+    CPU time (s)."""
+    sec = 1_000_000_000
+    windows: dict[str, list[tuple[int, int]]] = {"child": [], "parent_after_child": [],
+                                                 "first_second_after_swap": [], "revert": []}
+    stages, cpu_ms, phase_s = [], {}, {}
+    for b in builds:
+        t0, done = b.get("requested_ns"), b.get("done_ns")
+        if t0 is None:
+            continue
+        child_end = b.get("child_end_ns") or done or t_end_ns
+        windows["child"].append((t0, child_end))
+        if done:
+            windows["parent_after_child"].append((child_end, done))
+            windows["first_second_after_swap"].append((done, done + sec))
+        rv = b.get("revert_ns")
+        if rv:
+            windows["revert"].append((rv[0], (rv[1] or t_end_ns) + sec))
+        marks = b["progress"]
+        for i, (t, stage) in enumerate(marks):
+            t_next = marks[i + 1][0] if i + 1 < len(marks) else child_end
+            sel = [f for f in frames if t < f[0] <= t_next]
+            stages.append({"stage": stage, "at_s": round((t - t0) / 1e9, 3), "s": round((t_next - t) / 1e9, 3),
+                           **_phase_stats(sel, brief=True)})
+        if b.get("cpu1"):
+            for k, v in b["cpu1"].items():
+                cpu_ms[k] = cpu_ms.get(k, 0.0) + 1000 * (v - b["cpu0"].get(k, 0.0))
+    out: dict = {"phases_s": {}, "phases": {}}
+    for name, ws in windows.items():
+        phase_s[name] = round(sum(b - a for a, b in ws) / 1e9, 3)
+        if name != "revert":
+            out["phases"][name] = _phase_stats([f for f in frames if any(a < f[0] <= b for a, b in ws)])
+    out["phases_s"] = phase_s
+    busy = [w for ws in windows.values() for w in ws]
+    out["phases"]["outside_build"] = _phase_stats([f for f in frames if not any(a < f[0] <= b for a, b in busy)])
+    out["progress_stages"] = stages
+    out["parent_cpu_ms_during_builds"] = dict(sorted(((k, round(v, 1)) for k, v in cpu_ms.items() if v >= 1.0),
+                                                     key=lambda kv: -kv[1]))
+    out["parent_cpu_ms_during_builds_total"] = round(sum(cpu_ms.values()), 1)
+    out["children_cpu_s"] = round(_children_cpu_s() - builds[0].get("children0", 0.0), 2) if builds else None
+    return out
+
+
+def _phase_stats(frames: list[tuple[int, dict]], brief: bool = False) -> dict:
+    keys = ("camera_to_screen", "track", "speech", "render", "to_render", "to_gui")
+    if brief:
+        return {"frames": len(frames), **{k + "_p95": _pct(b[k] for _, b in frames if k in b).get("p95")
+                                          for k in ("camera_to_screen", "render")}}
+    return {"frames": len(frames), **{k: {q: v for q, v in _pct(b[k] for _, b in frames if k in b).items()
+                                          if q in ("p50", "p95")} for k in keys}}
 
 
 def record_clip(app, win, tmp: Path, seconds: float) -> dict:
@@ -306,6 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="measured time, s (default 60)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds played before measuring (default 5)")
     ap.add_argument("--int8-build", action="store_true", help="build an INT8 speech engine while measuring")
+    ap.add_argument("--builds", type=int, default=1,
+                    help="with --int8-build: this many fresh INT8 builds one after the other (default 1)")
+    ap.add_argument("--build-gap", type=float, default=5.0,
+                    help="seconds between a build's swap and the switch back to FP32, and between that and the "
+                         "next build (default 5)")
     ap.add_argument("--record", type=float, default=0.0, metavar="SECONDS",
                     help="then record a clip for this long and count its frames (issue 18: 20)")
     ap.add_argument("--source", type=Path, default=None, help="a video to play instead of the GRID clip")

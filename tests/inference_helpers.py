@@ -107,6 +107,20 @@ def child_progress(n: int, progress=None) -> int:
     return n
 
 
+def child_busy(cpu_s: float, progress=None) -> float:
+    """A job that keeps a core busy for ``cpu_s`` seconds of its own CPU time (reporting progress
+    every 0.05 s of it); returns the CPU time it used."""
+    import time
+
+    t0 = time.process_time()
+    mark = 0.0
+    while (used := time.process_time() - t0) < cpu_s:
+        if progress is not None and used - mark >= 0.05:
+            mark = used
+            progress("busy", min(1.0, used / cpu_s))
+    return used
+
+
 def child_report_limits() -> dict:
     """A job that reports the priority, CPUs and thread caps it runs with (every thread, and a new one)."""
     import os

@@ -24,7 +24,7 @@ from avatar_app.inference.backends import (DEFAULT_PREFERENCE, Backend, BackendS
 from avatar_app.inference.base import DEFAULT_TOLERANCES, BaseRunner, Precision, TensorSpec
 from avatar_app.inference.cache import CacheEntry, CacheKey, EngineCache, Manifest
 from avatar_app.inference.calibration import MIN_USER_SAMPLES, CalibrationStore
-from avatar_app.inference.isolation import ChildCrashError, run_isolated
+from avatar_app.inference.isolation import ChildCrashError, live_child_duty, run_isolated
 from avatar_app.inference.manager import Attempt, EngineManager, OpenResult
 from avatar_app.inference.modelinfo import ModelInfo
 from avatar_app.inference.swap import EngineSlot
@@ -36,5 +36,5 @@ __all__ = [
     "CalibrationStore", "ChildCrashError", "EngineCache", "EngineManager", "EngineSlot",
     "Manifest", "ModelInfo", "OpenResult", "Precision", "TensorSpec", "VerificationResult",
     "backend_names", "backend_statuses", "candidate_plan", "get_backend", "register_backend",
-    "run_isolated", "unregister_backend",
+    "live_child_duty", "run_isolated", "unregister_backend",
 ]

@@ -13,6 +13,16 @@ camera-to-screen from ~0.15 s to over 1 s): it runs at the lowest CPU priority
 its native thread pools are capped to that many threads (``OMP_NUM_THREADS``,
 ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``AVATAR_APP_ORT_THREADS`` for the
 project's ONNX Runtime sessions) before it imports numpy or ONNX Runtime.
+
+A low priority does not stop a busy child from slowing the live threads on a
+machine with few cores: the cores share caches and memory bandwidth, and the
+vCPUs of a VM may be hyperthreads of one physical core, so work the scheduler
+gives only to an idle CPU still takes cycles from the other. While the studio
+plays, a child job is therefore also *paced* (``duty`` of :func:`run_isolated`,
+:func:`live_child_duty`): the parent stops it (``SIGSTOP``) as soon as it has
+used ``duty`` of its wall time as CPU time over the last period, and continues
+it (``SIGCONT``) when its share has fallen back, so it never uses more than that
+share of a core; a child starved by other work anyway is not stopped at all.
 """
 from __future__ import annotations
 
@@ -20,6 +30,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -46,6 +57,110 @@ def _background_priority() -> bool:
     """Whether child jobs run at the lowest priority (nice 19, ``SCHED_IDLE``): unless
     :data:`CHILD_PRIORITY_ENV` is ``normal``."""
     return os.environ.get(CHILD_PRIORITY_ENV, "").strip().lower() != "normal"
+
+
+#: Share of one core a paced child job may use while the live view plays (:func:`live_child_duty`).
+LIVE_CHILD_DUTY = 0.5
+#: Environment variable overriding :data:`LIVE_CHILD_DUTY` (a fraction in (0, 1]; ``1``: no pacing).
+CHILD_DUTY_ENV = "AVATAR_APP_CHILD_DUTY"
+#: Pacing period, seconds: the child's CPU share is checked (and it is stopped or continued) this often.
+PACE_PERIOD_S = 0.05
+
+
+def live_child_duty() -> float | None:
+    """The CPU share (of one core, in (0, 1)) child jobs get while the live view plays, or None: not paced.
+
+    :data:`LIVE_CHILD_DUTY` unless :data:`CHILD_DUTY_ENV` says otherwise; None where pacing is off:
+    the variable is ``1`` (or unreadable), the children run at normal priority (:data:`CHILD_PRIORITY_ENV`
+    ``normal``, the test suite's setting), or the OS has no ``SIGSTOP`` or no ``/proc``.
+    """
+    if not _background_priority() or not hasattr(signal, "SIGSTOP") or not os.path.isdir("/proc/self"):
+        return None
+    raw = os.environ.get(CHILD_DUTY_ENV, "").strip()
+    try:
+        duty = float(raw) if raw else LIVE_CHILD_DUTY
+    except ValueError:
+        logger.warning("%s=%r is not a number; child jobs are not paced", CHILD_DUTY_ENV, raw)
+        return None
+    return duty if 0.0 < duty < 1.0 else None
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _process_cpu_s(pid: int, fd: int | None = None) -> float | None:
+    """CPU seconds (user + system, all threads) of process ``pid`` (Linux /proc), or None if gone.
+
+    ``fd``: ``/proc/<pid>/stat`` opened already (read again with ``pread``: no open per call).
+    """
+    try:
+        if fd is not None:
+            stat = os.pread(fd, 1024, 0)
+        else:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Pacer:
+    """Keeps a child process at ``duty`` of one core: called every :data:`PACE_PERIOD_S` or so, it
+    stops the child once its CPU time reaches ``duty`` of the wall time since the pacer started,
+    counted over a sliding window, and continues it when it is back below.
+
+    CPU time is read from /proc at clock-tick resolution (10 ms), so the share is kept over the
+    window (``window_s``, 0.5 s), not per period; a step costs the parent one ``pread``.
+    ``resume()`` (or ``close()``) must run before the child is joined, terminated or left (a
+    stopped process neither exits nor handles SIGTERM).
+    """
+
+    def __init__(self, pid: int, duty: float, window_s: float = 0.5):
+        self.pid, self.duty, self.window_s = pid, duty, window_s
+        self.stopped = False
+        self.stopped_s = 0.0
+        self._since = 0.0
+        self._marks: list[tuple[float, float]] = []  # (wall, child cpu) samples
+        try:
+            self._fd: int | None = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def step(self) -> None:
+        now, cpu = time.monotonic(), _process_cpu_s(self.pid, self._fd)
+        if cpu is None:
+            self.resume()
+            return
+        self._marks.append((now, cpu))
+        while len(self._marks) > 2 and now - self._marks[1][0] >= self.window_s:
+            self._marks.pop(0)
+        t0, c0 = self._marks[0]
+        over = (cpu - c0) > self.duty * max(now - t0, PACE_PERIOD_S)
+        if over and not self.stopped:
+            self._signal(signal.SIGSTOP)
+            self.stopped, self._since = True, now
+        elif not over and self.stopped:
+            self.resume()
+
+    def resume(self) -> None:
+        if self.stopped:
+            self._signal(signal.SIGCONT)
+            self.stopped = False
+            self.stopped_s += time.monotonic() - self._since
+
+    def close(self) -> None:
+        """Continue the child (if stopped) and close the /proc file."""
+        self.resume()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _signal(self, sig) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except OSError:  # already gone
+            pass
 #: Environment variables that size native thread pools; a child gets each set to its cap.
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                    "VECLIB_MAXIMUM_THREADS", "AVATAR_APP_ORT_THREADS")
@@ -141,9 +256,23 @@ class ChildCrashError(EngineBuildError):
         self.label = label
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process when its parent dies (``PR_SET_PDEATHSIG``), so a
+    paced child stopped by a parent that was killed meanwhile does not stay stopped for ever."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError) as exc:
+        logger.debug("cannot set PR_SET_PDEATHSIG: %s", exc)
+
+
 def _child_main(conn, fn: Callable, args: tuple, kwargs: dict, log_level: int,
                 with_progress: bool, threads: int = 1) -> None:
     logging.basicConfig(level=log_level, format="[child] %(levelname)s %(name)s: %(message)s")
+    _die_with_parent()
     lower_process_priority(threads)
     if with_progress:
         send_lock = threading.Lock()  # native builders report from their own threads
@@ -174,9 +303,9 @@ def _start_capped(proc, threads: int) -> None:
     so while unpickling its job, before :func:`_child_main` runs), so they are set in
     this process's environment just while the child is spawned (it copies the
     environment), under a lock, and restored at once; libraries already loaded here
-    read them only at load. The child's first thread is reniced from here at once,
-    so its start-up imports already run in the background; :func:`_child_main` then
-    applies the full :func:`lower_process_priority`.
+    read them only at load. The child's first thread is pinned to its CPUs, reniced and
+    given ``SCHED_IDLE`` from here at once, so its start-up imports already run in the
+    background; :func:`_child_main` then applies the full :func:`lower_process_priority`.
     """
     with _ENV_LOCK:
         saved = {var: os.environ.get(var) for var in THREAD_ENV_VARS}
@@ -189,17 +318,28 @@ def _start_capped(proc, threads: int) -> None:
                     os.environ.pop(var, None)
                 else:
                     os.environ[var] = value
+    try:  # its start-up imports (~1.5 s of CPU) already on the child's CPUs, not the live view's
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(proc.pid, set(allowed[-threads:]))
+    except (AttributeError, OSError) as exc:
+        logger.debug("cannot pin child %s: %s", proc.pid, exc)
     if not _background_priority():
         return
     try:
         os.setpriority(os.PRIO_PROCESS, proc.pid, CHILD_NICE)
     except (AttributeError, OSError) as exc:  # the child already exited, or no such call here
         logger.debug("cannot renice child %s: %s", proc.pid, exc)
+    if hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(proc.pid, os.SCHED_IDLE, os.sched_param(0))
+        except OSError as exc:
+            logger.debug("cannot set SCHED_IDLE on child %s: %s", proc.pid, exc)
 
 
 def run_isolated(fn: Callable[..., Any], *args, label: str = "engine job", isolate: bool = True,
                  timeout_s: float = DEFAULT_TIMEOUT_S,
-                 progress: Callable[[str, float], None] | None = None, **kwargs) -> Any:
+                 progress: Callable[[str, float], None] | None = None,
+                 duty: float | None = None, **kwargs) -> Any:
     """Call ``fn(*args, **kwargs)`` in a spawned child process and return its result.
 
     Args:
@@ -209,6 +349,9 @@ def run_isolated(fn: Callable[..., Any], *args, label: str = "engine job", isola
         timeout_s: wall-clock limit; the child is terminated after it.
         progress: if given, ``fn`` is called with ``progress=`` a callable whose
             ``(stage, fraction)`` calls reach this callback in the parent.
+        duty: pace the child to this share of one core, in (0, 1) (see the module docstring and
+            :func:`live_child_duty`: what the studio passes while it plays); None or >= 1: not paced.
+            The timeout counts wall time, stopped time included.
 
     Returns:
         ``fn``'s return value.
@@ -234,8 +377,18 @@ def run_isolated(fn: Callable[..., Any], *args, label: str = "engine job", isola
     child_conn.close()
     message = None
     deadline = time.monotonic() + timeout_s
+    pacer = _Pacer(proc.pid, duty) if duty is not None and 0.0 < duty < 1.0 and proc.pid else None
     try:
-        while parent_conn.poll(max(deadline - time.monotonic(), 0.0)):
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            if pacer is not None:
+                if left <= 0.0:
+                    break
+                pacer.step()
+                if not parent_conn.poll(min(left, PACE_PERIOD_S)):  # (a child that died: EOF, below)
+                    continue
+            elif not parent_conn.poll(left):
+                break
             try:
                 msg = parent_conn.recv()
             except EOFError:
@@ -246,6 +399,11 @@ def run_isolated(fn: Callable[..., Any], *args, label: str = "engine job", isola
             message = msg
             break
     finally:
+        if pacer is not None:
+            pacer.close()
+            if pacer.stopped_s:
+                logger.debug("%s: paced to %.0f %% of a core, stopped %.1f s", label, 100 * duty,
+                             pacer.stopped_s)
         if message is None and proc.is_alive():
             proc.join(1.0)
             if proc.is_alive():

@@ -307,12 +307,15 @@ class EngineManager:
         cpu_features: injected CPU features for the INT8 ``reduce_range`` choice
             (``cpuinfo_flags``, ``numpy_features``, ``machine`` of
             :func:`~avatar_app.inference.precision.cpu_has_vnni`; default: read this machine).
+        child_duty: pace build children to this share of one core (``duty`` of
+            :func:`~avatar_app.inference.isolation.run_isolated`; the studio passes
+            :func:`~avatar_app.inference.isolation.live_child_duty`); None: not paced (the CLI).
     """
 
     def __init__(self, cache: EngineCache | None = None, isolate: bool = True,
                  preference: tuple[str, ...] | None = None, calibration_method: str = "percentile",
                  calibration_root: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 cpu_features: Mapping | None = None):
+                 cpu_features: Mapping | None = None, child_duty: float | None = None):
         self.cache = cache or EngineCache()
         self.isolate = isolate
         self.preference = preference
@@ -320,6 +323,7 @@ class EngineManager:
         self.calibration_root = calibration_root
         self.timeout_s = timeout_s
         self.cpu_features = dict(cpu_features or {})
+        self.child_duty = child_duty
         self._info_cache: dict[tuple[str, float], ModelInfo] = {}
 
     # -- keys ------------------------------------------------------------------
@@ -441,7 +445,7 @@ class EngineManager:
         logger.info("%s", label)
         try:
             run_isolated(build_job, job, label=label, isolate=self.isolate, timeout_s=self.timeout_s,
-                         progress=progress)
+                         progress=progress, duty=self.child_duty)
             entry = self.cache.lookup(key, info.name)
             if entry is None:
                 raise EngineBuildError(f"{label}: the child finished but left no valid cache entry")

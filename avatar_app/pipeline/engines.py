@@ -35,6 +35,7 @@ from avatar_app.inference import (
     ModelInfo,
     Precision,
     backend_statuses,
+    live_child_duty,
 )
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ class EngineController:
             n: EngineEntry(n, ENGINES.get(n, n), Path(p) if p else None, sample_fn=fns.get(n))
             for n, p in paths.items()}
         self.manager = _ReportingManager(self._on_progress, cache=cache, isolate=isolate,
-                                         calibration_root=calibration_root)
+                                         calibration_root=calibration_root, child_duty=live_child_duty())
         self.statuses: dict[str, BackendStatus] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engines")
         self._lock = threading.Lock()

@@ -5,6 +5,7 @@ import pytest
 from inference_helpers import (
     CrashingBackend,
     child_add,
+    child_busy,
     child_progress,
     child_raise_input_error,
     segfault,
@@ -106,3 +107,66 @@ def test_child_priority_normal_keeps_the_parents_priority_and_caps_threads(monke
     assert got["threads"] and all(v == parent for v in got["threads"].values()), (got["threads"], parent)
     assert got["new_thread"] == parent
     assert got["cpus"] == child_thread_cap()
+
+
+def test_live_child_duty_follows_priority_and_variable(monkeypatch):
+    """Pacing is part of the background policy: on by default (0.5 of a core), off with the suite's
+    ``normal`` priority, set or turned off (``1``, nonsense) by AVATAR_APP_CHILD_DUTY."""
+    from avatar_app.inference.isolation import CHILD_DUTY_ENV, CHILD_PRIORITY_ENV, LIVE_CHILD_DUTY, live_child_duty
+
+    monkeypatch.delenv(CHILD_PRIORITY_ENV, raising=False)
+    monkeypatch.delenv(CHILD_DUTY_ENV, raising=False)
+    assert live_child_duty() == LIVE_CHILD_DUTY
+    for raw, want in (("0.3", 0.3), ("1", None), ("0", None), ("lots", None)):
+        monkeypatch.setenv(CHILD_DUTY_ENV, raw)
+        assert live_child_duty() == want, raw
+    monkeypatch.setenv(CHILD_DUTY_ENV, "0.3")
+    monkeypatch.setenv(CHILD_PRIORITY_ENV, "normal")
+    assert live_child_duty() is None
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_pacer_stops_a_busy_child_and_always_continues_it():
+    """A busy process over its share is stopped (state T), continued once its share falls back, and
+    resume() leaves it running; a process that is gone is left alone."""
+    import subprocess
+    import sys
+    import time
+
+    from avatar_app.inference.isolation import _Pacer
+
+    def state(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        pacer = _Pacer(proc.pid, duty=0.1)
+        seen = set()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not ({"T", "R"} <= seen and pacer.stopped_s > 0):
+            pacer.step()
+            seen.add("T" if pacer.stopped else "R")
+            if pacer.stopped:  # (a signal is delivered asynchronously)
+                until = time.monotonic() + 2.0
+                while state(proc.pid) != "T" and time.monotonic() < until:
+                    time.sleep(0.005)
+                assert state(proc.pid) == "T"
+            time.sleep(0.02)
+        assert "T" in seen and pacer.stopped_s > 0  # stopped, then continued
+        pacer.step()
+        pacer.resume()
+        assert not pacer.stopped and state(proc.pid) != "T"
+    finally:
+        proc.kill()
+        proc.wait()
+    pacer.step()  # gone: nothing to stop
+    assert not pacer.stopped
+
+
+def test_paced_child_still_answers_with_progress():
+    """A paced job (duty 0.2) returns its result and every progress report reaches the parent."""
+    seen = []
+    used = run_isolated(child_busy, 0.3, label="busy", duty=0.2, progress=lambda s, f: seen.append(f))
+    assert used >= 0.3
+    assert seen and seen == sorted(seen)

@@ -100,3 +100,28 @@ def test_failed_request_keeps_old_engine(tiny_models, user_dirs):
         assert slot.active is res.runner and not before.is_open
         y = slot.infer({"x": np.full((2, 64), 0.7, np.float32)})["y"]
         assert y.shape == (2, 8) and np.isfinite(y).all()
+
+
+def test_new_engine_is_warmed_up_on_the_worker_before_the_swap(tiny_models, user_dirs, monkeypatch):
+    """The new engine's first call runs on the slot's worker with the last call's feeds, before it
+    serves: the processing thread's first call after the swap is not the session's first."""
+    mgr = EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=False)
+    calls = []
+    real = OrtRunner.infer
+
+    def spy(self, feeds):
+        calls.append((self, threading.current_thread().name, {k: v.shape for k, v in feeds.items()}))
+        return real(self, feeds)
+
+    with EngineSlot(mgr, tiny_models["layernorm"]) as slot:
+        slot.open("ort_cpu", "fp32")
+        x = np.full((2, 5, 32), 0.5, np.float32)
+        slot.infer({"x": x})
+        monkeypatch.setattr(OrtRunner, "infer", spy)
+        res = slot.request("ort_cpu", "fp16").result(timeout=120)
+        assert res.runner.precision is Precision.FP16 and slot.active is res.runner
+        mine = [c for c in calls if c[0] is res.runner]  # (the verification's runner is another one)
+        assert len(mine) == 1 and mine[0][1].startswith("engine-swap") and mine[0][2] == {"x": (2, 5, 32)}
+        n = len(calls)
+        slot.infer({"x": x})
+        assert len(calls) == n + 1  # the serving call itself

@@ -190,3 +190,20 @@ def test_a_headless_session_plays_a_file_without_qt(tmp_path, testdata):
                        text=True, timeout=240, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "OK File: grid_s1_bbaf2n.mp4" in r.stdout
+
+
+def test_studio_engine_builds_are_paced_by_the_background_policy(monkeypatch):
+    """The studio's engine manager paces its build children (half a core by default) unless children
+    run at normal priority (the suite's setting) or AVATAR_APP_CHILD_DUTY turns pacing off."""
+    from avatar_app.pipeline.engines import EngineController
+
+    monkeypatch.delenv("AVATAR_APP_CHILD_PRIORITY", raising=False)
+    monkeypatch.delenv("AVATAR_APP_CHILD_DUTY", raising=False)
+    none = {"face_recon": None, "speech2face": None}
+    expected = 0.5 if hasattr(__import__("signal"), "SIGSTOP") and os.path.isdir("/proc/self") else None
+    assert EngineController(models=none).manager.child_duty == expected
+    monkeypatch.setenv("AVATAR_APP_CHILD_DUTY", "1")
+    assert EngineController(models=none).manager.child_duty is None
+    monkeypatch.delenv("AVATAR_APP_CHILD_DUTY")
+    monkeypatch.setenv("AVATAR_APP_CHILD_PRIORITY", "normal")
+    assert EngineController(models=none).manager.child_duty is None
