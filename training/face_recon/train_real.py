@@ -53,6 +53,8 @@ Each optimiser step sees three batches:
    the consistency stills (copy - original) added to the synthetic batch's inputs (a still's
    neutral, a frame's displacement); the output must stay as on the clean input (eval mode,
    target without gradient), so invariance learnt on a few photos is asked of every face.
+   ``--bank-real`` asks it of the real batch too (video frames and photos); ``--bank-scale``
+   scales the residuals (``--bank-scale-random``: per sample uniform in [0, scale]).
 
 ``--init`` starts from a state dict (its input statistics kept): fine-tuning a candidate.
 
@@ -317,12 +319,18 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
             if cons is not None and args.w_bank > 0:
                 # MediaPipe's own changes under re-tracking (copy - original, other photos), added to
                 # the synthetic batch's inputs (a still's to its neutral, a frame's to its displacement)
-                r = bank[torch.randint(len(bank), (len(it),), device=device)]
-                xp = torch.where(still[:, None, None], x, x + r)
-                np_ = torch.where(still[:, None, None], n + r, n)
+                xb, nb, sb = x, n, still
+                if args.bank_real:  # the real batch too (a still: x = 0, the residual on its neutral)
+                    xb, nb = torch.cat([x, xr]), torch.cat([n, nr])
+                    sb = torch.cat([still, xr.flatten(1).abs().amax(1) == 0])
+                r = bank[torch.randint(len(bank), (len(xb),), device=device)]
+                r = r * (args.bank_scale * torch.rand(len(xb), 1, 1, device=device) if args.bank_scale_random
+                         else args.bank_scale)
+                xp = torch.where(sb[:, None, None], xb, xb + r)
+                np_ = torch.where(sb[:, None, None], nb + r, nb)
                 model.eval()
                 with torch.no_grad():
-                    wt_b = model.forward_subset(x, n)[0]
+                    wt_b = model.forward_subset(xb, nb)[0]
                 model.train()
                 db = (model.forward_subset(xp, np_)[0] - wt_b).index_select(1, est)
                 l_bank = (db ** 2).mean()
@@ -523,6 +531,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="stills left out of the consistency loss (default: the engine tests' stills)")
     ap.add_argument("--w-bank", type=float, default=0.0,
                     help="consistency of the output on synthetic inputs under the stills' re-tracking residuals")
+    ap.add_argument("--bank-real", action="store_true",
+                    help="--w-bank on the real batch too (video frames, stills), not only the synthetic one")
+    ap.add_argument("--bank-scale", type=float, default=1.0, help="scale of the residuals of --w-bank")
+    ap.add_argument("--bank-scale-random", action="store_true",
+                    help="per sample a uniform scale in [0, --bank-scale] instead of the fixed one")
     ap.add_argument("--w-feat", type=float, default=0.0,
                     help="distillation of the fidelity features (--feat) of the face model under the output vs "
                          "under the solver's output, each over the solver's sd on the video frames")
