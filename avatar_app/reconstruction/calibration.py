@@ -345,6 +345,8 @@ class RunningPercentiles(ScheduledEstimate):
         self._buf = np.zeros((int(capacity), q.size), dtype=np.float64)  # the ring, by slot
         self._sorted = (SortedColumns(int(capacity), q.size, np.float64)
                         if int(capacity) * q.size >= self.INCREMENTAL_MIN_CELLS else None)
+        self._cols = np.arange(q.size)
+        self._weights: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def reset(self) -> None:
         """Forget every sample."""
@@ -393,9 +395,13 @@ class RunningPercentiles(ScheduledEstimate):
         for a small ring, from a fresh sort."""
         n = self._schedule.count
         s = self._sorted.sorted if self._sorted is not None else np.sort(self._buf[:n], axis=0)
-        pos = self._q * (n - 1)
-        lo = np.floor(pos).astype(np.intp)
-        hi = np.minimum(lo + 1, n - 1)
-        frac = pos - lo
-        cols = np.arange(s.shape[1])
-        return s[lo, cols] * (1.0 - frac) + s[hi, cols] * frac
+        w = self._weights
+        if w is None or w[0] != n:  # rows and weights depend on n only: kept while the ring is full
+            pos = self._q * (n - 1)
+            lo = np.floor(pos).astype(np.intp)
+            hi = np.minimum(lo + 1, n - 1)
+            frac = pos - lo
+            w = self._weights = (n, lo, hi, 1.0 - frac, frac)
+        _, lo, hi, keep, frac = w
+        cols = self._cols
+        return s[lo, cols] * keep + s[hi, cols] * frac
