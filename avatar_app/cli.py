@@ -3,6 +3,7 @@
     avatar-app                      open the window (camera 0)
     avatar-app --source FILE        open the window playing a video file live
     avatar-app render IN -o OUT.mp4 [--settings FILE] [--audio FILE] [--overlay] [--size WxH] [--fps N]
+                                    [--face default|solver|engine]   (and render prints which face path ran)
     avatar-app demo -o demo.mp4     a short clip from data the package carries
     avatar-app contact-sheet -o sheet.png   every blendshape on the face model and the avatar
     avatar-app engines list|build|calibrate|clear   the inference engines
@@ -193,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="face tracker: mediapipe (CPU), onnx (the same landmark models as inference engines: "
                         "ONNX Runtime or TensorRT) or auto (default: the settings file's Tracking choice, else "
                         "auto: onnx where an NVIDIA GPU backend runs, else mediapipe)")
+    from avatar_app.pipeline.stages import FACE_PATHS, resolve_face_path
+
+    r.add_argument("--face", choices=FACE_PATHS, default=None,
+                   help="face path: solver (the geometric solver), engine (the learned face engine; the solver "
+                        "when its model cannot load, and the summary says why) or default (the settings file's "
+                        "face path, else the app's default: " + resolve_face_path("default") + ")")
     r.add_argument("--remote", metavar="grpc://HOST:PORT", default=None,
                    help="run the engines on an 'avatar-app serve' server (local engines when it does not answer)")
     common(r)
@@ -244,7 +251,8 @@ def _render_options(args):
     """RenderOptions from the command line and the studio's settings file (``--settings``).
 
     Without ``--settings`` the post-processing is a fresh studio's; the options given
-    on the command line (``--background``, ``--avatar``, ``--tracker``) win over the file's.
+    on the command line (``--background``, ``--avatar``, ``--tracker``, ``--face``) win over the file's
+    (``--face default`` is the app's default whatever the file says).
     The face tracker is the file's Tracking row (with its ONNX backend and precision)
     unless ``--tracker`` names one; the file's backend and precision apply whenever the
     ONNX tracker runs.
@@ -275,6 +283,7 @@ def _render_options(args):
         avatar_path=avatar, lighting=studio.avatar.lighting, settings=studio.chain(),
         tracker=getattr(args, "tracker", None) or studio.engines.tracker["kind"],
         tracker_backend=studio.engines.tracker["backend"], tracker_precision=studio.engines.tracker["precision"],
+        face=getattr(args, "face", None) or studio.engines.face,
     )
 
 
@@ -362,6 +371,8 @@ def _print_report(rep) -> None:
         f"mouth from {rep.speech_backend or 'the video alone'}; "
         f"{rep.fps:.1f} fps ({stages})"
     )
+    if rep.face_path:
+        print(f"face path: {rep.face_path}")
 
 
 def _cmd_render(args) -> int:

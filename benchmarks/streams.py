@@ -57,10 +57,8 @@ def record_feeds(clip: Path, work: Path) -> dict[str, list[dict[str, np.ndarray]
     """The engine inputs a local render of ``clip`` makes, in call order, per model (batch 1 each)."""
     from avatar_app.pipeline import RenderOptions, StageChoice, render_file
     from avatar_app.pipeline.stages import build_reconstructor, build_speech
-    from avatar_app.reconstruction.engine import default_model_path
-
-    # the stage factory's engines (the face engine named explicitly: it is not the default path)
-    choice = StageChoice(live=False, audio=True, face_model=default_model_path())
+    # the stage factory's engines (the face engine asked for: it is not the default path)
+    choice = StageChoice(live=False, audio=True, face="engine")
     recon, speech = build_reconstructor(choice), build_speech(choice)
     calls: dict[str, list] = {m: [] for m in MODELS}
     for name, solver in (("face_recon", recon), ("speech2face", speech)):

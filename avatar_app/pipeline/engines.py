@@ -8,6 +8,11 @@ run and why not, what serves now, the verification of the active engine, and
 the progress of a background build. A switch builds and verifies the new engine
 while the current one keeps serving (the slot swaps between two calls).
 
+The face engine's slot opens whatever the face path: the user's choice between the
+geometric solver and the learned engine is the session's (``settings.engines.face``,
+:func:`~avatar_app.pipeline.stage_swaps.swap_face`), so switching to the engine is
+instant once it is open, and its backend and precision can be chosen either way.
+
 Qt-free: changes are announced as plain events (:class:`~avatar_app.core.events.Event`)
 emitted on the worker threads; the studio's Qt bridge turns them into signals.
 
@@ -167,14 +172,6 @@ class EngineController:
         self.statuses_ready = Event("backend statuses ready")
         self.progress = Event("engine build progress")
         paths = {n: default_model_path(n) for n in ENGINES}
-        #: engine name -> why it is off by default (not opened; its fallback serves)
-        self.disabled: dict[str, str] = {}
-        from avatar_app.pipeline.stages import engine_disabled_reason
-
-        off = engine_disabled_reason("face_recon")
-        if off and "face_recon" not in (models or {}):
-            self.disabled["face_recon"] = off
-            paths["face_recon"] = None
         paths.update(models or {})
         fns = dict(DEFAULT_SAMPLE_FNS)
         fns.update(sample_fns or {})
@@ -267,8 +264,6 @@ class EngineController:
     def backend_reason(self, name: str, backend: str) -> str | None:
         """Why ``backend`` cannot be chosen for engine ``name`` here, or None if it can."""
         e = self.entries[name]
-        if name in self.disabled:
-            return self.disabled[name]
         if not e.installed:
             return f"model not installed ({e.model_path.name if e.model_path else name + '.onnx'})"
         if self.statuses is None:
@@ -317,8 +312,6 @@ class EngineController:
         runner = self.active(name)
         if runner is not None:
             return f"{BACKEND_LABELS.get(runner.backend, runner.backend)} {runner.precision.value.upper()}"
-        if name in self.disabled:
-            return f"{FALLBACKS.get(name, 'fallback')}"
         if not e.installed:
             return f"{FALLBACKS.get(name, 'fallback')} (no model)"
         if e.error:
@@ -328,8 +321,6 @@ class EngineController:
     def verification_text(self, name: str) -> str:
         """The active engine's verification, why a choice fell back, and the last error."""
         e = self.entries[name]
-        if name in self.disabled:
-            return f"The {FALLBACKS.get(name, 'fallback')} is used: {self.disabled[name]}."
         if not e.installed:
             return f"Model not installed: {e.model_path}. The {FALLBACKS.get(name, 'fallback')} is used."
         lines = []

@@ -66,6 +66,9 @@ class RenderOptions:
         tracker: ``auto``, ``onnx`` or ``mediapipe`` (``render --tracker``; tracking.select).
         tracker_backend / tracker_precision: the ONNX tracker's engine (the settings file's
             Tracking row; None or "auto": the fastest verified engine).
+        face: the face path, one of :data:`~avatar_app.pipeline.stages.FACE_PATHS` (``render --face``,
+            else the settings file's): ``solver``, ``engine`` (the solver when the model cannot
+            load) or ``default`` (:data:`~avatar_app.pipeline.stages.FACE_ENGINE_BY_DEFAULT`).
     """
 
     size: tuple[int, int] = (1280, 720)
@@ -81,6 +84,7 @@ class RenderOptions:
     tracker: str = "auto"
     tracker_backend: str | None = None
     tracker_precision: str | None = None
+    face: str = "default"
 
 
 @dataclass
@@ -103,6 +107,10 @@ class RenderReport:
             clip holds only the frames that decoded.
         face_solver: what turned landmarks into blendshapes: ``"geometric solver"`` or the
             learned engine's description (``face_recon.onnx on ort_cpu (fp32)``).
+        face_path: which face path drove the avatar and why, one line
+            (:meth:`~avatar_app.pipeline.stages.FacePath.summary`: ``"learned face engine"``,
+            ``"geometric solver (chosen)"``, the solver standing in for an engine that could not load
+            and why).
         tracker: the face tracker that ran (``render --tracker``): its ``describe()``
             (``ONNX tracker: face_detection.onnx on ort_cpu (fp32) ...``), ``"MediaPipe face mesh"``,
             or "" when none ran.
@@ -137,6 +145,7 @@ class RenderReport:
     input_problem: str | None = None
     interrupted: bool = False
     face_solver: str = ""
+    face_path: str = ""
     speech_backend: str = ""
     tracker: str = ""
     faces_in_view: int = 0
@@ -312,7 +321,8 @@ class OfflineRun:
 def offline_states(path: Path, settings: ChainSettings | None = None,
                    on_state: Callable[[AvatarState], None] | None = None,
                    stop: threading.Event | None = None,
-                   tracker: tuple[str, str | None, str | None] = ("auto", None, None)) -> list[AvatarState]:
+                   tracker: tuple[str, str | None, str | None] = ("auto", None, None),
+                   face: str = "default") -> list[AvatarState]:
     """The states :func:`render_file` renders, without rendering: every frame of ``path`` in media time.
 
     The video's own audio track drives speech, as in ``render`` without ``--audio``.
@@ -324,6 +334,7 @@ def offline_states(path: Path, settings: ChainSettings | None = None,
         stop: ends the run before the next frame when set.
         tracker: ``(kind, backend, precision)`` of the face tracker, as RenderOptions'
             ``tracker``, ``tracker_backend`` and ``tracker_precision``.
+        face: the face path, as RenderOptions' ``face``.
 
     Returns:
         One AvatarState per decoded frame.
@@ -339,7 +350,8 @@ def offline_states(path: Path, settings: ChainSettings | None = None,
         _, speech_audio = open_audio(src, Path(path), options, RenderReport(Path(path), sidecar_path_for(path)))
         kind, backend, precision = tracker
         stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings,
-                                          tracker=kind, tracker_backend=backend, tracker_precision=precision))
+                                          tracker=kind, tracker_backend=backend, tracker_precision=precision,
+                                          face=face))
         try:
             for state in OfflineRun(src, make_offline_processor(stages), speech_audio, stop):
                 out.append(state)
@@ -437,7 +449,7 @@ def render_file(
         options: RenderOptions (size, fps, overlay, audio, avatar ...).
         progress: called as ``progress(frames_done, frames_total_estimate)``.
         reconstructor: FaceReconstructor to use (default: :func:`~avatar_app.pipeline.stages.build_stages`'s,
-            the geometric solver unless the face engine is enabled).
+            ``options.face``'s path: the geometric solver or the learned face engine).
         speech: SpeechAnimator to use (default: build_stages' choice, the learned speech engine
             when it loads, else the loudness solver).
         stop: when set (e.g. by a signal handler), the render stops before the next
@@ -470,10 +482,12 @@ def render_file(
         check_output_name(output_path, options)  # a wrong -o is refused before the stages are built
         stages = build_stages(StageChoice(live=False, audio=speech_audio is not None, chain=options.settings,
                                           on_fallback=report.warnings.append, tracker=options.tracker,
+                                          face=options.face,
                                           tracker_backend=options.tracker_backend,
                                           tracker_precision=options.tracker_precision),
                               reconstructor=reconstructor, speech=speech)
         report.face_solver = stages.face_solver
+        report.face_path = stages.face_path.summary()
         report.speech_backend = describe_speech(stages.speech)
         report.tracker = describe_tracker(stages.tracker)
         audio = None

@@ -7,8 +7,9 @@
 - the live pipeline (:class:`~avatar_app.pipeline.live.LivePipeline`), built by
   :func:`~avatar_app.pipeline.stages.build_stages` with the engine controller's
   slots, and its post-processing chain (fusion, tuning, expressions);
-- the engine choice and swaps (:class:`~avatar_app.pipeline.engines.EngineController`) and
-  the face tracker's (:class:`~avatar_app.pipeline.stage_swaps.TrackerController`);
+- the engine choice and swaps (:class:`~avatar_app.pipeline.engines.EngineController`), the
+  face path (the geometric solver or the learned face engine, :meth:`StudioSession.set_face_path`)
+  and the face tracker's (:class:`~avatar_app.pipeline.stage_swaps.TrackerController`);
 - the output fan-out (:class:`~avatar_app.pipeline.outputs.LiveOutputs`: VMC, the
   virtual camera, calibration samples; :class:`~avatar_app.pipeline.recording.StudioRecording`:
   the clip, its audio and blendshape track from the view's rendered frames);
@@ -42,8 +43,8 @@ from avatar_app.fusion.expressions import ExpressionLayer, parse_mix
 from avatar_app.pipeline import settings as store
 from avatar_app.pipeline.outputs import LiveOutputs
 from avatar_app.pipeline.session_events import SessionEvents, SourceInfo, sentence  # noqa: F401
-from avatar_app.pipeline.stage_swaps import TrackerController, attach_engines
-from avatar_app.pipeline.stages import StageChoice, build_stages
+from avatar_app.pipeline.stage_swaps import TrackerController, attach_engines, swap_face
+from avatar_app.pipeline.stages import StageChoice, build_stages, resolve_face_path
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class StudioSession:
         from avatar_app.pipeline.live import LivePipeline
 
         choice = StageChoice(live=True, audio=ring is not None, slots=self.slots(), **self.trackers.stage_fields(),
-                             on_fallback=self.trackers.note_fallback)
+                             on_fallback=self.trackers.note_fallback, face=self.settings.engines.face)
         recon = self.reconstructor_factory(self.engines) if self.reconstructor_factory is not None else None
         speech = self.speech_factory(self.engines) if self.speech_factory is not None and ring is not None else None
         with self.trackers.source_build(choice.tracker):  # the Tracking row's progress bar
@@ -479,6 +480,58 @@ class StudioSession:
         self.events.engine_changed.emit(name)
         self._attach_engines()
 
+    @property
+    def face_path(self) -> str:
+        """The face path the user chose, resolved: ``"solver"`` or ``"engine"`` (``settings.engines.face``)."""
+        return resolve_face_path(self.settings.engines.face)
+
+    def set_face_path(self, face: str) -> Future | None:
+        """Choose the face path (persisted) and apply it to the running pipeline between two frames.
+
+        Args:
+            face: ``"solver"`` (the geometric solver), ``"engine"`` (the learned face engine; the
+                solver while its slot is not open or when it failed) or ``"default"``
+                (:data:`~avatar_app.pipeline.stages.FACE_ENGINE_BY_DEFAULT`).
+
+        Returns:
+            The swap's Future (see :func:`~avatar_app.pipeline.stage_swaps.swap_face`), None without
+            a pipeline (the next one is built with the new path).
+
+        Raises:
+            InputError: ``face`` is not a face path.
+        """
+        resolve_face_path(face)
+        self.settings.engines.face = face
+        store.save_area(self.store, self.settings.engines)
+        fut = swap_face(self)
+        self.events.engine_changed.emit("face_recon")
+        return fut
+
+    def face_serving(self) -> str:
+        """What drives the running pipeline's face: ``"engine"``, ``"solver"``, or "" without a pipeline."""
+        pipe = self.pipeline
+        if pipe is None:
+            return ""
+        return "engine" if getattr(pipe.processor.reconstructor, "slot", None) is not None else "solver"
+
+    def describe_face(self) -> str:
+        """Which face path drives the face, for the status bar and the Engines panel's face row:
+        ``learned engine (ONNX Runtime CPU FP32)``, ``geometric solver``, or the solver standing in for the
+        chosen engine and why (``geometric solver (the learned engine failed)``, ``… (learned engine opening…)``)."""
+        engines = self.engines
+        serving = self.face_serving() or ("engine" if self.face_path == "engine" and engines.active("face_recon")
+                                          else "solver")
+        if serving == "engine":
+            return f"learned engine ({engines.describe('face_recon')})"
+        if self.face_path == "solver":
+            return "geometric solver"
+        e = engines.entry("face_recon")
+        if not e.installed:
+            return "geometric solver (the learned engine's model is not installed)"
+        if e.error and engines.active("face_recon") is None:
+            return "geometric solver (the learned engine failed)"
+        return "geometric solver (learned engine opening…)"
+
     def set_tracker_choice(self, kind: str, backend: str = "auto", precision: str | None = None) -> Future:
         """Switch the face tracker (built in the background, swapped between two frames; persisted).
 
@@ -655,7 +708,7 @@ class StudioSession:
         self.settings.tuning = self.chain.tuner.settings
         t = self.settings.engines.tracker
         return offline_states(Path(path), self.settings.chain(), on_state, stop,
-                              tracker=(t["kind"], t["backend"], t["precision"]))
+                              tracker=(t["kind"], t["backend"], t["precision"]), face=self.settings.engines.face)
 
     # ================================================================== close
     def close(self) -> None:

@@ -29,6 +29,7 @@ from avatar_app.fusion.chain import ChainSettings
 from avatar_app.fusion.expressions import EXPRESSION_PRESETS, parse_mix
 from avatar_app.fusion.mouth import FusionSettings
 from avatar_app.fusion.tuning import DEFAULT_SMOOTHING, REGIONS, TuningSettings
+from avatar_app.pipeline.stages import FACE_PATHS
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,15 @@ class EngineChoice:
         tracker: the Tracking row: ``kind`` (a name of :data:`TRACKER_KINDS`) and, for the ONNX
             tracker, its engine-layer ``backend`` ("auto" or a backend name) and ``precision``
             (None = the backend's default, "fp32", "fp16", "int8").
+        face: the face path (the face row's choice, ``render --face``): ``"default"`` (until the user
+            chooses: :data:`~avatar_app.pipeline.stages.FACE_ENGINE_BY_DEFAULT` decides), ``"solver"``
+            (the geometric solver) or ``"engine"`` (the learned face engine, the solver when it
+            cannot load).
     """
 
     choices: dict[str, dict[str, str | None]] = field(default_factory=dict)
     tracker: dict = field(default_factory=default_tracker)
+    face: str = "default"
 
 
 @dataclass
@@ -210,6 +216,7 @@ _ALLOWED = {
     (OutputSettings, "cpu_mode"): tuple(CPU_MODES),
     (OutputSettings, "vmc_port"): [1, 65535],
     (OutputSettings, "vmc_names"): ("unity", "arkit"),
+    (EngineChoice, "face"): FACE_PATHS,
 }
 
 

@@ -1,7 +1,10 @@
 """Swapping stages of the studio's running pipeline: the engine wrappers and the face tracker.
 
 - :func:`attach_engines` gives the running pipeline the face/speech wrapper of an
-  engine slot that has just opened (the slot itself swaps backends and precisions).
+  engine slot that has just opened (the slot itself swaps backends and precisions);
+  the face engine's only while the face path is the engine.
+- :func:`swap_face` gives it the face path the user chose (the geometric solver or the
+  learned engine), the same way: built on the session's worker, assigned between two frames.
 - :class:`TrackerController` is the Engines panel's Tracking row without Qt: the
   user's tracker (Auto, MediaPipe, the ONNX landmark engines with a backend and a
   precision), what Auto resolves to here, why an option cannot be chosen, and
@@ -24,7 +27,13 @@ from contextlib import contextmanager
 
 from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline import settings as store
-from avatar_app.pipeline.stages import StageChoice, build_reconstructor, build_speech, build_tracker
+from avatar_app.pipeline.stages import (
+    StageChoice,
+    build_reconstructor,
+    build_speech,
+    build_tracker,
+    resolve_face_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +51,8 @@ def attach_engines(session) -> None:
     session's worker thread and assigned to the pipeline's processor there: the
     processing thread reads it once per frame. The slot object stays the same
     across backend/precision switches, so this happens once per pipeline and
-    engine; the neutral face is carried over.
+    engine; the neutral face is carried over. The face engine is attached only while the
+    session's face path (``settings.engines.face``) resolves to the engine.
     """
     pipe = session.pipeline
     if pipe is None:
@@ -50,7 +60,8 @@ def attach_engines(session) -> None:
     speech_slot, face_slot = session.engines.slot("speech2face"), session.engines.slot("face_recon")
     want_speech = (speech_slot is not None and pipe.ring is not None
                    and getattr(pipe.processor.speech, "slot", None) is not speech_slot)
-    want_face = face_slot is not None and getattr(pipe.processor.reconstructor, "slot", None) is not face_slot
+    want_face = (face_slot is not None and resolve_face_path(session.settings.engines.face) == "engine"
+                 and getattr(pipe.processor.reconstructor, "slot", None) is not face_slot)
     if want_speech or want_face:
         session.worker.submit(_attach, session, pipe, want_speech, want_face, session.neutral_landmarks)
 
@@ -58,7 +69,7 @@ def attach_engines(session) -> None:
 def _attach(session, pipe, want_speech: bool, want_face: bool, neutral) -> None:
     if session.pipeline is not pipe:
         return
-    choice = StageChoice(live=True, slots=session.slots())
+    choice = StageChoice(live=True, slots=session.slots(), face=session.settings.engines.face)
     if want_speech:
         try:
             f = session.speech_factory
@@ -75,8 +86,50 @@ def _attach(session, pipe, want_speech: bool, want_face: bool, neutral) -> None:
                 if neutral is not None:
                     recon.calibrate_neutral(neutral)
                 pipe.processor.reconstructor = recon
+                # what drives the face changed: the face row and the status bar say so
+                session.dispatch(lambda: session.events.engine_changed.emit("face_recon"))
         except AvatarError as exc:
             log.warning("face reconstruction engine not attached: %s", exc)
+
+
+def swap_face(session) -> Future | None:
+    """Give the running pipeline the session's face path (``settings.engines.face``), between two frames.
+
+    The reconstructor is built on the session's worker thread (as :func:`attach_engines` does):
+    the geometric solver, or the learned engine on the controller's open slot (the session's
+    ``reconstructor_factory`` when given), or the solver while that slot is not open (it is
+    attached once it opens). The neutral face is carried over; frames keep flowing meanwhile.
+
+    Returns:
+        A Future resolving to the reconstructor handed to the pipeline (None: no pipeline, or
+        another pipeline runs by then); ``session.events.engine_changed("face_recon")`` follows
+        on the controlling thread.
+    """
+    pipe = session.pipeline
+    if pipe is None:
+        return None
+    return session.worker.submit(_swap_face, session, pipe, session.settings.engines.face)
+
+
+def _swap_face(session, pipe, face: str):
+    """Build the reconstructor of ``face`` and hand it to ``pipe`` (the session's worker thread)."""
+    if session.pipeline is not pipe:
+        return None
+    recon = None
+    f = session.reconstructor_factory
+    if resolve_face_path(face) == "engine" and f is not None:
+        recon = f(session.engines)
+    if recon is None:
+        recon = build_reconstructor(StageChoice(live=True, slots=session.slots(), face=face))
+    neutral = session.neutral_landmarks
+    if neutral is not None:
+        try:
+            recon.calibrate_neutral(neutral)
+        except AvatarError as exc:  # the new path starts from its automatic neutral instead
+            log.warning("the neutral face was not carried over to the %s: %s", face, exc)
+    pipe.processor.reconstructor = recon
+    session.dispatch(lambda: session.events.engine_changed.emit("face_recon"))
+    return recon
 
 
 # ---------------------------------------------------------------------------- the tracker

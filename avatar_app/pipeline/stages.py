@@ -3,8 +3,10 @@
 ``build_stages(choice)`` is used by the studio (live and its offline mode),
 ``avatar-app render`` and the demo, so they cannot drift apart:
 
-- face: the learned face_recon engine when it is enabled (:data:`FACE_ENGINE_BY_DEFAULT`,
-  or ``AVATAR_APP_FACE_ENGINE=1``) and usable, else the geometric solver;
+- face: the face path the caller passes (``choice.face``, one of :data:`FACE_PATHS`: the
+  studio's persisted Engines-panel choice, ``render --face``): ``solver`` the geometric
+  solver, ``engine`` the learned face_recon engine (the solver when it cannot load, and the
+  caller hears why), ``default`` whichever :data:`FACE_ENGINE_BY_DEFAULT` names;
 - speech (only with audio): the learned speech2face engine when usable, else the
   loudness solver.
 
@@ -15,43 +17,75 @@ without (render, demo), the shipped model opened through a new EngineManager.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from avatar_app.core.errors import AvatarError
+from avatar_app.core.errors import AvatarError, InputError
 from avatar_app.fusion.chain import ChainSettings, PostChain
 
 log = logging.getLogger(__name__)
 
-#: Whether the learned face engine serves by default (False: the geometric solver unless the user opts in).
+#: Whether the learned face engine is the default face path (False: the geometric solver). Making the
+#: engine the default is this one line; the solver stays its fallback when the model cannot load.
 FACE_ENGINE_BY_DEFAULT = False
 
-#: Why the learned face engine is not used unless the user opts in. Measured
-#: (models/face_recon.md): on real recordings it does not yet beat the frozen
-#: geometric solver everywhere (blink precision/recall 0.94/0.94 vs 1.0/1.0, GRID jawOpen r
-#: 0.46/0.52 vs 0.54/0.48), so the solver stays the default.
+#: The face paths a caller may ask for (``render --face``, the studio's settings): ``default`` follows
+#: :data:`FACE_ENGINE_BY_DEFAULT`.
+FACE_PATHS = ("default", "solver", "engine")
+
+#: Why the learned face engine is not the default. Measured (models/face_recon.md): on real
+#: recordings it does not yet beat the frozen geometric solver everywhere (blink precision/recall
+#: 0.94/0.94 vs 1.0/1.0, GRID jawOpen r 0.46/0.52 vs 0.54/0.48), so the solver stays the default.
 FACE_ENGINE_OFF_REASON = (
-    "the learned face engine does not yet beat the geometric solver on real recordings "
-    "(see models/face_recon.md); set AVATAR_APP_FACE_ENGINE=1 to try it"
+    "the learned engine does not yet beat the solver on real recordings, see models/face_recon.md"
 )
-#: Values of AVATAR_APP_FACE_ENGINE that opt in (case-insensitive); "0", "false", "no", "off" opt out.
-FACE_ENGINE_OPT_IN = ("1", "true", "yes", "on")
-_OPT_OUT = ("0", "false", "no", "off")
 
 
-def engine_disabled_reason(name: str) -> str | None:
-    """Why engine ``name`` ("face_recon", "speech2face") is off by default, or None when it serves.
+def resolve_face_path(face: str) -> str:
+    """The face path that ``face`` asks for: ``"solver"`` or ``"engine"``.
 
-    The face engine follows :data:`FACE_ENGINE_BY_DEFAULT` unless AVATAR_APP_FACE_ENGINE
-    opts in (:data:`FACE_ENGINE_OPT_IN`) or out.
+    Args:
+        face: one of :data:`FACE_PATHS`; ``"default"`` resolves through :data:`FACE_ENGINE_BY_DEFAULT`
+            (read at each call, so a test may patch it).
+
+    Raises:
+        InputError: ``face`` is not one of :data:`FACE_PATHS`.
     """
-    if name != "face_recon":
-        return None
-    env = os.environ.get("AVATAR_APP_FACE_ENGINE", "").strip().lower()
-    on = env in FACE_ENGINE_OPT_IN or (FACE_ENGINE_BY_DEFAULT and env not in _OPT_OUT)
-    return None if on else FACE_ENGINE_OFF_REASON
+    if face not in FACE_PATHS:
+        raise InputError(f"face path {face!r} is not one of {', '.join(FACE_PATHS)}")
+    if face == "default":
+        return "engine" if FACE_ENGINE_BY_DEFAULT else "solver"
+    return face
+
+
+@dataclass(frozen=True)
+class FacePath:
+    """Which face path drives the avatar, and why.
+
+    Attributes:
+        asked: the caller's choice, one of :data:`FACE_PATHS`.
+        chosen: ``"solver"`` or ``"engine"``: ``asked`` resolved (:func:`resolve_face_path`).
+        serving: what drives the face: ``"solver"`` or ``"engine"`` (the solver when the engine
+            was chosen but could not be used).
+        fallback: why the chosen engine could not be used, one clause ("" when it serves or was
+            not chosen).
+    """
+
+    asked: str
+    chosen: str
+    serving: str
+    fallback: str = ""
+
+    def summary(self) -> str:
+        """One line for the user: which path drove the face and why (``render``'s "face path:" line)."""
+        if self.serving == "engine":
+            return "learned face engine" + (" (the default)" if self.asked == "default" else "")
+        if self.chosen == "engine":
+            return f"geometric solver, standing in for the learned face engine: {self.fallback or 'it did not load'}"
+        if self.asked == "default":
+            return f"geometric solver (the default: {FACE_ENGINE_OFF_REASON}; --face engine runs the engine)"
+        return "geometric solver (chosen)"
 
 
 @dataclass
@@ -64,8 +98,8 @@ class StageChoice:
         audio: whether there is audio (False: no speech stage).
         slots: engine name -> an open EngineSlot or None (the studio's engine
             controller); None opens the shipped models instead (render, demo).
-        face_model: a face_recon ONNX to try whatever the default (None: the shipped one,
-            when enabled).
+        face: the face path, one of :data:`FACE_PATHS` (``default``: :data:`FACE_ENGINE_BY_DEFAULT`).
+        face_model: the face_recon ONNX the engine path opens (None: the shipped one).
         speech_model: a speech2face ONNX (None: the shipped one).
         manager: the EngineManager that opens model files (None: a new one per engine).
         backend: the engine-layer backend for engines opened from model files (None: the
@@ -85,6 +119,7 @@ class StageChoice:
     live: bool = False
     audio: bool = True
     slots: Mapping[str, object] | None = None
+    face: str = "default"
     face_model: Path | None = None
     speech_model: Path | None = None
     manager: object = None
@@ -107,12 +142,14 @@ class Stages:
         reconstructor: a FaceReconstructor (EngineReconstructor or GeometricSolver).
         speech: a SpeechAnimator (EngineSpeechAnimator or LoudnessSpeechAnimator) or None.
         chain: the PostChain.
+        face_path: which face path drives the face (:class:`FacePath`).
     """
 
     tracker: object
     reconstructor: object
     speech: object
     chain: PostChain
+    face_path: FacePath | None = None
 
     @property
     def face_solver(self) -> str:
@@ -126,31 +163,37 @@ class Stages:
             self.tracker.close()
 
 
-def _face(choice: StageChoice):
+def _face(choice: StageChoice) -> tuple[object, FacePath]:
     from avatar_app.reconstruction.engine import EngineReconstructor, default_model_path
     from avatar_app.reconstruction.geometric import GeometricSolver
 
-    if choice.slots is not None:
+    chosen = resolve_face_path(choice.face)
+
+    def solver(fallback: str = ""):
+        return GeometricSolver(), FacePath(choice.face, chosen, "solver", fallback)
+
+    if chosen == "solver":
+        log.info("face reconstruction: geometric solver (face path %s)", choice.face)
+        return solver()
+    if choice.slots is not None:  # the studio: the controller's slot (none yet, or it failed: the solver)
         slot = choice.slots.get("face_recon")
-        return EngineReconstructor(slot=slot) if slot is not None else GeometricSolver()
-    explicit = choice.face_model is not None
-    off = None if explicit else engine_disabled_reason("face_recon")
-    path = Path(choice.face_model) if explicit else default_model_path()
-    if off:
-        log.info("face reconstruction: geometric solver (%s)", off)
-        return GeometricSolver()
+        if slot is None:
+            return solver("the engine is not open")
+        return EngineReconstructor(slot=slot), FacePath(choice.face, chosen, "engine")
+    path = Path(choice.face_model) if choice.face_model is not None else default_model_path()
     if not path.is_file():
         log.info("no face reconstruction model at %s; using the geometric solver", path)
         _tell(choice, f"the learned face engine was asked for but {path} does not exist; the "
                       "geometric solver tracks the face instead")
-        return GeometricSolver()
+        return solver(f"{path} does not exist")
     try:
-        return EngineReconstructor(path, manager=choice.manager, backend=choice.backend)
+        return (EngineReconstructor(path, manager=choice.manager, backend=choice.backend),
+                FacePath(choice.face, chosen, "engine"))
     except AvatarError as exc:
         log.warning("face reconstruction engine unavailable (%s); using the geometric solver", exc)
         _tell(choice, f"the learned face engine cannot be used ({exc}); the geometric solver "
                       "tracks the face instead")
-        return GeometricSolver()
+        return solver(f"it could not be loaded ({_bare(exc)})")
 
 
 def _speech(choice: StageChoice):
@@ -182,8 +225,44 @@ def _tell(choice: StageChoice, message: str) -> None:
 
 
 def build_reconstructor(choice: StageChoice):
-    """Only the face stage of :func:`build_stages` (an engine swap in the studio)."""
+    """Only the face stage of :func:`build_stages` (an engine or face-path swap in the studio).
+
+    Returns:
+        A FaceReconstructor: an EngineReconstructor or the GeometricSolver (see :func:`build_face`).
+
+    Raises:
+        InputError: ``choice.face`` is not one of :data:`FACE_PATHS`.
+    """
+    return _face(choice)[0]
+
+
+def build_face(choice: StageChoice) -> tuple[object, FacePath]:
+    """The face stage of :func:`build_stages` and which path it is.
+
+    Returns:
+        (FaceReconstructor, :class:`FacePath`): the engine when ``choice.face`` resolves to it and it
+        loads, else the geometric solver; a chosen engine that cannot be used is also told to
+        ``choice.on_fallback``.
+
+    Raises:
+        InputError: ``choice.face`` is not one of :data:`FACE_PATHS`.
+    """
     return _face(choice)
+
+
+def face_path_of(reconstructor, face: str = "default") -> FacePath:
+    """The :class:`FacePath` of a reconstructor built elsewhere (tests, benchmarks, a remote render).
+
+    Args:
+        reconstructor: a FaceReconstructor; one with a ``slot`` (an EngineSlot) counts as the engine.
+        face: the face path it was asked for (one of :data:`FACE_PATHS`).
+
+    Raises:
+        InputError: ``face`` is not one of :data:`FACE_PATHS`.
+    """
+    chosen = resolve_face_path(face)
+    serving = "engine" if getattr(reconstructor, "slot", None) is not None else "solver"
+    return FacePath(face, chosen, serving)
 
 
 def build_speech(choice: StageChoice):
@@ -242,10 +321,15 @@ def build_stages(choice: StageChoice | None = None, expressions=None, reconstruc
         :class:`Stages`; call ``close()`` when done.
 
     Raises:
+        InputError: ``choice.face`` is not one of :data:`FACE_PATHS`.
         AvatarError: the face tracker cannot start.
     """
     choice = choice or StageChoice()
-    recon = reconstructor if reconstructor is not None else _face(choice)
+    if reconstructor is not None:
+        recon, face_path = reconstructor, face_path_of(reconstructor, choice.face)
+    else:
+        recon, face_path = _face(choice)
     speech = speech if speech is not None else _speech(choice)
     tracker = build_tracker(choice) if choice.track else None
-    return Stages(tracker, recon, speech, chain if chain is not None else PostChain(choice.chain, expressions))
+    return Stages(tracker, recon, speech, chain if chain is not None else PostChain(choice.chain, expressions),
+                  face_path)

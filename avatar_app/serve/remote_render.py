@@ -1,7 +1,7 @@
 """``avatar-app render --remote grpc://HOST:PORT``: an offline render whose engines run on a server.
 
-The solvers are the ones a local render uses (the face engine only when opted
-in, see :func:`~avatar_app.pipeline.stages.engine_disabled_reason`;
+The solvers are the ones a local render uses (the face engine when the render's face
+path is the engine, ``--face engine`` or :data:`~avatar_app.pipeline.stages.FACE_ENGINE_BY_DEFAULT`;
 the speech engine when there is audio), opened on the ``remote`` backend: each
 engine call goes to the server, and to the local engine standing by when the
 server stops answering (:class:`~avatar_app.inference.remote.RemoteRunner`).
@@ -94,13 +94,13 @@ def render_file_remote(url: str, input_path, output_path, options=None, progress
         InputError: a malformed URL; and whatever ``render_file`` raises.
     """
     from avatar_app.pipeline import RenderOptions, render_file
-    from avatar_app.pipeline.stages import StageChoice, build_reconstructor, build_speech
+    from avatar_app.pipeline.stages import StageChoice, build_face, build_speech
 
     set_remote_url(url)
     options = options or RenderOptions()
     notes: list[str] = []
-    choice = StageChoice(audio=options.use_audio, backend="remote", on_fallback=notes.append)
-    reconstructor = build_reconstructor(choice)
+    choice = StageChoice(audio=options.use_audio, backend="remote", on_fallback=notes.append, face=options.face)
+    reconstructor, face_path = build_face(choice)
     speech = build_speech(choice)
     clock = _FrameClock(progress)
     try:
@@ -113,6 +113,7 @@ def render_file_remote(url: str, input_path, output_path, options=None, progress
                 obj.close()
         set_remote_url(None)
     report.warnings[:0] = notes
+    report.face_path = face_path.summary()
     fps = report.frames_out / report.duration_s if report.duration_s > 0 else float(options.fps or 30.0)
     for r in runners:
         local = r.local.describe().split(" on ", 1)[-1]
@@ -122,6 +123,6 @@ def render_file_remote(url: str, input_path, output_path, options=None, progress
         finished_locally(report, r, clock, fps, url)
     if not runners:
         report.warnings.append(f"no engine of this render runs on the server {url} (the geometric solver "
-                               "and the loudness solver need none; AVATAR_APP_FACE_ENGINE=1 opts in to the "
-                               "face engine)")
+                               "and the loudness solver need none; --face engine runs the face engine "
+                               "there)")
     return report

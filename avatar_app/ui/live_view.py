@@ -177,7 +177,9 @@ class LiveView(QObject):
         engines = self.session.engines
         short = {"face_recon": "Face", "speech2face": "Speech"}
         self.status_labels["engines"].setText(
-            "   ".join([f"{short.get(n, n)}: {engines.describe(n)}" for n in engines.entries]
+            "   ".join([f"{short.get(n, n)}: "
+                        + (self.session.describe_face() if n == "face_recon" else engines.describe(n))
+                        for n in engines.entries]
                        + [f"Tracking: {self.session.trackers.short()}"]))
 
     def _on_output_status(self, kind: str, text: str) -> None:

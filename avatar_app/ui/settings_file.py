@@ -106,6 +106,8 @@ def apply_settings(win, new: store.StudioSettings) -> None:
         box = p["engines"].boxes.get(name)
         if box is not None and isinstance(choice, dict) and choice.get("backend"):
             box.select(choice["backend"], choice.get("precision"))
+    if new.engines.face != s.settings.engines.face:  # the face path: swapped between two frames
+        s.set_face_path(new.engines.face)
     t = new.engines.tracker
     if t != s.settings.engines.tracker:  # the Tracking row: the tracker switches in the background
         p["engines"].tracker_box.select(t["kind"], t["backend"], t["precision"])

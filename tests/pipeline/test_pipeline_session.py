@@ -207,3 +207,36 @@ def test_studio_engine_builds_are_paced_by_the_background_policy(monkeypatch):
     monkeypatch.delenv("AVATAR_APP_CHILD_DUTY")
     monkeypatch.setenv("AVATAR_APP_CHILD_PRIORITY", "normal")
     assert EngineController(models=none).manager.child_duty is None
+
+
+def test_the_face_path_is_a_persisted_session_setting(tmp_path, monkeypatch):
+    """Headless (no Qt, no pipeline): set_face_path persists the choice in the store, the next session reads
+    it, a value that is not a face path is refused and leaves the choice as it was (issue 17)."""
+    from avatar_app.core.errors import InputError
+    from avatar_app.pipeline import stages
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.pipeline.session import StudioSession
+
+    session = _session(tmp_path, monkeypatch)
+    monkeypatch.setattr(stages, "FACE_ENGINE_BY_DEFAULT", False)
+    try:
+        assert session.settings.engines.face == "default" and session.face_path == "solver"
+        heard: list[str] = []
+        session.events.engine_changed.connect(heard.append)
+        assert session.set_face_path("engine") is None  # no pipeline: the next one is built with it
+        assert session.face_path == "engine" and "face_recon" in heard
+        assert session.describe_face() == "geometric solver (the learned engine's model is not installed)"
+        with pytest.raises(InputError, match="is not one of default, solver, engine"):
+            session.set_face_path("learned")
+        assert session.settings.engines.face == "engine"
+        store = session.store
+    finally:
+        session.close()
+    again = StudioSession(store, engines=EngineController(models={"face_recon": None, "speech2face": None}))
+    try:
+        assert again.settings.engines.face == "engine" and again.face_path == "engine"
+        monkeypatch.setattr(stages, "FACE_ENGINE_BY_DEFAULT", True)
+        again.set_face_path("default")
+        assert again.face_path == "engine"  # default follows the constant
+    finally:
+        again.close()

@@ -24,8 +24,9 @@ SIZE = (640, 480)
 
 
 def create_face_reconstructor(model_path=None, manager=None, on_fallback=None):
-    """The stage factory's face stage for one model file (render's policy)."""
-    return build_reconstructor(StageChoice(face_model=model_path, manager=manager, on_fallback=on_fallback))
+    """The stage factory's engine face path for one model file (render --face engine's policy)."""
+    return build_reconstructor(StageChoice(face="engine", face_model=model_path, manager=manager,
+                                           on_fallback=on_fallback))
 
 
 def _lm(weights=None, ident=None, ypr=(0.0, 0.0, 0.0), t=(0.0, 0.0, -0.6)) -> Landmarks:
@@ -120,18 +121,29 @@ def test_missing_model_and_bad_config(tmp_path, manager):
     assert isinstance(create_face_reconstructor(tmp_path / "none.onnx"), GeometricSolver)
 
 
-def test_pipeline_default_is_the_solver_until_the_user_opts_in(monkeypatch, tmp_path):
-    """The engine does not beat the frozen solver on real recordings yet, so it is opt-in."""
+@pytest.mark.parametrize("by_default", [False, True])
+def test_the_face_path_is_passed_explicitly_and_default_follows_the_constant(monkeypatch, tmp_path, by_default):
+    """``face`` picks the path; ``default`` is FACE_ENGINE_BY_DEFAULT (False today: the engine does not beat
+    the frozen solver on real recordings yet); a chosen engine whose model is missing is the solver."""
+    from avatar_app.pipeline import stages
     from avatar_app.reconstruction import engine as eng
     from avatar_app.reconstruction.geometric import GeometricSolver
 
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("AVATAR_APP_FACE_ENGINE", raising=False)
-    assert isinstance(build_reconstructor(StageChoice()), GeometricSolver)
-    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")
-    assert isinstance(build_reconstructor(StageChoice()), EngineReconstructor)
+    monkeypatch.setattr(stages, "FACE_ENGINE_BY_DEFAULT", by_default)
+    default = build_reconstructor(StageChoice())
+    assert isinstance(default, EngineReconstructor if by_default else GeometricSolver)
+    assert isinstance(build_reconstructor(StageChoice(face="solver")), GeometricSolver)
+    engine = build_reconstructor(StageChoice(face="engine"))
+    assert isinstance(engine, EngineReconstructor)
+    for r in (default, engine):
+        if isinstance(r, EngineReconstructor):
+            r.close()
     monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/no_such_model.onnx")
-    assert isinstance(build_reconstructor(StageChoice()), GeometricSolver)
+    recon, path = stages.build_face(StageChoice(face="engine"))
+    assert isinstance(recon, GeometricSolver)
+    assert (path.chosen, path.serving) == ("engine", "solver") and "no_such_model.onnx" in path.fallback
+    assert path.summary().startswith("geometric solver, standing in for the learned face engine")
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
@@ -145,14 +157,18 @@ def test_reduced_precision_passes_the_engine_layers_verification(manager, precis
     assert v.per_output["blendshapes"]["max_abs"] <= 0.05
 
 
-@pytest.mark.parametrize("value,opted_in", [("1", True), ("true", True), ("YES", True), (" on ", True),
-                                            ("0", False), ("", False), ("no", False)])
-def test_opt_in_values(monkeypatch, value, opted_in):
-    from avatar_app.pipeline.stages import engine_disabled_reason
+def test_face_path_values(monkeypatch):
+    from avatar_app.pipeline import stages
 
-    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", value)
-    assert (engine_disabled_reason("face_recon") is None) == opted_in
-    assert engine_disabled_reason("speech2face") is None
+    monkeypatch.setattr(stages, "FACE_ENGINE_BY_DEFAULT", False)
+    assert [stages.resolve_face_path(f) for f in stages.FACE_PATHS] == ["solver", "solver", "engine"]
+    monkeypatch.setattr(stages, "FACE_ENGINE_BY_DEFAULT", True)
+    assert [stages.resolve_face_path(f) for f in stages.FACE_PATHS] == ["engine", "solver", "engine"]
+    for bad in ("", "1", "Engine", "learned"):
+        with pytest.raises(InputError, match="is not one of default, solver, engine"):
+            stages.resolve_face_path(bad)
+    with pytest.raises(InputError, match="face path"):
+        build_reconstructor(StageChoice(face="on"))
 
 
 def test_fallback_is_told_to_the_user(tmp_path, manager):
@@ -205,20 +221,20 @@ def test_another_model_or_nan_weights_fall_back_to_the_solver(tmp_path, manager)
 
 @pytest.mark.gl
 def test_render_reports_the_face_solver_and_a_fallback(monkeypatch, tmp_path, testdata):
-    """An opted-in render whose model is missing says so in its warnings and names the solver used."""
+    """A --face engine render whose model is missing says so in its warnings and names the solver used."""
     from avatar_app import pipeline
     from avatar_app.reconstruction import engine as eng
 
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")
     monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/no_such_model.onnx")
-    opts = pipeline.RenderOptions(size=(160, 120), use_audio=False)
+    opts = pipeline.RenderOptions(size=(160, 120), use_audio=False, face="engine")
     rep = pipeline.render_file(testdata / "video" / "grid_s1_bbaf2n.mp4", tmp_path / "o.mp4", opts)
-    assert rep.face_solver == "geometric solver"
+    assert rep.face_solver == "geometric solver" and "standing in for the learned face engine" in rep.face_path
     assert any("learned face engine" in w and "no_such_model.onnx" in w for w in rep.warnings), rep.warnings
     monkeypatch.setattr(eng, "DEFAULT_MODEL", "models/face_recon.onnx")
     rep = pipeline.render_file(testdata / "video" / "grid_s1_bbaf2n.mp4", tmp_path / "o2.mp4", opts)
     assert "face_recon.onnx" in rep.face_solver and not any("learned face engine" in w for w in rep.warnings)
+    assert rep.face_path == "learned face engine"
 
 
 def test_depth_scale_projects_on_the_viewing_ray_and_clips():

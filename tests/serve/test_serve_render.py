@@ -44,11 +44,10 @@ def test_render_remote_equals_local_and_survives_a_killed_server(tmp_path, monke
     from avatar_app.pipeline import RenderOptions, render_file
     from avatar_app.serve.remote_render import render_file_remote
 
-    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")  # both engines take part
     server = ServeProcess(tmp_path / "cache").start()
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(server.cache_dir))
     clip = testdata / "video" / "grid_s1_bbaf2n.mp4"
-    opts = RenderOptions(size=(160, 120))
+    opts = RenderOptions(size=(160, 120), face="engine")  # both engines take part
     try:
         local = render_file(clip, tmp_path / "local.mp4", opts)
         remote = render_file_remote(server.url, clip, tmp_path / "remote.mp4", opts)

@@ -45,7 +45,6 @@ def test_sigterm_to_the_group_stops_cleanly_without_leaked_shared_memory(tmp_pat
     from avatar_app.serve.remote_render import render_file_remote
     from avatar_app.pipeline import RenderOptions
 
-    monkeypatch.setenv("AVATAR_APP_FACE_ENGINE", "1")  # both engines serve requests (both use shared memory)
     clip = tmp_path / "short.mp4"
     subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
                     "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
@@ -53,7 +52,8 @@ def test_sigterm_to_the_group_stops_cleanly_without_leaked_shared_memory(tmp_pat
     server = ServeProcess(tmp_path / "cache", args=("--backend", "ort_cpu"), own_group=True).start()
     try:
         monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(server.cache_dir))
-        rep = render_file_remote(server.url, clip, tmp_path / "out.mp4", RenderOptions(size=(96, 64)))
+        opts = RenderOptions(size=(96, 64), face="engine")  # both engines serve requests (both use shared memory)
+        rep = render_file_remote(server.url, clip, tmp_path / "out.mp4", opts)
         assert "on remote" in rep.speech_backend and rep.frames_out > 0
     finally:
         status = server.stop_group(signal.SIGTERM)

@@ -290,8 +290,8 @@ def limits_text(card: dict) -> str:
             f"{s_['precision']:.2f}/{s_['recall']:.2f}; jawOpen-words r "
             + ", ".join(f"{v['corr_with_words']:.2f} vs {j['solver'][k]['corr_with_words']:.2f}"
                         for k, v in j["engine"].items())
-            + ". The app therefore keeps the solver as its default and the engine is opt-in "
-            "(AVATAR_APP_FACE_ENGINE=1)."
+            + ". The app therefore keeps the solver as its default face path and the engine is a choice "
+            "(`avatar-app render --face engine`, the studio's Engines panel)."
             + (f" The solver detects every one of the {s_['tp']} labelled closed frames with no false "
                "positive, so on these labels (../shared/testdata/video/blinks.json) being better than it "
                "can only mean the same precision and recall with a wider margin between closed and open "

@@ -1,4 +1,5 @@
-"""Engines panel: backend and precision per engine, build progress, verification of the active engine."""
+"""Engines panel: backend and precision per engine, build progress, verification of the active engine;
+the face row also chooses the face path (the geometric solver or the learned face engine)."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
+from avatar_app.pipeline.stages import FACE_ENGINE_OFF_REASON, resolve_face_path
 from avatar_app.ui.panels import SHORT_ITEMS, Panel, ProgressBar, hint, item_enabled, set_item_enabled
 
 
@@ -61,8 +63,15 @@ def _why_link(text: str, why: str) -> str:
     return escape(text, quote=False) + (' <a href="#why">why?</a>' if why else "")
 
 
+#: The face row's face paths: settings value -> label (the default one gets " (default)").
+FACE_PATH_LABELS = {"solver": "Geometric solver", "engine": "Learned engine"}
+
+
 class _EngineBox(QGroupBox):
-    """Controls of one engine."""
+    """Controls of one engine; the face reconstruction row also has the face path (:attr:`face_path`,
+    None on the other rows): which of the geometric solver and the learned engine drives the face,
+    persisted and applied to the running pipeline between two frames (the session's ``set_face_path``).
+    """
 
     def __init__(self, panel: "EnginesPanel", name: str, label: str):
         super().__init__(label)
@@ -76,12 +85,31 @@ class _EngineBox(QGroupBox):
         self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.LinksAccessibleByMouse
                                                  | Qt.TextInteractionFlag.LinksAccessibleByKeyboard)
         self.model_label.linkActivated.connect(lambda _href: self.show_why(not self._why_shown))
-        form.addRow(self.model_label)
+        if name != "face_recon":
+            form.addRow(self.model_label)
         self.why_label = hint("")
         self.why_label.setVisible(False)
-        form.addRow(self.why_label)
+        if name != "face_recon":
+            form.addRow(self.why_label)
         self._model_text = self._why = ""
         self._why_shown = False
+        self.face_path: QComboBox | None = None
+        if name == "face_recon":
+            # one line: the chooser, and the "why?" of the default as the row's model line (the three rows
+            # fit the dock at the default window size; the model's path is the tooltip)
+            self.face_path = QComboBox()
+            self.face_path.setAccessibleName("Face path")
+            for key, text in FACE_PATH_LABELS.items():
+                self.face_path.addItem(text, key)
+            self.face_path.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+            self.model_label.setWordWrap(False)
+            line = QWidget()
+            row = QHBoxLayout(line)
+            row.setContentsMargins(0, 0, 0, 0)
+            row.addWidget(self.face_path, 1)
+            row.addWidget(self.model_label)
+            form.addRow("Face path", line)
+            form.addRow(self.why_label)
         self.backend, self.precision, self.choosers = _engine_choosers(form)
         self._form = form
         # the bar holds only "building NN%": what is being done goes under it, word-wrapped
@@ -103,6 +131,8 @@ class _EngineBox(QGroupBox):
         self._updating = False
         self.backend.activated.connect(self._on_choice)
         self.precision.activated.connect(self._on_choice)
+        if self.face_path is not None:
+            self.face_path.activated.connect(self._on_face_path)
 
     def show_why(self, shown: bool) -> None:
         """Unfold (or fold) the reason under the row's first line, as its "why?" link does."""
@@ -129,6 +159,47 @@ class _EngineBox(QGroupBox):
         self.panel.session.set_engine_choice(self.name, backend, precision)
         self.refresh()
 
+    def _on_face_path(self, *_):
+        if self._updating:
+            return
+        self.panel.session.set_face_path(self.face_path.currentData())
+        self.refresh()
+
+    def select_face_path(self, face: str) -> None:
+        """Choose the face path (``"solver"`` or ``"engine"``) as the user would (tests, shortcuts)."""
+        self._updating = True
+        self.face_path.setCurrentIndex(max(0, self.face_path.findData(face)))
+        self._updating = False
+        self._on_face_path()
+
+    def _refresh_face_path(self, installed: bool) -> None:
+        """The face path chooser: the session's path, the default one marked, the engine off without a model."""
+        default = resolve_face_path("default")
+        for i in range(self.face_path.count()):
+            key = self.face_path.itemData(i)
+            self.face_path.setItemText(i, FACE_PATH_LABELS[key] + (" (default)" if key == default else ""))
+        self.face_path.setCurrentIndex(max(0, self.face_path.findData(self.panel.session.face_path)))
+        e = self.panel.session.engines.entry(self.name)
+        why = None if installed else f"model not installed ({e.model_path.name if e.model_path else 'face_recon.onnx'})"
+        set_item_enabled(self.face_path, self.face_path.findData("engine"), why is None, why or "")
+
+    def _refresh_face_model(self, e, installed: bool) -> None:
+        """The face row's "why?" beside its chooser: why the learned engine is not the default face path,
+        or that its model is not installed; the chooser's tooltip names the model file."""
+        from avatar_app.pipeline.engines import FALLBACKS
+
+        name = e.model_path.name if e.model_path else "face_recon.onnx"
+        if not installed:
+            why = f"Model not installed ({name}): the {FALLBACKS[self.name]} drives the face."
+        elif resolve_face_path("default") == "solver":
+            why = f"The geometric solver is the default face path: {FACE_ENGINE_OFF_REASON}."
+        else:
+            why = ""
+        self._set_model_text("", why)
+        self.model_label.setVisible(bool(why))
+        self.face_path.setToolTip("What turns the tracked landmarks into the avatar's blendshapes and head pose; "
+                                  f"switching keeps the avatar moving. The learned engine's model: {e.model_path}")
+
     def select(self, backend: str, precision: str | None) -> None:
         """Choose (backend, precision) as the user would (used by shortcuts and tests)."""
         self._updating = True
@@ -154,27 +225,25 @@ class _EngineBox(QGroupBox):
                 set_item_enabled(self.precision, i, why is None, why or "")
             set_item_enabled(self.precision, 0, ctl.backend_reason(self.name, cur_backend) is None,
                              ctl.backend_reason(self.name, cur_backend) or "")
+            installed = e.installed
+            if self.face_path is not None:
+                self._refresh_face_path(installed)
         finally:
             self._updating = False
-        installed = e.installed
         self.backend.setEnabled(installed)
         self.precision.setEnabled(installed)
         self.backend.setToolTip(self.backend.currentText())
-        # an engine that is off has nothing to choose: its line folds away (its reason is under "why?")
-        self._form.setRowVisible(self.choosers, self.name not in ctl.disabled)
-        if installed:
+        if self.face_path is not None:
+            self._refresh_face_model(e, installed)
+        elif installed:
             self._set_model_text(f"Model: {e.model_path.name}")
             self.model_label.setToolTip(str(e.model_path))
         else:
             from avatar_app.pipeline.engines import FALLBACKS
 
             fallback = FALLBACKS.get(self.name, "built-in fallback")
-            off = ctl.disabled.get(self.name)
-            if off:
-                self._set_model_text(f"Off: the {fallback} drives this part.", f"{off[:1].upper()}{off[1:]}.")
-            else:
-                self._set_model_text(f"Model not installed ({e.model_path.name if e.model_path else self.name})."
-                                     f" The {fallback} drives this part.")
+            self._set_model_text(f"Model not installed ({e.model_path.name if e.model_path else self.name})."
+                                 f" The {fallback} drives this part.")
         building = ctl.pending(self.name)
         self.progress.setVisible(building)
         self.build_label.setVisible(building)
@@ -182,8 +251,18 @@ class _EngineBox(QGroupBox):
             self.progress.show_value(int(round(100 * e.build_fraction)))
             stage = e.build_stage or "starting"
             self.build_label.setText(f"{stage[:1].upper()}{stage[1:]}; the current engine keeps running.")
-        self.serving.setText(ctl.describe(self.name))
-        self.verification.setText(ctl.verification_text(self.name) if installed else "")
+        self.serving.setText(self.panel.session.describe_face() if self.face_path is not None
+                             else ctl.describe(self.name))
+        if self.face_path is not None:
+            # "Serving: geometric solver" under "Face path: Geometric solver" says nothing more: shown only
+            # when the engine serves or the solver stands in for it (the status bar always says it)
+            session = self.panel.session
+            self._form.setRowVisible(self.serving, not (session.face_path == "solver"
+                                                        and session.face_serving() != "engine"))
+        # the face row: the engine's verification only while it drives the face (or an error), so the
+        # three rows fit the dock at the default window size
+        idle = self.face_path is not None and self.panel.session.face_serving() != "engine" and not e.error
+        self.verification.setText(ctl.verification_text(self.name) if installed and not idle else "")
         self.verification.setVisible(bool(self.verification.text()))
         err = bool(e.error)
         self.verification.setStyleSheet("color: #c0392b;" if err else "")
@@ -305,8 +384,9 @@ class _TrackerBox(QGroupBox):
 
 
 class EnginesPanel(Panel):
-    """Per engine (face reconstruction, speech): backend and precision, build progress, verification;
-    and the Tracking row (the face tracker: Auto, MediaPipe or the ONNX landmark engines).
+    """Per engine (face reconstruction, speech): backend and precision, build progress, verification,
+    and for the face the face path (geometric solver or learned engine); and the Tracking row (the face
+    tracker: Auto, MediaPipe or the ONNX landmark engines).
 
     Options this machine cannot run are disabled with the reason as their tooltip.
     A switch builds and verifies the new engine in the background while the
