@@ -53,6 +53,32 @@ _GIMBAL_EPS = 1e-12
 """cos(pitch) below which yaw and roll are no longer separable (Shoemake 1994)."""
 
 
+try:  # np.linalg.svd's own gufunc and error handling for one 3x3 float64 matrix, without its wrapper
+    from numpy.linalg import _umath_linalg
+    from numpy.linalg.linalg import _raise_linalgerror_svd_nonconvergence, get_linalg_error_extobj
+
+    _SVD_EXTOBJ = get_linalg_error_extobj(_raise_linalgerror_svd_nonconvergence)
+
+    def svd3(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``np.linalg.svd(a)`` of a (3, 3) float64 matrix: the same LAPACK gufunc call (numpy 1.x),
+        bit-identical, without the wrapper's ~4 us of checks and wrapping.
+
+        Args:
+            a: (3, 3) float64 (not checked: callers pass finite float64 matrices).
+
+        Returns:
+            (u (3, 3), s (3,), vt (3, 3)) float64, as ``np.linalg.svd(a)``.
+
+        Raises:
+            numpy.linalg.LinAlgError: the SVD did not converge (as ``np.linalg.svd``).
+        """
+        return _umath_linalg.svd_n_f(a, signature="d->ddd", extobj=_SVD_EXTOBJ)
+except (ImportError, AttributeError):  # numpy 2 moved these: the public call
+    def svd3(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``np.linalg.svd(a)`` of a (3, 3) float64 matrix."""
+        return np.linalg.svd(a)
+
+
 def _check_matrix(rot: np.ndarray) -> np.ndarray:
     r = np.asarray(rot, np.float64)
     if r.shape != (3, 3) or not all_finite(r):
@@ -148,7 +174,7 @@ def nearest_rotation(m: np.ndarray) -> np.ndarray:
     Raises:
         InputError: not a finite (3, 3) matrix.
     """
-    u, _, vt = np.linalg.svd(_check_matrix(m))
+    u, _, vt = svd3(_check_matrix(m))  # np.linalg.svd's LAPACK call, without its wrapper
     q = u @ vt
     # det(q) < 0 (q is orthogonal: its determinant is +-1 to rounding, so the sign of the
     # triple product is that of numpy's LU determinant; ~1 us instead of ~6)

@@ -50,7 +50,7 @@ import numpy as np
 from avatar_app.core import landmarks as lmk
 from avatar_app.core.errors import InputError
 from avatar_app.core.landmarks import DEFAULT_HFOV_DEG, MEAN_IPD_M, focal_length_px
-from avatar_app.core.rotations import rigid_fit
+from avatar_app.core.rotations import rigid_fit, svd3
 from avatar_app.core.types import Landmarks
 
 _STABLE = np.array(lmk.STABLE, dtype=np.intp)
@@ -303,21 +303,6 @@ def estimate_head_pose(
 
 _NO_REFLECT = np.ones(3)
 _REFLECT = np.array([1.0, 1.0, -1.0])
-try:  # np.linalg.svd's own gufunc and error handling for one 3x3 float64 matrix, without its wrapper
-    from numpy.linalg import _umath_linalg
-    from numpy.linalg.linalg import _raise_linalgerror_svd_nonconvergence, get_linalg_error_extobj
-
-    _SVD_EXTOBJ = get_linalg_error_extobj(_raise_linalgerror_svd_nonconvergence)
-
-    def _svd3(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``np.linalg.svd(a)`` of a (3, 3) float64 matrix: the same LAPACK call (numpy 1.x)."""
-        return _umath_linalg.svd_n_f(a, signature="d->ddd", extobj=_SVD_EXTOBJ)
-except (ImportError, AttributeError):  # numpy 2 moved these: the public call
-    def _svd3(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``np.linalg.svd(a)``."""
-        return np.linalg.svd(a)
-
-
 def _det3(m: np.ndarray) -> float:
     """Determinant of a 3x3 matrix (its sign is what the reflection test needs), without LAPACK."""
     (a, b, c), (d, e, f), (g, h, i) = m.tolist()
@@ -364,7 +349,7 @@ class HeadPoseFitter:
         """``dst ~ s R ref + t`` (Kabsch-Umeyama) for the stable points ``dst`` (K, 3) float64."""
         mu_d = self._w @ dst
         cov = (dst - mu_d).T @ self._wxs  # sum_n w_n d_n s_n^T
-        u, sig, vt = _svd3(cov)
+        u, sig, vt = svd3(cov)
         if _det3(u) * _det3(vt) < 0:  # the reflection fix (Umeyama's S)
             rot = (u * _REFLECT) @ vt
             scale = float(sig @ _REFLECT) / self._var_s
