@@ -211,9 +211,10 @@ class SortedColumns:
             raise InputError("the sorted buffer is full; replace a sample instead")
         p = self._rank(x, self._base)
         if self._by_column:
-            if n:
-                moved = self._ge(n)[p]  # rows from the insertion point move one row down
-                self._store[:, 2:n + 2][moved] = self._store[:, 1:n + 1][moved]
+            if n:  # rows from the insertion point move one row down (copyto copies the
+                # overlapping source first, then writes where the mask is set: the same values
+                # as a boolean-mask gather and scatter, without building the gathered copy)
+                np.copyto(self._store[:, 2:n + 2], self._store[:, 1:n + 1], where=self._ge(n)[p])
         else:
             below = np.greater(self._rows[:n + 1], p.astype(self._ridx), out=self._b[:n + 1])
             cur = self._bits[1:n + 2]  # rows past the insertion point move one row down
@@ -263,11 +264,10 @@ class SortedColumns:
         upper, lower = self._store[:, 1:n], self._store[:, 2:n + 1]
         up, down = r < p, r > p
         if up.any():
-            band = self._band(np.where(up, r, 0), np.where(up, p, 0), n - 1)
-            upper[band] = lower[band]
+            # copyto of the overlapping rows: the source is copied first, as the masked gather did
+            np.copyto(upper, lower, where=self._band(np.where(up, r, 0), np.where(up, p, 0), n - 1))
         if down.any():
-            band = self._band(np.where(down, p, 0), np.where(down, r, 0), n - 1)
-            lower[band] = upper[band]
+            np.copyto(lower, upper, where=self._band(np.where(down, p, 0), np.where(down, r, 0), n - 1))
 
 
 class ScheduledEstimate:
