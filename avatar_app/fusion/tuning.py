@@ -44,6 +44,7 @@ from avatar_app.core.arrays import all_finite, clip
 from avatar_app.core.errors import InputError, TrackingError
 from avatar_app.core.rotations import (
     euler_from_rotation,
+    euler_from_rows,
     nearest_rotation,
     rotation_from_euler,
 )
@@ -88,6 +89,7 @@ _FLIP_GAZE = np.array([-1, 1], np.float32)
 #: The weights' regions are index arrays into the first 52 (eyes, brows, mouth cover all 52).
 _W, _ROT, _TRANS, _GAZE = slice(0, 52), slice(52, 61), slice(61, 64), slice(64, 66)
 _STACK = 66
+_F32_F64 = (np.dtype(np.float32), np.dtype(np.float64))  # _record's fast yaw: widening to float64 is exact
 #: ``1 / (2 pi d_cutoff)`` of the derivative's cut-off (1 Hz, OneEuroFilter's default).
 _TAU_D = 1.0 / (2.0 * math.pi * 1.0)
 
@@ -212,6 +214,8 @@ class AvatarTuner:
         # the masks' indices, ascending: indexing with them takes the same elements in the same order, faster
         self._rows = {r: np.flatnonzero(m) for r, m in self._masks.items()}
         self._preview_rows = [(k, int(Blendshape[v])) for k, v in self.PREVIEW.items() if v != "yaw"]
+        self._preview_keys = [k for k, _ in self._preview_rows]
+        self._preview_idx = np.array([i for _, i in self._preview_rows], np.intp)
         self._segments = [(r, r, 0.5, self._rows[r]) for r in ("eyes", "brows", "mouth")] + [
             ("head_rot", "head", 0.3, _ROT), ("head_trans", "head", 0.3, _TRANS), ("gaze", "eyes", 0.5, _GAZE)]
         for key, _, beta, idx in self._segments:
@@ -458,10 +462,16 @@ class AvatarTuner:
 
     def _record(self, t: float, raw: np.ndarray, raw_rot, w: np.ndarray, rot: np.ndarray) -> None:
         def yaw(r):
+            # r is finite here (_smooth raised otherwise: the filter's or nearest_rotation's check);
+            # a (3, 3) float ndarray's rows are the doubles euler_from_rotation reads, without its check
+            if isinstance(r, np.ndarray) and r.shape == (3, 3) and r.dtype in _F32_F64:
+                return euler_from_rows(r.tolist())[0]
             return float(euler_from_rotation(r)[0])
 
-        before = {k: float(raw[i]) for k, i in self._preview_rows}
-        after = {k: float(w[i]) for k, i in self._preview_rows}
+        keys, rows = self._preview_keys, self._preview_idx
+        # one gather per array: float32 -> Python float, the values float(raw[i]) gave
+        before = dict(zip(keys, raw[rows].tolist()))
+        after = dict(zip(keys, w[rows].tolist()))
         before["head"], after["head"] = yaw(raw_rot), yaw(rot)
         self.history.append((t, before, after))
         while self.history and t - self.history[0][0] > 10.0:
