@@ -108,6 +108,12 @@ class SortedColumns:
     """
 
     _DENSE_RANK_WIDTH = 48  # narrower buffers count (sorted < key) directly: fewer numpy calls
+    #: ... and so do wider ones while keys x samples is at most this many cells (the compare-and-
+    #: sum beats the binary search's ~8 x 5 numpy calls there: the calibration's warm-up). Per
+    #: rank, A/B interleaved, median of 2000, 2-core shared VM, keys without zeros: 195 float64
+    #: keys at n = 40 / 120 / 200 samples: count 27.7 / 43.9 / 61.1 us vs binary search 36.7 /
+    #: 41.9 / 47.5; 123 keys at 40 / 120 / 200: 17.2 / 23.8 / 31.3 vs 23.3 / 26.5 / 29.6.
+    _DENSE_RANK_CELLS = 16_000
 
     def __init__(self, capacity: int, width: int, dtype: type | np.dtype = np.float64) -> None:
         dt = np.dtype(dtype)
@@ -170,11 +176,17 @@ class SortedColumns:
         n, w = self.n, self.width
         plus0 = (keys == 0) & ~np.signbit(keys)
         plus0 = plus0 if plus0.any() else None
-        if w <= self._DENSE_RANK_WIDTH:
-            s = self.sorted
+        if w <= self._DENSE_RANK_WIDTH or keys.size * n <= self._DENSE_RANK_CELLS:
+            # the counts as a sum of the bools (count_nonzero with an axis copies them to bool first),
+            # over each column's run of values: (width, n) column-major, (n, width) row-major
+            if self._by_column:
+                s, axis, k = self._store[:, 1:n + 1], 1, keys[:, None]
+            else:
+                s, axis, k = self._store[1:n + 1], 0, keys
+            p0 = None if plus0 is None else (plus0[:, None] if self._by_column else plus0)
             pos = np.concatenate([
-                np.count_nonzero(self._before(s, keys[i:i + w], None if plus0 is None else plus0[i:i + w]), axis=0)
-                for i in range(0, keys.size, w)]).astype(np.intp)
+                self._before(s, k[i:i + w], None if p0 is None else p0[i:i + w]).sum(axis=axis, dtype=np.intp)
+                for i in range(0, keys.size, w)])
         else:
             flat, rstep = self._flat, self._rstep
             pos = base.copy()  # flat index of entry c = sorted row c - 1, from c = 0
@@ -264,10 +276,11 @@ class SortedColumns:
         upper, lower = self._store[:, 1:n], self._store[:, 2:n + 1]
         up, down = r < p, r > p
         if up.any():
-            # copyto of the overlapping rows: the source is copied first, as the masked gather did
-            np.copyto(upper, lower, where=self._band(np.where(up, r, 0), np.where(up, p, 0), n - 1))
+            band = self._band(np.where(up, r, 0), np.where(up, p, 0), n - 1)
+            upper[band] = lower[band]
         if down.any():
-            np.copyto(lower, upper, where=self._band(np.where(down, p, 0), np.where(down, r, 0), n - 1))
+            band = self._band(np.where(down, p, 0), np.where(down, r, 0), n - 1)
+            lower[band] = upper[band]
 
 
 class ScheduledEstimate:

@@ -283,7 +283,10 @@ def _random_samples(rng: np.random.Generator, count: int, width: int, dtype, rin
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("width", [1, 5, 60, 195])
-def test_sorted_columns_bit_identical_to_the_frozen_layout(dtype, width):
+@pytest.mark.parametrize("dense_cells", [None, 0, 10 ** 9])  # default; binary search / count from 49 columns
+def test_sorted_columns_bit_identical_to_the_frozen_layout(dtype, width, dense_cells, monkeypatch):
+    if dense_cells is not None:
+        monkeypatch.setattr(SortedColumns, "_DENSE_RANK_CELLS", dense_cells)
     rng = np.random.default_rng(width * 11 + np.dtype(dtype).itemsize)
     for capacity in (1, 2, 3, 17, 130):
         fast, frozen = SortedColumns(capacity, width, dtype), FrozenSortedColumns(capacity, width, dtype)

@@ -50,7 +50,10 @@ def _ring(kept: list[np.ndarray], capacity: int) -> np.ndarray:
 # -- SortedColumns ------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("width", [1, 5, 60])  # both rank searches (dense <= 48 columns, binary above)
-def test_sorted_columns_equal_np_sort_after_every_insert_and_replace(dtype, width):
+@pytest.mark.parametrize("dense_cells", [None, 0])  # the default cell bound, or the binary search from 49 columns
+def test_sorted_columns_equal_np_sort_after_every_insert_and_replace(dtype, width, dense_cells, monkeypatch):
+    if dense_cells is not None:
+        monkeypatch.setattr(SortedColumns, "_DENSE_RANK_CELLS", dense_cells)
     rng = np.random.default_rng(width * 7 + np.dtype(dtype).itemsize)
     for capacity in (1, 2, 3, 16, 33, 257):
         sc = SortedColumns(capacity, width, dtype)
