@@ -225,7 +225,7 @@ def test_demo_mouth_follows_the_voice(tmp_path):
     from tests.helpers import read_track
 
     out = tmp_path / "demo.mp4"
-    proc = run_main("demo", "-o", str(out), "--size", "320x180")
+    proc = run_main("demo", "-o", str(out), "--size", "96x64")  # (the track is read: any size)
     assert proc.returncode == 0, proc.stderr
     track = read_track(out.with_suffix(".blendshapes.jsonl"))
     jaw = track.blendshapes[:, Blendshape.jawOpen]

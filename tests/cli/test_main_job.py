@@ -25,7 +25,7 @@ def renders(testdata, tmp_path_factory) -> dict[str, Path]:
     for name in VIDEOS:
         out = out_dir / (name.replace(".", "_") + ".mp4")
         # (the checks read durations, codecs and the sidecar: the output size is not one of them)
-        proc = run_main("render", str(testdata / "video" / name), "-o", str(out), "--size", "320x180", "-q")
+        proc = run_main("render", str(testdata / "video" / name), "-o", str(out), "--size", "96x64", "-q")
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
         assert "Traceback" not in proc.stderr
         outs[name] = out

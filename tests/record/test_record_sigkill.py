@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_main
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent("""
@@ -113,8 +115,8 @@ def test_sigkilled_cli_render_leaves_a_playable_part_and_the_old_output(testdata
     assert len(part) == 1, list(out.parent.iterdir())
     ends = packet_end_times(part[0])
     assert ends["video"] >= 0.5 and ends["audio"] >= 0.5, ends
-    done = subprocess.run(cmd[:4] + [str(testdata / "video" / "grid_s1_bbaf2n.mp4")] + cmd[5:], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    # the next render, in this process (the kill above is the subprocess this test needs)
+    done = run_main(*cmd[3:4], str(testdata / "video" / "grid_s1_bbaf2n.mp4"), *cmd[5:])
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["keep.blendshapes.jsonl", "keep.mp4"]
     assert packet_end_times(out)["video"] == pytest.approx(3.0, abs=1e-3)
