@@ -86,7 +86,7 @@ def test_truncated_audio_file_exits_2_keeping_the_clip(testdata, tmp_path):
     bad.write_bytes(data[: int(len(data) * 0.6)])
     out = tmp_path / "o.mp4"
     proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
-                   "--audio", str(bad))
+                    "--audio", str(bad))
     _check(proc, (r"audio file .*cut\.mpg is truncated", r"ends inside its last packet",
                   r"only its first 1\.\d s could be decoded", r"rendered the first 3\.0 s"), 2)
     assert "wrote" not in proc.stdout + proc.stderr
@@ -100,7 +100,7 @@ def test_truncated_wav_audio_file_exits_2(testdata, tmp_path):
     bad.write_bytes((testdata / "audio" / "jfk.wav").read_bytes()[:60000])
     out = tmp_path / "o.mp4"
     proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
-                   "--audio", str(bad))
+                    "--audio", str(bad))
     _check(proc, (r"audio file .*cut\.wav is truncated", r"ends inside its audio data",
                   r"only its first 1\.\d s could be decoded"), 2)
     assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]) == 1, proc.stderr
@@ -150,7 +150,7 @@ def test_silent_audio_track(testdata, tmp_path):
 
 def test_missing_audio_file(testdata, tmp_path):
     proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(tmp_path / "v.wav"),
-                   "-o", str(tmp_path / "o.mp4"))
+                    "-o", str(tmp_path / "o.mp4"))
     _check(proc, r"v\.wav", 2)
 
 
@@ -172,7 +172,7 @@ def test_output_folder_that_cannot_be_created(testdata, tmp_path):
 
 def test_bad_size_argument(testdata, tmp_path):
     proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
-                   "--size", "huge")
+                    "--size", "huge")
     _check(proc, r"size must look like 1280x720")
 
 
@@ -192,7 +192,7 @@ def test_contact_sheet_bad_tile(tmp_path):
 
 def test_transparent_background_needs_an_alpha_format(testdata, tmp_path):
     proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "t.mp4"),
-                   "--background", "transparent")
+                    "--background", "transparent")
     _check(proc, (r"transparent", r"t\.mov", r"t\.webm"), 2)
     assert not (tmp_path / "t.mp4").exists()
 
@@ -212,7 +212,7 @@ def test_transparent_mov_keeps_alpha(short_grid_clip, tmp_path):
 
     out = tmp_path / "t.mov"  # (the first frame is checked: the 0.4 s clip)
     proc = run_main("render", str(short_grid_clip), "-o", str(out),
-                   "--background", "transparent", "--size", "320x180")
+                    "--background", "transparent", "--size", "320x180")
     assert proc.returncode == 0, proc.stderr
     with av.open(str(out)) as c:
         frame = next(c.decode(video=0)).to_ndarray(format="rgba")

@@ -150,12 +150,12 @@ def test_demo_audio_ends_with_the_video(tmp_path):
 def test_size_with_a_leading_minus_gets_the_range_message(testdata, tmp_path):
     for value in ("-2x4", "-1280x720"):
         proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
-                       "--size", value)
+                        "--size", value)
         assert proc.returncode == 2
         assert f"size {value} out of range" in proc.stderr, proc.stderr
         assert "expected one argument" not in proc.stderr
     proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
-                   "--fps", "-.5")
+                    "--fps", "-.5")
     assert proc.returncode == 2 and "out of range 1..240" in proc.stderr, proc.stderr
 
 

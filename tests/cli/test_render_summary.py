@@ -15,7 +15,7 @@ from tests.helpers import run_main
                                                 ("onnx", "tracked by ONNX tracker: face_detection.onnx")])
 def test_the_summary_names_the_tracker_that_ran(short_grid_clip, tmp_path, tracker, named):
     r = run_main("render", str(short_grid_clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q",
-                "--tracker", tracker)
+                 "--tracker", tracker)
     assert r.returncode == 0, r.stderr
     assert named in r.stdout, r.stdout
 
