@@ -64,6 +64,72 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "avatar_app", *args], capture_output=True, text=True, timeout=timeout)
 
 
+def run_main(*args: str) -> subprocess.CompletedProcess:
+    """``avatar-app ARGS`` run in this process (``avatar_app.cli.main``), reported as :func:`run_cli` does.
+
+    For tests of what the CLI does with its arguments and inputs, where the subprocess itself is
+    not what is tested: it saves the ~3.5 s interpreter start-up, imports and model loads of each
+    ``python -m avatar_app``. Exit statuses, signals and the console script stay covered by tests
+    that use :func:`run_cli` (tests/cli: test_bad_input, test_cli_outputs, test_cli_interrupt,
+    test_cli_messages, test_cli_hardening).
+
+    Returns:
+        A ``CompletedProcess`` whose ``returncode`` is ``main``'s return value, argparse's
+        ``SystemExit`` status (``--help``, usage errors), or 1 with the traceback printed on
+        ``stderr`` for an uncaught exception (as the interpreter would). ``stdout`` / ``stderr``
+        (str) hold what was written to file descriptors 1 / 2 (native libraries: FFmpeg, MediaPipe)
+        followed by what Python code wrote to ``sys.stdout`` / ``sys.stderr``. Log records go to
+        pytest's handlers, not to ``stderr``. ``sys.argv``, the environment and the root logger's
+        handlers and level are restored afterwards.
+    """
+    import contextlib
+    import io
+    import logging
+    import os
+    import tempfile
+    import traceback
+    from unittest import mock
+
+    from avatar_app import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    code: object = 1
+    with tempfile.TemporaryFile() as fd_out, tempfile.TemporaryFile() as fd_err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(fd_out.fileno(), 1)
+        os.dup2(fd_err.fileno(), 2)
+        try:
+            with mock.patch.object(sys, "argv", ["avatar-app", *args]), mock.patch.dict(os.environ), \
+                    contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = cli.main(list(args))
+                except SystemExit as exc:
+                    code = exc.code
+                    if not (code is None or isinstance(code, int)):
+                        print(code, file=sys.stderr)  # sys.exit("message"): printed, status 1
+                        code = 1
+                except Exception:  # noqa: BLE001 (reported as the interpreter would: traceback, status 1)
+                    traceback.print_exc()
+                    code = 1
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            root.handlers[:] = handlers
+            root.setLevel(level)
+        fd_out.seek(0)
+        fd_err.seek(0)
+        native_out = fd_out.read().decode(errors="replace")
+        native_err = fd_err.read().decode(errors="replace")
+    return subprocess.CompletedProcess(["avatar-app", *args], 0 if code is None else int(code),
+                                       native_out + out.getvalue(), native_err + err.getvalue())
+
+
 def name_index(name: str) -> int:
     return BLENDSHAPE_NAMES.index(name)
 

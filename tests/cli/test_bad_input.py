@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import name_index, read_track, run_cli
+from tests.helpers import name_index, read_track, run_cli, run_main
 
 
 def _check(proc: subprocess.CompletedProcess, patterns: str | tuple[str, ...], code: int | None = None) -> None:
@@ -29,7 +29,7 @@ def test_missing_file(tmp_path):
 def test_text_file_renamed_mp4(tmp_path):
     bad = tmp_path / "notes.mp4"
     bad.write_text("this is not a video\n" * 50)
-    _check(run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4")), (r"notes\.mp4", r"not a readable video"), 2)
+    _check(run_main("render", str(bad), "-o", str(tmp_path / "o.mp4")), (r"notes\.mp4", r"not a readable video"), 2)
     assert not (tmp_path / "o.mp4").exists()
 
 
@@ -37,7 +37,7 @@ def test_truncated_mp4(testdata, tmp_path):
     data = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
     bad = tmp_path / "cut.mp4"
     bad.write_bytes(data[: int(len(data) * 0.4)])
-    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"), "--size", "160x120")
+    proc = run_main("render", str(bad), "-o", str(tmp_path / "o.mp4"), "--size", "160x120")
     _check(proc, (r"cut\.mp4", r"truncated|corrupt", r"rendered the first \d+\.\d s", r"o\.mp4"), 2)
     # one message, not "wrote ..." followed by an error
     assert "wrote" not in proc.stdout + proc.stderr
@@ -68,7 +68,7 @@ def test_truncated_mpg_keeps_what_decoded_beside_a_finished_clip(testdata, tmp_p
     data = (testdata / "video" / "grid_s1_bbaf2n.mpg").read_bytes()
     bad = tmp_path / "cut.mpg"
     bad.write_bytes(data[: int(len(data) * 0.6)])
-    proc = run_cli("render", str(bad), "-o", str(out), "--size", "160x120")
+    proc = run_main("render", str(bad), "-o", str(out), "--size", "160x120")
     _check(proc, (r"cut\.mpg is truncated", r"ends inside its last packet", r"rendered the first \d+\.\d s",
                   r"keep\.mp4 already existed and was kept", r"keep\.partial\.mp4"), 2)
     assert "wrote" not in proc.stdout + proc.stderr
@@ -85,8 +85,8 @@ def test_truncated_audio_file_exits_2_keeping_the_clip(testdata, tmp_path):
     bad = tmp_path / "cut.mpg"
     bad.write_bytes(data[: int(len(data) * 0.6)])
     out = tmp_path / "o.mp4"
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
-                   "--audio", str(bad))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
+                    "--audio", str(bad))
     _check(proc, (r"audio file .*cut\.mpg is truncated", r"ends inside its last packet",
                   r"only its first 1\.\d s could be decoded", r"rendered the first 3\.0 s"), 2)
     assert "wrote" not in proc.stdout + proc.stderr
@@ -99,8 +99,8 @@ def test_truncated_wav_audio_file_exits_2(testdata, tmp_path):
     bad = tmp_path / "cut.wav"
     bad.write_bytes((testdata / "audio" / "jfk.wav").read_bytes()[:60000])
     out = tmp_path / "o.mp4"
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
-                   "--audio", str(bad))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
+                    "--audio", str(bad))
     _check(proc, (r"audio file .*cut\.wav is truncated", r"ends inside its audio data",
                   r"only its first 1\.\d s could be decoded"), 2)
     assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]) == 1, proc.stderr
@@ -112,7 +112,7 @@ def test_mp4_cut_before_its_index_says_nothing_could_be_kept(testdata, tmp_path)
     data = (testdata / "video" / "expressive" / "lp_d18.mp4").read_bytes()
     bad = tmp_path / "cut.mp4"
     bad.write_bytes(data[: int(len(data) * 0.6)])
-    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"), "--size", "160x120")
+    proc = run_main("render", str(bad), "-o", str(tmp_path / "o.mp4"), "--size", "160x120")
     _check(proc, (r"cut\.mp4' is truncated and no frame of it can be decoded", r"index \(the 'moov' box"), 2)
     assert "rendered the first" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -126,7 +126,7 @@ def test_video_with_no_face(tmp_path):
          "-f", "lavfi", "-i", "sine=frequency=300:duration=1", "-shortest", "-c:v", "libx264", "-c:a", "aac",
          str(tmp_path / "noface.mp4")], check=True)
     out = tmp_path / "o.mp4"
-    _check(run_cli("render", str(tmp_path / "noface.mp4"), "-o", str(out), "--size", "320x240"), r"no face", 3)
+    _check(run_main("render", str(tmp_path / "noface.mp4"), "-o", str(out), "--size", "320x240"), r"no face", 3)
     assert not out.exists()
 
 
@@ -139,7 +139,7 @@ def test_silent_audio_track(testdata, tmp_path):
          str(silent)], check=True)
     # issue 21 item 3 / issue 17 item 4: a silent track renders with the mouth from vision and a warning
     out = tmp_path / "o.mp4"
-    proc = run_cli("render", str(silent), "-o", str(out), "--size", "160x120", "-q")
+    proc = run_main("render", str(silent), "-o", str(out), "--size", "160x120", "-q")
     assert proc.returncode == 0, proc.stderr
     warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
     assert any("is silent" in ln and "mouth follows the video" in ln for ln in warning), proc.stderr
@@ -149,8 +149,8 @@ def test_silent_audio_track(testdata, tmp_path):
 
 
 def test_missing_audio_file(testdata, tmp_path):
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(tmp_path / "v.wav"),
-                   "-o", str(tmp_path / "o.mp4"))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(tmp_path / "v.wav"),
+                    "-o", str(tmp_path / "o.mp4"))
     _check(proc, r"v\.wav", 2)
 
 
@@ -165,20 +165,20 @@ def test_output_folder_missing_is_created(short_grid_clip, tmp_path):
 def test_output_folder_that_cannot_be_created(testdata, tmp_path):
     (tmp_path / "afile").write_text("in the way")
     folder = tmp_path / "afile" / "sub"
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(folder / "o.mp4"))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(folder / "o.mp4"))
     _check(proc, r"^error: cannot create the output folder " + re.escape(str(folder)) + ": "
            + re.escape(str(tmp_path / "afile")) + r" is a file, not a folder$", 4)
 
 
 def test_bad_size_argument(testdata, tmp_path):
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
-                   "--size", "huge")
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
+                    "--size", "huge")
     _check(proc, r"size must look like 1280x720")
 
 
 @pytest.mark.gl
 def test_contact_sheet_command(tmp_path):
-    proc = run_cli("contact-sheet", "-o", str(tmp_path / "sheet.png"), "--tile", "64")
+    proc = run_main("contact-sheet", "-o", str(tmp_path / "sheet.png"), "--tile", "64")
     assert proc.returncode == 0, proc.stderr
     import cv2
 
@@ -187,12 +187,12 @@ def test_contact_sheet_command(tmp_path):
 
 
 def test_contact_sheet_bad_tile(tmp_path):
-    _check(run_cli("contact-sheet", "-o", str(tmp_path / "s.png"), "--tile", "5"), r"64", 2)
+    _check(run_main("contact-sheet", "-o", str(tmp_path / "s.png"), "--tile", "5"), r"64", 2)
 
 
 def test_transparent_background_needs_an_alpha_format(testdata, tmp_path):
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "t.mp4"),
-                   "--background", "transparent")
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "t.mp4"),
+                    "--background", "transparent")
     _check(proc, (r"transparent", r"t\.mov", r"t\.webm"), 2)
     assert not (tmp_path / "t.mp4").exists()
 
@@ -201,7 +201,7 @@ def test_bad_avatar_leaves_no_output(testdata, tmp_path):
     bad = tmp_path / "robot.vrm"
     bad.write_text("not a model")
     out = tmp_path / "o.mp4"
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--avatar", str(bad))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--avatar", str(bad))
     _check(proc, (r"robot\.vrm", r"not a glTF"), 2)
     assert not out.exists() and not out.with_suffix(".blendshapes.jsonl").exists()
 
@@ -211,8 +211,8 @@ def test_transparent_mov_keeps_alpha(short_grid_clip, tmp_path):
     import av
 
     out = tmp_path / "t.mov"  # (the first frame is checked: the 0.4 s clip)
-    proc = run_cli("render", str(short_grid_clip), "-o", str(out),
-                   "--background", "transparent", "--size", "320x180")
+    proc = run_main("render", str(short_grid_clip), "-o", str(out),
+                    "--background", "transparent", "--size", "320x180")
     assert proc.returncode == 0, proc.stderr
     with av.open(str(out)) as c:
         frame = next(c.decode(video=0)).to_ndarray(format="rgba")
@@ -225,7 +225,7 @@ def test_demo_mouth_follows_the_voice(tmp_path):
     from tests.helpers import read_track
 
     out = tmp_path / "demo.mp4"
-    proc = run_cli("demo", "-o", str(out), "--size", "320x180")
+    proc = run_main("demo", "-o", str(out), "--size", "96x64")  # (the track is read: any size)
     assert proc.returncode == 0, proc.stderr
     track = read_track(out.with_suffix(".blendshapes.jsonl"))
     jaw = track.blendshapes[:, Blendshape.jawOpen]
@@ -250,7 +250,7 @@ def test_truncated_input_does_not_replace_a_finished_clip(testdata, tmp_path):
     data = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
     bad = tmp_path / "cut.mp4"
     bad.write_bytes(data[: int(len(data) * 0.4)])
-    proc = run_cli("render", str(bad), "-o", str(out), "--size", "160x120")
+    proc = run_main("render", str(bad), "-o", str(out), "--size", "160x120")
     _check(proc, (r"truncated|corrupt", r"keep\.mp4 already existed and was kept", r"keep\.partial\.mp4"), 2)
     assert out.read_bytes() == b"a finished clip"
     assert (tmp_path / "keep.blendshapes.jsonl").read_text() == "{}\n"
@@ -264,16 +264,16 @@ def test_output_over_the_audio_file_is_refused(testdata, tmp_path):
     voice = tmp_path / "voice.mp4"
     voice.write_bytes((testdata / "video" / "grid_s2_swwp2s.mp4").read_bytes())
     before = voice.read_bytes()
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(voice), "-o", str(voice))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "--audio", str(voice), "-o", str(voice))
     _check(proc, r"would overwrite the --audio file", 2)
     assert voice.read_bytes() == before
 
 
 def test_wrong_output_extension_names_the_suffix_not_a_temporary_file(testdata, tmp_path):
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out.txt"))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out.txt"))
     _check(proc, r"need a \.mp4 file name, not \.txt", 2)
     assert ".part-" not in proc.stderr
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out"))
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "out"))
     _check(proc, r"need a \.mp4 file name; out has no extension", 2)
     assert ".part-" not in proc.stderr
     assert list(tmp_path.iterdir()) == []

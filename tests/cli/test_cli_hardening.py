@@ -19,7 +19,7 @@ from avatar_app.inference.backends import (
 from avatar_app.inference.base import Precision
 from avatar_app.inference.cache import EngineCache
 from avatar_app.inference.cli import add_engines_parser, run_engines
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_main
 
 
 def _cuda_provider_offered() -> bool:
@@ -50,7 +50,7 @@ def test_missing_model_path_is_named_plainly_on_stderr(user_dirs):
 
 
 def test_missing_model_name_lists_the_shipped_models(user_dirs):
-    proc = run_cli("engines", "list", "--model", "no_such_model")
+    proc = run_main("engines", "list", "--model", "no_such_model")
     assert proc.returncode == 1
     line = _one_error_line(proc)
     assert "no_such_model" in line and "face_detection, face_landmark, face_recon, speech2face" in line, line
@@ -58,13 +58,13 @@ def test_missing_model_name_lists_the_shipped_models(user_dirs):
 
 @pytest.mark.skipif(_cuda_provider_offered(), reason="this onnxruntime has CUDA: ort_cuda may run here")
 def test_backend_that_cannot_run_here_exits_2(user_dirs):
-    proc = run_cli("engines", "build", "--model", "face_recon", "--backend", "ort_cuda", "--inline")
+    proc = run_main("engines", "build", "--model", "face_recon", "--backend", "ort_cuda", "--inline")
     assert proc.returncode == 2, proc.stderr  # README: 2, cannot run on this machine
     assert "CUDAExecutionProvider" in _one_error_line(proc)
 
 
 def test_unknown_backend_is_a_bad_option_on_stderr(user_dirs):
-    proc = run_cli("engines", "build", "--model", "face_recon", "--backend", "nosuch", "--inline")
+    proc = run_main("engines", "build", "--model", "face_recon", "--backend", "nosuch", "--inline")
     assert proc.returncode == 2, proc.stderr
     line = _one_error_line(proc)
     assert "nosuch" in line and "ort_cpu" in line, line
@@ -121,7 +121,7 @@ def test_clear_unused_removes_engines_of_another_device_or_backend(tiny_models, 
 
 
 def test_fps_help_gives_its_range():
-    proc = run_cli("render", "--help")
+    proc = run_main("render", "--help")
     text = " ".join(proc.stdout.split())
     assert "--fps N" in text and "1..240" in text, proc.stdout
 
@@ -129,7 +129,7 @@ def test_fps_help_gives_its_range():
 @pytest.mark.parametrize("size, says", [("641x480", "must be even"), ("640x481", "must be even"),
                                         ("8000x480", "out of range"), ("8x8", "out of range")])
 def test_size_errors_say_what_is_wrong(size, says, tmp_path):
-    proc = run_cli("render", str(tmp_path / "in.mp4"), "-o", str(tmp_path / "o.mp4"), "--size", size)
+    proc = run_main("render", str(tmp_path / "in.mp4"), "-o", str(tmp_path / "o.mp4"), "--size", size)
     assert proc.returncode == 2
     assert says in proc.stderr and ("out of range" in proc.stderr) == (says == "out of range"), proc.stderr
 
@@ -140,7 +140,7 @@ def test_an_empty_input_file_is_called_empty(flag, tmp_path, testdata):
     empty.touch()
     video = empty if flag == "input" else testdata / "video" / "grid_s1_bbaf2n.mp4"
     extra = ["--audio", str(empty)] if flag == "--audio" else []
-    proc = run_cli("render", str(video), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q", *extra)
+    proc = run_main("render", str(video), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q", *extra)
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "clip.mp4" in line and "is empty (0 bytes)" in line, line
@@ -170,10 +170,10 @@ def test_render_says_which_speech_backend_drove_the_mouth(testdata, tmp_path):
     clip = tmp_path / "short.mp4"
     subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.6",
                     str(clip)], check=True, timeout=60)
-    proc = run_cli("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q")
+    proc = run_main("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q")
     assert proc.returncode == 0, proc.stderr
     assert "mouth from speech2face.onnx on ort_cpu" in proc.stdout, proc.stdout  # the shipped speech engine
-    proc = run_cli("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q", "--no-audio")
+    proc = run_main("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "160x120", "-q", "--no-audio")
     assert proc.returncode == 0, proc.stderr
     assert "mouth from the video alone" in proc.stdout, proc.stdout
 
@@ -181,9 +181,9 @@ def test_render_says_which_speech_backend_drove_the_mouth(testdata, tmp_path):
 def test_help_says_what_no_command_does_and_render_help_gives_the_exit_statuses():
     """A new user's first two commands: `avatar-app --help` says that no command opens the studio window,
     `render --help` has an example and the exit statuses of README's table."""
-    top = " ".join(run_cli("--help").stdout.split())
+    top = " ".join(run_main("--help").stdout.split())
     assert "Without a command, opens the studio window" in top and "avatar-app --source talk.mp4" in top, top
-    render = run_cli("render", "--help")
+    render = run_main("render", "--help")
     assert render.returncode == 0
     text = " ".join(render.stdout.split())
     assert "avatar-app render talk.mp4 -o avatar.mp4" in text, text

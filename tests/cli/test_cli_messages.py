@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import ffprobe_streams, run_cli
+from tests.helpers import ffprobe_streams, run_cli, run_main
 
 
 @pytest.mark.gl
@@ -14,7 +14,7 @@ def test_video_without_audio_track_warns_that_output_is_silent(short_grid_clip, 
     subprocess.run(["ffmpeg", "-v", "error", "-i", str(short_grid_clip), "-an",
                     "-c:v", "copy", str(mute)], check=True)
     out = tmp_path / "o.mp4"
-    proc = run_cli("render", str(mute), "-o", str(out), "--size", "160x120", "-q")
+    proc = run_main("render", str(mute), "-o", str(out), "--size", "160x120", "-q")
     # a silent clip is a legitimate request: exit 0, with a clear warning
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -24,7 +24,7 @@ def test_video_without_audio_track_warns_that_output_is_silent(short_grid_clip, 
 
 
 def test_size_help_names_even_numbers_and_range():
-    proc = run_cli("render", "--help")
+    proc = run_main("render", "--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())  # argparse wraps help lines
     assert "even numbers" in text and "16..7680" in text, proc.stdout
@@ -36,7 +36,7 @@ def test_engines_list_counts_entries_in_words(tmp_path, monkeypatch, n, word):
     for i in range(n):
         (engines / f"broken-{i}").mkdir(parents=True)  # unusable entries still count
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(tmp_path / "cache"))
-    proc = run_cli("engines", "list")
+    proc = run_main("engines", "list")
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Engine cache:"))
     assert line.endswith(word), line
@@ -48,7 +48,7 @@ def test_engines_list_counts_entries_in_words(tmp_path, monkeypatch, n, word):
                                   ("engines", "build", "--precision", "fp99"), ("bogus",)])
 def test_option_errors_are_one_line_with_status_2(args):
     """Usage errors follow the README's rule for errors you can fix: one line on stderr."""
-    proc = run_cli(*args)
+    proc = run_main(*args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and "--help` lists the options" in lines[0], proc.stderr

@@ -11,7 +11,7 @@ from avatar_app import cli
 from avatar_app.core.errors import RecordingError
 from avatar_app.pipeline import RenderOptions, RenderReport
 from avatar_app.pipeline.writer import ClipWriter, sidecar_path_for
-from tests.helpers import run_cli
+from tests.helpers import run_main
 
 
 def _report(out: str, **kw) -> RenderReport:
@@ -45,7 +45,7 @@ def test_an_output_where_no_file_can_be_created_is_one_line_about_the_output():
 
 
 def test_the_cli_exits_4_with_one_line_for_an_uncreatable_output(short_grid_clip):
-    r = run_cli("render", str(short_grid_clip), "-o", "/proc/x.mp4", "--size", "96x64", "-q")
+    r = run_main("render", str(short_grid_clip), "-o", "/proc/x.mp4", "--size", "96x64", "-q")
     assert r.returncode == 4, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot create the output /proc/x.mp4"), r.stderr

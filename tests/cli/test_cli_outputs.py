@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import decoded_duration, run_cli
+from tests.helpers import decoded_duration, run_cli, run_main
 
 OLD_CLIP, OLD_TRACK = b"an earlier clip\n" * 100, b"an earlier track\n" * 50
 
@@ -149,20 +149,20 @@ def test_demo_audio_ends_with_the_video(tmp_path):
 
 def test_size_with_a_leading_minus_gets_the_range_message(testdata, tmp_path):
     for value in ("-2x4", "-1280x720"):
-        proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
-                       "--size", value)
+        proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
+                        "--size", value)
         assert proc.returncode == 2
         assert f"size {value} out of range" in proc.stderr, proc.stderr
         assert "expected one argument" not in proc.stderr
-    proc = run_cli("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
-                   "--fps", "-.5")
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "o.mp4"),
+                    "--fps", "-.5")
     assert proc.returncode == 2 and "out of range 1..240" in proc.stderr, proc.stderr
 
 
 def test_corrupt_file_message_is_a_plain_sentence(tmp_path):
     bad = tmp_path / "notes.mp4"
     bad.write_text("this is not a video\n" * 50)
-    proc = run_cli("render", str(bad), "-o", str(tmp_path / "o.mp4"))
+    proc = run_main("render", str(bad), "-o", str(tmp_path / "o.mp4"))
     assert proc.returncode == 2
     line = proc.stderr.strip()
     assert line.startswith(f"error: '{bad}' is not a readable video (corrupt"), line

@@ -1,6 +1,6 @@
 """End-to-end bars of the main job: `avatar-app render` on every test recording.
 
-Renders each recording once (module fixture) through the real CLI, then checks
+Renders each recording once (module fixture) through the CLI (its main(), in this process), then checks
 durations, the sidecar, blinks and jawOpen against the hand labels and word timings.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import decoded_duration, ffprobe_streams, name_index, read_align, read_track, run_cli
+from tests.helpers import decoded_duration, ffprobe_streams, name_index, read_align, read_track, run_main
 
 VIDEOS = ["grid_s1_bbaf2n.mp4", "grid_s1_bbaf2n.mpg", "grid_s2_swwp2s.mp4", "grid_lbax4n.mp4", "openmpf_video_01.mp4"]
 
@@ -25,7 +25,7 @@ def renders(testdata, tmp_path_factory) -> dict[str, Path]:
     for name in VIDEOS:
         out = out_dir / (name.replace(".", "_") + ".mp4")
         # (the checks read durations, codecs and the sidecar: the output size is not one of them)
-        proc = run_cli("render", str(testdata / "video" / name), "-o", str(out), "--size", "320x180", "-q")
+        proc = run_main("render", str(testdata / "video" / name), "-o", str(out), "--size", "96x64", "-q")
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
         assert "Traceback" not in proc.stderr
         outs[name] = out

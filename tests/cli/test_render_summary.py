@@ -8,14 +8,14 @@ import pytest
 from avatar_app.inference.remote import SwitchEvent
 from avatar_app.pipeline.offline import RenderReport
 from avatar_app.serve.remote_render import _FrameClock, finished_locally
-from tests.helpers import run_cli
+from tests.helpers import run_main
 
 
 @pytest.mark.parametrize(("tracker", "named"), [("mediapipe", "tracked by MediaPipe face mesh"),
                                                 ("onnx", "tracked by ONNX tracker: face_detection.onnx")])
 def test_the_summary_names_the_tracker_that_ran(short_grid_clip, tmp_path, tracker, named):
-    r = run_cli("render", str(short_grid_clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q",
-                "--tracker", tracker)
+    r = run_main("render", str(short_grid_clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q",
+                 "--tracker", tracker)
     assert r.returncode == 0, r.stderr
     assert named in r.stdout, r.stdout
 

@@ -6,7 +6,7 @@ import json
 
 
 from avatar_app.pipeline.settings import StudioSettings, save_settings_file
-from tests.helpers import run_cli
+from tests.helpers import run_main
 
 
 def _settings_file(tmp_path, **tracker):
@@ -21,7 +21,7 @@ def _settings_file(tmp_path, **tracker):
 
 
 def _render(clip, tmp_path, *extra):
-    return run_cli("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q", *extra)
+    return run_main("render", str(clip), "-o", str(tmp_path / "o.mp4"), "--size", "96x64", "-q", *extra)
 
 
 def test_the_settings_files_onnx_tracker_renders(short_grid_clip, tmp_path, monkeypatch):
