@@ -32,7 +32,17 @@ def engine(manager) -> EngineReconstructor:
 
 @pytest.fixture(scope="module")
 def tracked(testdata):
-    return {name: E.track_video(testdata / "video" / f"{name}.mp4") for name in E.BLINK_VIDEOS}
+    """name -> (Landmarks of every frame, times s), as ``E.track_video`` makes them (FaceTracker, VIDEO
+    mode, media time), read from the evaluation's landmark cache (keyed by the file's hash and
+    MediaPipe's version; avatar_app.evaluation.landmarks) instead of tracked again."""
+    from avatar_app.evaluation.landmarks import track_video
+
+    out = {}
+    for name in E.BLINK_VIDEOS:
+        clip = track_video(testdata / "video" / f"{name}.mp4")
+        assert clip.found.all(), f"{name}: a frame without a face"  # E.track_video raises there
+        out[name] = ([clip.landmarks(i) for i in range(len(clip))], clip.times)
+    return out
 
 
 @pytest.fixture(scope="module")
