@@ -3,7 +3,6 @@ memory leaked or reported leaked (issue 21, trial fixes 5)."""
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,13 +40,12 @@ def _leaked(before: set[str]) -> set[str]:
     return new - _mapped_by_other_processes()
 
 
-def test_sigterm_to_the_group_stops_cleanly_without_leaked_shared_memory(tmp_path, monkeypatch, testdata):
+def test_sigterm_to_the_group_stops_cleanly_without_leaked_shared_memory(tmp_path, monkeypatch, short_grid_clip):
+    """``short_grid_clip``: grid_s1_bbaf2n's first 0.4 s (conftest)."""
     from avatar_app.serve.remote_render import render_file_remote
     from avatar_app.pipeline import RenderOptions
 
-    clip = tmp_path / "short.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
-                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
+    clip = short_grid_clip
     before = _segments()
     server = ServeProcess(tmp_path / "cache", args=("--backend", "ort_cpu"), own_group=True).start()
     try:
