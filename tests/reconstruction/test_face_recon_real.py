@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def manager(tmp_path_factory):
-    return EngineManager(cache=EngineCache(tmp_path_factory.mktemp("engine_cache")), isolate=False)
+def manager(face_recon_engine_cache):
+    """In-process builds on the cache this module shares with its face_recon sibling (conftest)."""
+    return EngineManager(cache=EngineCache(face_recon_engine_cache), isolate=False)
 
 
 @pytest.fixture(scope="module")
