@@ -36,3 +36,23 @@ def track_clips(testdata: Path) -> dict[str, tuple[list, np.ndarray]]:
             assert len(lms) > 0.9 * n, f"{rel}: face lost"
             out[rel] = (lms, np.array(times))
     return out
+
+
+def cached_track_clips(testdata: Path) -> dict[str, tuple[list, np.ndarray]]:
+    """What :func:`track_clips` returns, read from the evaluation's landmark cache instead of tracked
+    again (avatar_app.evaluation.landmarks.track_video: the whole clip in MediaPipe VIDEO mode with a
+    fresh tracker, keyed by the file's hash and MediaPipe's version). VIDEO-mode tracking is causal,
+    so its first frames are the landmarks :func:`track_clips` finds (equal to the last bit when checked).
+
+    Raises:
+        AssertionError: a clip lost its face on more than 10 % of those frames.
+    """
+    from avatar_app.evaluation.landmarks import track_video
+
+    out = {}
+    for rel, n in CLIPS:
+        clip = track_video(testdata / rel)
+        idx = [i for i in range(min(n, len(clip))) if clip.found[i]]
+        assert len(idx) > 0.9 * n, f"{rel}: face lost"
+        out[rel] = ([clip.landmarks(i) for i in idx], clip.times[idx])
+    return out

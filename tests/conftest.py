@@ -325,6 +325,16 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 
 
 
+@pytest.fixture(scope="session")
+def face_recon_engine_cache(tmp_path_factory) -> Path:
+    """One engine-cache folder per test process for the modules that build the shipped face_recon's
+    reduced-precision engines (tests/reconstruction/test_face_recon_engine.py and _real.py): an
+    entry is keyed by the ONNX file's sha256, precision, backend and its version, device and
+    options (avatar_app/inference/cache.py), so the second module opens the engine the first built
+    and verified instead of building it again."""
+    return tmp_path_factory.mktemp("face_recon_engines")
+
+
 @pytest.fixture
 def user_dirs(tmp_path, monkeypatch) -> Path:
     """Point the user cache and data directories at a fresh temporary folder."""

@@ -58,6 +58,8 @@ class ServeProcess:
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.errors: list[str] = []
+        self._ready: threading.Event | None = None  # set by the reader at "ready" (launch)
+        self._launched = 0.0  # time.monotonic() at launch
 
     @property
     def url(self) -> str:
@@ -75,6 +77,12 @@ class ServeProcess:
             return exc.code, exc.read().decode()
 
     def start(self) -> ServeProcess:
+        """Start the server and wait until it says ``ready`` (:meth:`launch`, then :meth:`wait_ready`)."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> ServeProcess:
+        """Start the server without waiting: the caller does other work during its start-up and
+        then calls :meth:`wait_ready` before using it."""
         env = dict(os.environ, AVATAR_APP_CACHE_DIR=str(self.cache_dir), PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "avatar_app", "serve", "--grpc-port", str(self.grpc_port),
                "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port), *self.args]
@@ -90,7 +98,19 @@ class ServeProcess:
 
         for stream, sink in ((self.proc.stdout, self.lines), (self.proc.stderr, self.errors)):
             threading.Thread(target=read, args=(stream, sink), daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT_S
+        self._ready = ready
+        self._launched = time.monotonic()
+        return self
+
+    def wait_ready(self) -> ServeProcess:
+        """Wait until the launched server says ``ready``.
+
+        Raises:
+            AssertionError: it exited, or was not ready :data:`START_TIMEOUT_S` after :meth:`launch`
+                (then killed), with its output.
+        """
+        ready = self._ready
+        deadline = self._launched + START_TIMEOUT_S
         while not ready.wait(0.2):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop(signal.SIGKILL)

@@ -38,8 +38,9 @@ def _lm(weights=None, ident=None, ypr=(0.0, 0.0, 0.0), t=(0.0, 0.0, -0.6)) -> La
 
 
 @pytest.fixture(scope="module")
-def manager(tmp_path_factory):
-    return EngineManager(cache=EngineCache(tmp_path_factory.mktemp("cache")), isolate=False)
+def manager(face_recon_engine_cache):
+    """In-process builds on the cache this module shares with its face_recon sibling (conftest)."""
+    return EngineManager(cache=EngineCache(face_recon_engine_cache), isolate=False)
 
 
 @pytest.fixture()

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def manager(tmp_path_factory):
-    return EngineManager(cache=EngineCache(tmp_path_factory.mktemp("engine_cache")), isolate=False)
+def manager(face_recon_engine_cache):
+    """In-process builds on the cache this module shares with its face_recon sibling (conftest)."""
+    return EngineManager(cache=EngineCache(face_recon_engine_cache), isolate=False)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,17 @@ def engine(manager) -> EngineReconstructor:
 
 @pytest.fixture(scope="module")
 def tracked(testdata):
-    return {name: E.track_video(testdata / "video" / f"{name}.mp4") for name in E.BLINK_VIDEOS}
+    """name -> (Landmarks of every frame, times s), as ``E.track_video`` makes them (FaceTracker, VIDEO
+    mode, media time), read from the evaluation's landmark cache (keyed by the file's hash and
+    MediaPipe's version; avatar_app.evaluation.landmarks) instead of tracked again."""
+    from avatar_app.evaluation.landmarks import track_video
+
+    out = {}
+    for name in E.BLINK_VIDEOS:
+        clip = track_video(testdata / "video" / f"{name}.mp4")
+        assert clip.found.all(), f"{name}: a frame without a face"  # E.track_video raises there
+        out[name] = ([clip.landmarks(i) for i in range(len(clip))], clip.times)
+    return out
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,14 @@ from avatar_app.reconstruction.head_pose import (
     estimate_head_pose,
     make_neutral_face,
 )
-from tests.clip_helpers import CLIPS, track_clips
+from tests.clip_helpers import CLIPS, cached_track_clips
 
 TOL = 1e-6  # blendshapes, gaze, rotation, translation (m)
 @pytest.fixture(scope="module")
 def clips(testdata) -> dict[str, tuple[list, np.ndarray]]:
-    """Landmarks and frame times of the first frames of each clip (VIDEO mode)."""
-    return track_clips(testdata)
+    """Landmarks and frame times of the first frames of each clip (VIDEO mode; read from the
+    landmark cache, tests/clip_helpers.py)."""
+    return cached_track_clips(testdata)
 
 
 # -- the references -------------------------------------------------------------------

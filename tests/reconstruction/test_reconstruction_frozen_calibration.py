@@ -28,13 +28,14 @@ from avatar_app.reconstruction.auto_neutral import NeutralEstimator
 from avatar_app.reconstruction.calibration import SortedColumns
 from avatar_app.reconstruction.geometric import GeometricSolver
 from avatar_app.reconstruction.head_pose import HeadPoseFitter, make_neutral_face
-from tests.clip_helpers import track_clips
+from tests.clip_helpers import cached_track_clips
 
 
 @pytest.fixture(scope="module")
 def clips(testdata):
-    """Real landmark clips (tests/clip_helpers.py): GRID and an expressive recording."""
-    return track_clips(testdata)
+    """Real landmark clips (tests/clip_helpers.py, read from the landmark cache): GRID and an
+    expressive recording."""
+    return cached_track_clips(testdata)
 
 
 # -- frozen copies (ceffc40) -----------------------------------------------------------

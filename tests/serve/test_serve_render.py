@@ -44,12 +44,13 @@ def test_render_remote_equals_local_and_survives_a_killed_server(tmp_path, monke
     from avatar_app.pipeline import RenderOptions, render_file
     from avatar_app.serve.remote_render import render_file_remote
 
-    server = ServeProcess(tmp_path / "cache").start()
+    server = ServeProcess(tmp_path / "cache").launch()  # it starts while the local render runs
     monkeypatch.setenv("AVATAR_APP_CACHE_DIR", str(server.cache_dir))
     clip = testdata / "video" / "grid_s1_bbaf2n.mp4"
     opts = RenderOptions(size=(160, 120), face="engine")  # both engines take part
     try:
         local = render_file(clip, tmp_path / "local.mp4", opts)
+        server.wait_ready()
         remote = render_file_remote(server.url, clip, tmp_path / "remote.mp4", opts)
         assert "on remote grpc://127.0.0.1" in remote.face_solver
         assert not [w for w in remote.warnings if "switched" in w], remote.warnings
