@@ -70,3 +70,35 @@ def test_slow_pipeline_recording_has_no_repeated_frames_and_a_row_per_frame(tmp_
     rows = [json.loads(x) for x in lines[1:]]
     assert len(rows) == len(frames), (len(rows), len(frames))  # one sidecar row per video frame
     assert np.allclose([r["t"] for r in rows], times, atol=1e-3)
+
+
+def _sidecar(path, n=5):
+    from avatar_app.record.sidecar import SidecarWriter
+
+    w = SidecarWriter(path, fps=30.0)
+    for k in range(n):
+        w.write(AvatarState.neutral(k * 33_000_000, k / 30), media_time_s=k / 30)
+    w.close()
+    return path
+
+
+def test_converter_names_outputs_of_a_dot_named_sidecar(tmp_path, capsys):
+    """The hidden part file a killed render leaves: the trial got ``.csv`` and "needs .glb; got .glb"."""
+    from avatar_app.record.tracks import main
+
+    side = _sidecar(tmp_path / ".d9k.part-26826-b8e1dc4a.blendshapes.jsonl")
+    assert main([str(side)]) == 0, capsys.readouterr().err
+    names = sorted(p.name for p in tmp_path.iterdir() if p != side)
+    assert names == [".d9k.part-26826-b8e1dc4a.csv", ".d9k.part-26826-b8e1dc4a.glb"], names
+    plain = _sidecar(tmp_path / "take.2.blendshapes.jsonl")
+    assert main([str(plain)]) == 0
+    assert (tmp_path / "take.2.csv").is_file() and (tmp_path / "take.2.glb").is_file()
+
+
+def test_gltf_name_without_a_name_says_so(tmp_path, capsys):
+    from avatar_app.record.tracks import main
+
+    side = _sidecar(tmp_path / "clip.blendshapes.jsonl")
+    assert main([str(side), "--gltf", str(tmp_path / ".glb")]) == 2
+    err = capsys.readouterr().err
+    assert "needs a name before .glb" in err and "got .glb" not in err, err
