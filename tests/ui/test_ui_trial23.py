@@ -25,3 +25,49 @@ def test_quit_from_clean_view_restarts_with_the_panels_and_toolbar(qtbot, testda
     assert sorted(k for k, d in again.docks.items() if d.isVisible()) == shown
     assert again.toolbar.isVisible() and again.menuBar().isVisible() and again.statusBar().isVisible()
     again.close()
+
+
+def test_dropped_per_second_never_exceeds_the_source_rate_for_bursty_drops(qtbot, tmp_path):
+    """25 fps source, 150 drops in 17 s in bursts of 20 at one 200 ms sample: the trial's plot showed 100/s."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    import numpy as np
+    from PySide6.QtCore import QSettings
+
+    from avatar_app.pipeline import settings as store
+    from avatar_app.ui.panels.latency import LatencyPanel, drop_rate
+
+    mode = next(k for k, v in store.CPU_MODES.items() if v[3])  # a CPU mode that draws the plots
+    session = SimpleNamespace(store=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                              settings=SimpleNamespace(output=SimpleNamespace(cpu_mode=mode)))
+    live = SimpleNamespace(latency_history=deque(), fps_history=deque())
+    dropped = 0
+    for i in range(85):  # every 200 ms for 17 s
+        if i % 11 == 5 and dropped < 150:
+            dropped += 20
+        live.fps_history.append((i * 0.2, 17.6, dropped))
+    panel = LatencyPanel(session, history=lambda: live)
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.update_plots()
+    _, per_s = panel.dropped_curve.getData()
+    assert per_s is not None and len(per_s) == 85
+    assert 0 < per_s.max() <= 25, per_s.max()
+    assert np.all(drop_rate([0.0, 0.2], [5, 3]) >= 0)  # a reset counter never gives a negative rate
+
+
+def test_latency_panel_shows_the_status_bars_drop_count(qtbot, testdata, settings):
+    from tests.ui_helpers import shown_file_window
+
+    win = shown_file_window(qtbot, testdata / VIDEO, settings)
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 3,
+                    timeout=20000)
+    win.live._on_slow_tick()
+    win.session.pipeline.stats.add_dropped(7)  # frames lost after the panel's last redraw
+    win.live._on_slow_tick()  # what the status bar shows now, the panel shows too
+    status = win.status_labels["dropped"].text()
+    assert status.startswith("dropped ") and int(status.split()[1]) >= 7, status
+    assert win.panels["latency"].summary.text().endswith(status), (win.panels["latency"].summary.text(), status)
+    win.close()
