@@ -71,3 +71,53 @@ def test_latency_panel_shows_the_status_bars_drop_count(qtbot, testdata, setting
     assert status.startswith("dropped ") and int(status.split()[1]) >= 7, status
     assert win.panels["latency"].summary.text().endswith(status), (win.panels["latency"].summary.text(), status)
     win.close()
+
+
+def _state_at(t_capture_ns: int, jaw: float):
+    from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
+    from avatar_app.core.types import AvatarState
+
+    st = AvatarState.neutral(t_capture_ns)
+    w = st.weights.copy()
+    w[BLENDSHAPE_NAMES.index("jawOpen")] = jaw
+    return AvatarState(t_capture_ns, 0.0, w, st.rotation, st.translation, st.gaze)
+
+
+def test_studio_recording_of_a_slow_pipeline_repeats_no_frame_and_says_why(qtbot, still_window):
+    """The trial's Ctrl+R on a loaded machine (~8 new avatar frames a second): the clip repeated most frames
+    and the status bar blamed the encoder. Here the window presents states 125 ms apart in capture time, one
+    by one (frames, not time): each is in the clip once, with a sidecar row, and the note says why."""
+    import re
+
+    import av
+    import numpy as np
+
+    from avatar_app.core.clock import now_ns
+
+    win = still_window
+    win.recording.toggle_recording()  # Ctrl+R
+    rec = win.recording.recorder
+    synced = rec.recorder
+    qtbot.waitUntil(lambda: synced.frames_in >= 1, timeout=20000)
+    win.live.push_states = False
+    win.live.stop()  # no timers: the slow pipeline is this loop
+    qtbot.wait(200)
+    vp, t0, n = win.viewport, now_ns(), 24
+    for k in range(n):
+        before = vp.frames_presented
+        vp.show_state(_state_at(t0 + k * 125_000_000 + 1_000_000, jaw=float(k % 2)))
+        qtbot.waitUntil(lambda b=before: vp.frames_presented > b and rec.queued_frames == 0, timeout=20000)
+        win.recording.update_status()
+    assert re.match(r"Recording at \d+ fps instead of 30: the avatar shows only about \d+ new frames",
+                    win.recording.record_rate_warning), win.recording.record_rate_warning
+    assert "no frame is repeated" not in win.recording.record_rate_warning
+    clip, sidecar = win.recording.record_path, win.recording.sidecar_path
+    win.recording.toggle_recording()
+    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
+    with av.open(str(clip)) as c:
+        frames = [f.to_ndarray(format="gray")[::4, ::4].astype(np.int16) for f in c.decode(video=0)]
+    rows = sidecar.read_text().splitlines()[1:]
+    assert len(rows) == len(frames), (len(rows), len(frames))  # a row per video frame
+    tail = frames[-n:]  # this test's frames, jaw open / closed in turn
+    same = sum(int(np.abs(a - b).max() <= 40) for a, b in zip(tail, tail[1:]))
+    assert same == 0, (same, len(frames))
