@@ -126,11 +126,10 @@ class StudioRecording:
         """
         t_capture_ns = state.t_capture_ns if state is not None and state.t_capture_ns > 0 else t_ns
         t_s = t_capture_ns / 1e9  # shared-clock capture time
-        self._pending_states.append((t_s, state))  # before queuing: the writer may encode it at once
-        queued = self.recorder.write_video(rgb, t_s)
-        if not queued and self._pending_states and self._pending_states[-1][0] == t_s:
-            self._pending_states.pop()
-        return bool(queued)
+        # before queuing: the writer may encode it at once. One the queue refuses stays until the writer
+        # encodes a later frame and takes it off (no row); only the writer takes entries off.
+        self._pending_states.append((t_s, state))
+        return bool(self.recorder.write_video(rgb, t_s))
 
     def feed_audio(self, until_ns: int | None = None) -> None:
         """Hand the recorder the source's audio since the last call (whole samples).
