@@ -360,9 +360,15 @@ class SyncedRecorder(ClosingContext):
             _log.debug("frame at %.4f s (file %.4f s) dropped: not after the previous one",
                        t_capture_s, f)
             return False
-        if self._prev is not None:  # repeats: the previous frame fills the slots nearer to it; held: the
-            # slots before the one nearest to this frame (which is then encoded in its own nearest slot)
-            self._emit_until(0.5 * (self._prev[1] + f) if self.repeat_frames else f - half_slot)
+        if self._prev is not None and self.repeat_frames:  # the previous frame fills the slots nearer to it
+            self._emit_until(0.5 * (self._prev[1] + f))
+        elif self._prev is not None:  # held: the slots before the one nearest to this frame; when that slot
+            # is the previous frame's own (timestamp jitter), the previous keeps it and this frame takes the
+            # next one, at most one slot late, rather than one of the two being dropped
+            limit = f - half_slot
+            if self.slot_time(self._slot) >= limit and self.slot_time(self._slot + 1) <= f + 3 * half_slot:
+                limit = self.slot_time(self._slot) + half_slot
+            self._emit_until(limit)
         held = np.array(img, copy=True)
         held.flags.writeable = False  # lets an AlphaClipRecorder reuse its prepared frame on repeats
         self._prev = (held, f, float(t_capture_s))
@@ -409,6 +415,8 @@ class SyncedRecorder(ClosingContext):
         try:
             if self._prev is not None and self.recorder.error is None:
                 end = self._prev[1] + 0.5 / float(self._rate)
+                if not self.repeat_frames:  # a held frame that took the next slot (jitter) still gets it
+                    end = max(end, self.slot_time(self._slot) + 0.5 / float(self._rate))
                 if self._sr:
                     end = max(end, self.recorder.audio_samples_written / self._sr)
                 self._emit_until(end, final=True)

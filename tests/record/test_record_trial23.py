@@ -102,3 +102,23 @@ def test_gltf_name_without_a_name_says_so(tmp_path, capsys):
     assert main([str(side), "--gltf", str(tmp_path / ".glb")]) == 2
     err = capsys.readouterr().err
     assert "needs a name before .glb" in err and "got .glb" not in err, err
+
+
+def test_held_frames_of_a_jittery_30_fps_source_are_all_kept(tmp_path):
+    """Nearest-slot placement alone drops a frame whenever jitter puts two frames on one slot (a 30 fps
+    camera half a slot out of phase with the clip): the later one then takes the next slot instead."""
+    from avatar_app.record import ClipRecorder
+    from avatar_app.record.synced import SyncedRecorder
+
+    rng = np.random.default_rng(3)
+    rec = SyncedRecorder(ClipRecorder(tmp_path / "j.mp4", 160, 120, 30), repeat_frames=False)
+    n = 90
+    t = 1.0 + (np.arange(n) + 0.5) / 30 + rng.uniform(-0.006, 0.006, n)
+    t[0] = 1.0  # file time 0 is the first frame: the others sit half a slot out of phase, within jitter
+    img = np.zeros((120, 160, 3), np.uint8)
+    for k in range(n):
+        img[:] = k % 250
+        assert rec.write_video(img, float(t[k]))
+    rec.close()
+    assert rec.frames_dropped == 0 and rec.frames_written == n, (rec.frames_dropped, rec.frames_written)
+    assert rec.frames_duplicated == 0
