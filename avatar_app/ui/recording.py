@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 LIVE_ALPHA_ORDER = ("vp9-webm", "prores4444-mov", "prores4444ks-mov")
 #: Shortest time between two "encoder cannot keep up" warnings in the status bar, s.
 DROP_WARNING_INTERVAL_S = 5.0
+#: Share of the frames offered to the encoder that its queue refused above which the "Recording at N fps"
+#: note blames the encoder; below it the live pipeline presented too few new frames.
+ENCODER_BLAME_SHARE = 0.2
 NO_SOURCE_TO_RECORD = ("Nothing to record: no camera or video is running. Open a video (File › Open video…) "
                        "or choose a camera in Sources, then record.")
 
@@ -102,7 +105,7 @@ class RecordingController(QObject):
         self._rec_dropped0 = 0  # the window's drop counter when the recording started
         self._rec_drops_warned = (0, 0.0, False)  # (drops, monotonic time, encoder behind) of the last warning
         self._rec_rate_warned = -DROP_WARNING_INTERVAL_S  # monotonic time of the last "recording at N fps" note
-        self._rec_queue_drops_noted = 0  # the encoder queue's drops at the last rate note
+        self._rec_queue_drops_noted = (0, 0)  # (encoder queue drops, frames offered to it) at the last rate note
         self.record_drop_warning = ""
         #: The last "Recording at N fps instead of 30" note of the running or last recording ("" if none).
         self.record_rate_warning = ""
@@ -317,9 +320,10 @@ class RecordingController(QObject):
         screen until the next one (record/synced.py, ``repeat_frames=False``): the clip's
         frame rate is the rate of new avatar frames that reached the encoder. It falls
         below the recording's rate when the live pipeline presents fewer new frames (a
-        slow camera, tracking or rendering), or when the encoder is behind and frames are
-        dropped (:meth:`recording_dropped` grew; the "cannot keep up" warning says so). The
-        window says which (at most every DROP_WARNING_INTERVAL_S).
+        slow camera, tracking or rendering), or when the encoder is behind and its queue
+        refuses frames (more than :data:`ENCODER_BLAME_SHARE` of those offered since the
+        last note; the "cannot keep up" warning counts them). The window says which (at
+        most every DROP_WARNING_INTERVAL_S).
         """
         fps = self._rec_fps
         if fps_now is None or fps_now >= 0.9 * fps:
@@ -327,9 +331,14 @@ class RecordingController(QObject):
         now = time.monotonic()
         if now - self._rec_rate_warned >= DROP_WARNING_INTERVAL_S:
             self._rec_rate_warned = now
-            queue_drops = self.session.recording.queue_drops() if self.session.recording is not None else 0
-            encoder = queue_drops > self._rec_queue_drops_noted
-            self._rec_queue_drops_noted = queue_drops
+            clip = self.session.recording
+            drops = clip.queue_drops() if clip is not None else 0
+            synced = getattr(getattr(clip, "recorder", None), "recorder", None)
+            offered = drops + int(getattr(synced, "frames_in", 0) or 0)  # frames handed to the encoder queue
+            drops0, offered0 = self._rec_queue_drops_noted
+            # the encoder is the cause when its queue refused a good part of the frames since the last note
+            encoder = drops - drops0 > ENCODER_BLAME_SHARE * max(1, offered - offered0)
+            self._rec_queue_drops_noted = (drops, offered)
             why = (f"this machine cannot encode {fps:.0f} fps now" if encoder else
                    f"the avatar shows only about {fps_now:.0f} new frames a second now (camera, tracking "
                    f"or rendering is slower than {fps:.0f} fps)")
@@ -415,7 +424,7 @@ class RecordingController(QObject):
         self._rec_dropped0 = self.window_dropped()
         self._rec_drops_warned = (0, 0.0, False)
         self._rec_rate_warned = -DROP_WARNING_INTERVAL_S
-        self._rec_queue_drops_noted = 0
+        self._rec_queue_drops_noted = (0, 0)
         self.record_drop_warning = self.record_rate_warning = ""
         self.viewport.capture_components = 4 if clip.frame_shape[2] == 4 else 3
         self.update_capture()
@@ -553,4 +562,4 @@ class RecordingController(QObject):
 
 
 __all__ = ["RecordingController", "RECORD_SIZE", "RECORD_FPS", "LIVE_ALPHA_ORDER", "DROP_WARNING_INTERVAL_S",
-           "NO_SOURCE_TO_RECORD"]
+           "ENCODER_BLAME_SHARE", "NO_SOURCE_TO_RECORD"]

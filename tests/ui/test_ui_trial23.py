@@ -124,3 +124,25 @@ def test_studio_recording_of_a_slow_pipeline_repeats_no_frame_and_says_why(qtbot
     tail = frames[-n:]  # this test's frames, jaw open / closed in turn
     diffs = [int(np.abs(a - b).max()) for a, b in zip(tail, tail[1:])]
     assert min(diffs) > 40, (diffs, len(frames))
+
+
+def test_rate_note_blames_the_encoder_only_when_its_queue_refused_frames(qtbot, still_window, monkeypatch):
+    win = still_window
+    win.recording.toggle_recording()
+    clip = win.session.recording
+    synced = clip.recorder.recorder
+    qtbot.waitUntil(lambda: synced.frames_in >= 1, timeout=20000)
+    win.live.push_states = False
+    win.live.stop()
+    monkeypatch.setattr(synced, "frames_in", 40)
+    monkeypatch.setattr(clip, "queue_drops", lambda: 1)  # one refusal among 41 frames: the pipeline is slow
+    win.recording._rec_rate_warned = -1e9  # a note now, whatever an earlier tick noted
+    win.recording._warn_recording_rate(8.0)
+    assert "the avatar shows only about 8 new frames" in win.recording.record_rate_warning
+    win.recording._rec_rate_warned = -1e9  # the next note now, not in 5 s
+    monkeypatch.setattr(synced, "frames_in", 60)
+    monkeypatch.setattr(clip, "queue_drops", lambda: 31)  # 30 refused of the 50 offered since
+    win.recording._warn_recording_rate(8.0)
+    assert "this machine cannot encode 30 fps now" in win.recording.record_rate_warning
+    win.recording.toggle_recording()
+    qtbot.waitUntil(lambda: bool(win.recording.last_record_message), timeout=20000)
