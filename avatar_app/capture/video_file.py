@@ -171,6 +171,8 @@ class VideoFileSource:
             ``image`` (H, W, 3) uint8 BGR, upright: the file's display matrix
             (rotation metadata of phone clips) is applied, as players do.
 
+        Frames whose timestamp does not increase (a corrupt stretch of the file) are dropped,
+        with a warning naming the file and how many, and the file counts as corrupt.
         If the file is corrupt or truncated, the frames that decode are yielded,
         a warning is logged and :attr:`truncated` and :attr:`problem` are set. Truncation
         is found from decode errors, fewer frames or an earlier end than the container
@@ -198,6 +200,7 @@ class VideoFileSource:
             declared_end = _media.to_seconds(stream.duration, stream.time_base)
             index = 0
             last_t = None
+            out_of_order = 0
             for fr in _media.decode_tolerant(c, stream, report):
                 if fr.time is not None:
                     t = fr.time - self._video_start_s
@@ -205,6 +208,9 @@ class VideoFileSource:
                     t = last_t + (1.0 / fps if fps else 0.0)
                 else:
                     t = 0.0
+                if last_t is not None and t <= last_t:  # a corrupt stretch: time runs backwards or stands
+                    out_of_order += 1
+                    continue
                 last_t = t
                 image = fr.to_ndarray(format="bgr24")
                 if self._transform is not None:
@@ -212,6 +218,12 @@ class VideoFileSource:
                 image = np.ascontiguousarray(image)
                 yield Frame(index=index, t_capture_ns=now_ns(), image=image, media_time_s=t)
                 index += 1
+        if out_of_order:
+            logger.warning("%s: %d video frame%s dropped: %s timestamp did not increase (a corrupt stretch of "
+                        "the file)", self.path, out_of_order, "" if out_of_order == 1 else "s",
+                        "its" if out_of_order == 1 else "their")
+            report.note_error(RuntimeError(f"{out_of_order} frame{'' if out_of_order == 1 else 's'} with "
+                                           f"timestamps out of order dropped"))
         if self._check_cut and index > 0:
             if self._cut(self._format) is not None:
                 report.note_error(RuntimeError(self._cut_short))

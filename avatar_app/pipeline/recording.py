@@ -3,7 +3,12 @@
 :class:`StudioRecording` is the session's recording output
 (:meth:`avatar_app.pipeline.session.StudioSession.start_recording`): an
 ``AsyncRecorder(SyncedRecorder(...))`` fed with rendered frames and the
-source's audio, and the JSON Lines sidecar beside the clip. Sync is the CLI's
+source's audio, and the JSON Lines sidecar beside the clip. Each frame the
+viewport presents is encoded once and held on screen until the next one
+(``SyncedRecorder(repeat_frames=False)``): when the live pipeline presents fewer
+than ``fps`` new frames a second, the clip's frame rate follows it (variable
+frame rate timestamps on the 1/fps grid) instead of repeating frames, and the
+sidecar gets one row per video frame, written as the frame is encoded. Sync is the CLI's
 (record/synced.py): the audio sample clock is the master; each rendered frame
 is placed at the capture time of the camera frame it shows
 (``AvatarState.t_capture_ns``), the audio at the capture time of its samples,
@@ -55,7 +60,10 @@ class StudioRecording:
 
         rec = open_recorder(path, *RECORD_SIZE, fps, audio_sample_rate=audio_rate if ring is not None else None,
                             fmt=fmt)
-        self.recorder = AsyncRecorder(SyncedRecorder(rec))
+        self._pending_states: deque = deque()  # (capture time s, state) queued for the encoder, oldest first
+        self._last_encoded: tuple[float | None, object] = (None, None)  # the last encoded frame's (time, state)
+        self.recorder = AsyncRecorder(SyncedRecorder(rec, repeat_frames=False,
+                                                     on_frame_encoded=self._on_frame_encoded))
         self.frame_shape = rec.frame_shape
         self.path, self.fmt, self.fps = Path(path), fmt, float(fps)
         self.ring, self.audio_rate = ring, int(audio_rate)
@@ -68,33 +76,39 @@ class StudioRecording:
     def _open_sidecar(self, audio_start_ns: int | None) -> None:
         """Start the JSON Lines blendshape track beside the clip (as the CLI's render writes).
 
-        One line per avatar state placed in the recording (record/sidecar.py);
-        its ``t`` is the capture time relative to the clip's start (the earlier of
-        the first frame and the first audio sample, as SyncedRecorder places them),
-        which is the file time to within the audio clock's drift (about 100 ppm).
+        One line per video frame of the clip (record/sidecar.py), written on the
+        encoder's thread as the frame is encoded (:meth:`_on_frame_encoded`); its ``t``
+        is the frame's time in the file (the slot SyncedRecorder placed it in).
         """
         from avatar_app.pipeline.writer import sidecar_path_for
         from avatar_app.record.sidecar import SidecarWriter
 
         self.sidecar, self.sidecar_path = None, sidecar_path_for(self.path)
-        self._sidecar_t0_ns = audio_start_ns
-        self._sidecar_last_t_ns = 0
         try:
             self.sidecar = SidecarWriter(self.sidecar_path, fps=self.fps)
         except AvatarError as exc:
             log.warning("no blendshape track for this recording: %s", exc)
             self.sidecar_path = None
 
-    def _write_sidecar(self, state, t_capture_ns: int) -> None:
+    def _on_frame_encoded(self, t_capture_s: float, file_time_s: float) -> None:
+        """Writer thread: a queued frame was encoded at ``file_time_s``; write its state's sidecar row.
+
+        Frames queued before it that never reached the file (shed by the encoder queue,
+        or dropped by the synced timeline) get no row; a frame encoded again (the clip's
+        last, at its end) gets its state's row again, so there is one row per video frame.
+        """
+        pending = self._pending_states
+        state = self._last_encoded[1] if self._last_encoded[0] == t_capture_s else None
+        while pending and pending[0][0] <= t_capture_s:
+            t, st = pending.popleft()
+            if t == t_capture_s:
+                state = st
+        self._last_encoded = (t_capture_s, state)
         sidecar = self.sidecar
-        if sidecar is None or state is None or t_capture_ns <= self._sidecar_last_t_ns:
+        if sidecar is None or state is None:
             return
-        if self._sidecar_last_t_ns == 0:  # the first frame: file time 0 is the earlier of it and the audio
-            t0 = self._sidecar_t0_ns
-            self._sidecar_t0_ns = t_capture_ns if t0 is None else min(t0, t_capture_ns)
-        self._sidecar_last_t_ns = t_capture_ns
         try:
-            sidecar.write(state, media_time_s=max(0.0, (t_capture_ns - self._sidecar_t0_ns) / 1e9))
+            sidecar.write(state, media_time_s=max(0.0, float(file_time_s)))
         except AvatarError as exc:
             log.warning("blendshape track stopped: %s", exc)
             self.sidecar = None
@@ -111,10 +125,11 @@ class StudioRecording:
             AvatarError: the recorder failed (stop the recording; :meth:`finish` reports it).
         """
         t_capture_ns = state.t_capture_ns if state is not None and state.t_capture_ns > 0 else t_ns
-        queued = self.recorder.write_video(rgb, t_capture_ns / 1e9)  # shared-clock capture time
-        if queued:
-            self._write_sidecar(state, t_capture_ns)
-        return bool(queued)
+        t_s = t_capture_ns / 1e9  # shared-clock capture time
+        # before queuing: the writer may encode it at once. One the queue refuses stays until the writer
+        # encodes a later frame and takes it off (no row); only the writer takes entries off.
+        self._pending_states.append((t_s, state))
+        return bool(self.recorder.write_video(rgb, t_s))
 
     def feed_audio(self, until_ns: int | None = None) -> None:
         """Hand the recorder the source's audio since the last call (whole samples).
@@ -169,9 +184,10 @@ class StudioRecording:
     def recent_fps(self, window_s: float = 2.0) -> float | None:
         """Frames encoded per second of clip over about the last ``window_s`` s of clip time.
 
-        Equals :attr:`fps` while the encoder keeps up (repeats included); lower while it
-        is behind, when the synced recorder holds frames on screen instead of encoding
-        them again (the clip's frame rate adapts; record/synced.py). Call it regularly
+        Each new frame is encoded once (no repeats), so this is the rate of new avatar
+        frames in the clip: :attr:`fps` while the pipeline presents that many and the
+        encoder keeps up, lower when it presents fewer or the encoder drops frames (the
+        clip's frame rate adapts; record/synced.py). Call it regularly
         (the window's 5 Hz tick): each call adds one sample.
 
         Returns:

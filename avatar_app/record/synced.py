@@ -32,6 +32,14 @@ Method (the audio device is the master clock, as in broadcast capture):
    encoded in its first slot only and held on screen over the others (the
    file's frame rate is then variable there): a starved pipeline delivering
    2 fps would otherwise cost fifteen encodes per frame and starve the audio.
+   With ``repeat_frames=False`` (the studio's live recordings) a frame is never
+   encoded twice: each new frame is encoded once, in the slot nearest to its time, and held
+   on screen until the next one (variable frame rate timestamps on the slot
+   grid), so a pipeline presenting 8 new frames a second gives an 8 fps clip
+   without repeated frames (only the clip's last frame is written once more at
+   its end, so that the video track lasts as long as the audio);
+   ``on_frame_encoded`` reports every encoded frame (the blendshape track's rows
+   follow the video frames).
 
 File time 0 is the earlier of the first video frame and the first audio
 sample; audio before it is trimmed, and slots before the first frame show that
@@ -174,6 +182,12 @@ class SyncedRecorder(ClosingContext):
         audio_gap_s: a chunk this much later than the clock model expects is a
             dropout: the gap is filled with silence. Smaller offsets are jitter.
         max_rate_error: see :class:`AudioClock`.
+        repeat_frames: fill every slot (constant frame rate, a frame encoded again
+            while no new one came; the default), or encode each frame once and hold it
+            (False: variable frame rate, no repeated frame in the file).
+        on_frame_encoded: called as ``on_frame_encoded(t_capture_s, file_time_s)`` after each
+            video frame is encoded (on the writer's thread; ``t_capture_s`` is the capture time
+            the frame was given with, the same again for a repeat; never for a dropped frame), or None.
 
     Attributes:
         frames_in: frames given to :meth:`write_video`.
@@ -195,7 +209,8 @@ class SyncedRecorder(ClosingContext):
     """
 
     def __init__(self, recorder: ClipRecorder, *, clock_window_s: float = 30.0,
-                 audio_gap_s: float = 0.1, max_rate_error: float = 0.01):
+                 audio_gap_s: float = 0.1, max_rate_error: float = 0.01, repeat_frames: bool = True,
+                 on_frame_encoded: Callable[[float, float], None] | None = None):
         if recorder.frames_written or recorder.audio_samples_written:
             raise InputError(f"SyncedRecorder needs a fresh recorder; {recorder.path} already has data")
         if recorder.time_origin_s not in (None, 0.0):
@@ -209,7 +224,9 @@ class SyncedRecorder(ClosingContext):
                        if self._sr else None)
         self.audio_gap_s = float(audio_gap_s)
         self._origin_s: float | None = None
-        self._prev: tuple[np.ndarray, float] | None = None
+        self._prev: tuple[np.ndarray, float, float] | None = None  # (image, file time, capture time)
+        self.repeat_frames = bool(repeat_frames)
+        self.on_frame_encoded = on_frame_encoded
         self._slot = 0
         self._closed = False
         self.frames_in = 0
@@ -343,11 +360,18 @@ class SyncedRecorder(ClosingContext):
             _log.debug("frame at %.4f s (file %.4f s) dropped: not after the previous one",
                        t_capture_s, f)
             return False
-        if self._prev is not None:
+        if self._prev is not None and self.repeat_frames:  # the previous frame fills the slots nearer to it
             self._emit_until(0.5 * (self._prev[1] + f))
+        elif self._prev is not None:  # held: the slots before the one nearest to this frame; when that slot
+            # is the previous frame's own (timestamp jitter), the previous keeps it and this frame takes the
+            # next one, at most one slot late, rather than one of the two being dropped
+            limit = f - half_slot
+            if self.slot_time(self._slot) >= limit and self.slot_time(self._slot + 1) <= f + 3 * half_slot:
+                limit = self.slot_time(self._slot) + half_slot
+            self._emit_until(limit)
         held = np.array(img, copy=True)
         held.flags.writeable = False  # lets an AlphaClipRecorder reuse its prepared frame on repeats
-        self._prev = (held, f)
+        self._prev = (held, f, float(t_capture_s))
         return True
 
     def _emit_until(self, limit_s: float, final: bool = False) -> None:
@@ -357,15 +381,17 @@ class SyncedRecorder(ClosingContext):
         :attr:`behind` says so (except the last one of the clip when ``final``, so that
         the video track lasts as long as the audio).
         """
-        img, f = self._prev
+        img, f, t_capture = self._prev
         encoded = held = 0
         if limit_s - self.slot_time(self._slot) > 10.0:
             _log.warning("no new video frame for %.1f s in %s; repeating the last one",
                          limit_s - f, self.path)
         while self.slot_time(self._slot) < limit_s:
             last = self.slot_time(self._slot + 1) >= limit_s
-            if encoded == 0 or (final and last) or not self.behind():
+            if encoded == 0 or (final and last) or (self.repeat_frames and not self.behind()):
                 self.recorder.write_video(img, self.slot_time(self._slot))
+                if self.on_frame_encoded is not None:
+                    self.on_frame_encoded(t_capture, self.slot_time(self._slot))
                 encoded += 1
             else:
                 held += 1
@@ -389,6 +415,8 @@ class SyncedRecorder(ClosingContext):
         try:
             if self._prev is not None and self.recorder.error is None:
                 end = self._prev[1] + 0.5 / float(self._rate)
+                if not self.repeat_frames:  # a held frame that took the next slot (jitter) still gets it
+                    end = max(end, self.slot_time(self._slot) + 0.5 / float(self._rate))
                 if self._sr:
                     end = max(end, self.recorder.audio_samples_written / self._sr)
                 self._emit_until(end, final=True)

@@ -311,7 +311,9 @@ def _decompose(m: np.ndarray) -> tuple[list[float], list[float]]:
 def _check_track(path: Path, t: np.ndarray, weights: np.ndarray, rotation, gaze) -> tuple[np.ndarray, np.ndarray]:
     """Validate a track for :func:`export_gltf_animation`; returns (times from 0 float32 (T,), weights (T, 52))."""
     if path.suffix.lower() not in (".glb", ".gltf"):
-        raise InputError(f"glTF export needs a .glb or .gltf file name; got {path.name}")
+        if path.name.lower() in (".glb", ".gltf"):  # Path(".glb").suffix is "": a hidden file with no name
+            raise InputError(f"glTF export needs a name before {path.name}; got just {path.name!r} ({path})")
+        raise InputError(f"glTF export needs a .glb or .gltf file name; got {path.name!r}")
     t = np.asarray(t, np.float64).reshape(-1)
     n = len(t)
     w = np.asarray(weights, np.float32)
@@ -572,6 +574,21 @@ def convert_sidecar(sidecar_path: str | Path, csv_path: str | Path | None = None
     return out
 
 
+def output_stem(sidecar: Path) -> str:
+    """The name the converter's outputs get beside ``sidecar`` (``<stem>.csv``, ``<stem>.glb``).
+
+    ``clip.blendshapes.jsonl`` -> ``clip``; the sidecar suffixes (``.jsonl``, then
+    ``.blendshapes``) are taken off the end, so dot-names keep their name: the hidden part
+    file a killed render leaves, ``.clip.part-123-ab12cd34.blendshapes.jsonl``, gives
+    ``.clip.part-123-ab12cd34``, and ``take.2.blendshapes.jsonl`` gives ``take.2``.
+    """
+    name = sidecar.name
+    for suffix in (".jsonl", ".blendshapes"):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m avatar_app.record.tracks clip.blendshapes.jsonl [--csv X] [--gltf Y]``."""
     ap = argparse.ArgumentParser(prog="python -m avatar_app.record.tracks",
@@ -584,7 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     csv_p, gltf_p = a.csv, a.gltf
     if csv_p is None and gltf_p is None:
-        stem = a.sidecar.name.split(".")[0]
+        stem = output_stem(a.sidecar)
         csv_p = a.sidecar.with_name(stem + ".csv")
         gltf_p = a.sidecar.with_name(stem + ".glb")
     try:

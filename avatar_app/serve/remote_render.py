@@ -122,7 +122,31 @@ def render_file_remote(url: str, input_path, output_path, options=None, progress
     for r in runners:
         finished_locally(report, r, clock, fps, url)
     if not runners:
-        report.warnings.append(f"no engine of this render runs on the server {url} (the geometric solver "
-                               "and the loudness solver need none; --face engine runs the face engine "
-                               "there)")
+        report.warnings.append(no_server_warning(url, report))
     return report
+
+
+def no_server_warning(url: str, report) -> str:
+    """The report's line when no engine of a ``--remote`` render ran through the server.
+
+    Says why (tritonclient is not installed, or the server did not answer) and what
+    ran locally instead, from the report's ``face_solver`` and ``speech_backend``: the
+    learned engines (``face_recon.onnx on ort_cpu …``), or the built-in solvers, which
+    need no server.
+
+    Args:
+        url: the ``grpc://HOST:PORT`` given.
+        report: the render's RenderReport (``face_solver``, ``speech_backend``).
+    """
+    from avatar_app.inference.triton_client import tritonclient_version
+
+    engines = [t.split(" (", 1)[0] for t in (report.face_solver, report.speech_backend) if ".onnx" in t]
+    if not engines:
+        solvers = [t for t in (report.face_solver, report.speech_backend) if t]
+        return (f"no engine of this render uses the server {url}: the {' and the '.join(solvers) or 'solvers'} "
+                f"run locally and need none (--face engine and the speech engine run on the server)")
+    if tritonclient_version() is None:
+        why = "tritonclient is not installed (pip install 'avatar-app[serve]')"
+    else:
+        why = f"the server {url} does not answer"
+    return f"--remote {url} was not used: {why}; the engines ran locally ({'; '.join(engines)})"

@@ -284,6 +284,7 @@ class LiveView(QObject):
         self.status_labels["fps"].setText(f"{summary.fps:4.1f} fps" if pipe.running else "stopped")
         self.status_labels["c2s"].setText(f"camera-to-screen {c2s}")
         self.status_labels["dropped"].setText(f"dropped {summary.dropped}")
+        self.panels["latency"].show_summary(summary.fps, summary.dropped)  # the same numbers as above
         self.panels["sources"].on_tick()
 
     def overlay_wanted(self) -> bool:

@@ -369,10 +369,16 @@ class MainWindow(QMainWindow):
         return any(d.isVisible() for d in self.docks.values())
 
     def save_settings(self) -> None:
-        """Write every area and the window layout."""
+        """Write every area and the window layout.
+
+        On the clean capture view (Ctrl+H) the layout saved is the one from before Ctrl+H
+        (docks and toolbar as they were), so that the next start shows the panels; a
+        layout taken with every dock hidden would start with none and no hint.
+        """
         self.session.save_settings()
         self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/state", self.saveState())
+        state = getattr(self, "_dock_state", None) if self._clean_view else None
+        self.settings.setValue("window/state", state if state is not None else self.saveState())
         self.settings.sync()
         self.check_settings_saved()
 

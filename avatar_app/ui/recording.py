@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 LIVE_ALPHA_ORDER = ("vp9-webm", "prores4444-mov", "prores4444ks-mov")
 #: Shortest time between two "encoder cannot keep up" warnings in the status bar, s.
 DROP_WARNING_INTERVAL_S = 5.0
+#: Share of the frames offered to the encoder that its queue refused above which the "Recording at N fps"
+#: note blames the encoder; below it the live pipeline presented too few new frames.
+ENCODER_BLAME_SHARE = 0.2
 NO_SOURCE_TO_RECORD = ("Nothing to record: no camera or video is running. Open a video (File › Open video…) "
                        "or choose a camera in Sources, then record.")
 
@@ -102,6 +105,7 @@ class RecordingController(QObject):
         self._rec_dropped0 = 0  # the window's drop counter when the recording started
         self._rec_drops_warned = (0, 0.0, False)  # (drops, monotonic time, encoder behind) of the last warning
         self._rec_rate_warned = -DROP_WARNING_INTERVAL_S  # monotonic time of the last "recording at N fps" note
+        self._rec_queue_drops_noted = (0, 0)  # (encoder queue drops, frames offered to it) at the last rate note
         self.record_drop_warning = ""
         #: The last "Recording at N fps instead of 30" note of the running or last recording ("" if none).
         self.record_rate_warning = ""
@@ -232,9 +236,9 @@ class RecordingController(QObject):
     def record_fps(self) -> float:
         """Frame rate of the next recording, Hz: RECORD_FPS, or the frame-rate cap when lower.
 
-        The recording has a constant frame rate (record/synced.py repeats frames to
-        fill it), so the encoder's work follows this rate, not the source's: a lower
-        cap (Output › Performance) is what lets a slow encoder keep up.
+        At most this many frames a second are encoded (each presented avatar frame once,
+        held until the next; record/synced.py with ``repeat_frames=False``): a lower cap
+        (Output › Performance) is what lets a slow encoder keep up.
         """
         cap = self.session.effective_fps_cap()
         return float(min(RECORD_FPS, cap)) if cap > 0 else RECORD_FPS
@@ -312,9 +316,14 @@ class RecordingController(QObject):
     def _warn_recording_rate(self, fps_now: float | None) -> str:
         """The REC label's rate note, and a status-bar note when the clip's frame rate adapted.
 
-        While the encoder is behind, the synced recorder holds frames instead of encoding
-        repeats (record/synced.py): the clip's frame rate falls to what the machine can
-        encode. The window says so (at most every DROP_WARNING_INTERVAL_S).
+        The studio's recordings encode each presented avatar frame once and hold it on
+        screen until the next one (record/synced.py, ``repeat_frames=False``): the clip's
+        frame rate is the rate of new avatar frames that reached the encoder. It falls
+        below the recording's rate when the live pipeline presents fewer new frames (a
+        slow camera, tracking or rendering), or when the encoder is behind and its queue
+        refuses frames (more than :data:`ENCODER_BLAME_SHARE` of those offered since the
+        last note; the "cannot keep up" warning counts them). The window says which (at
+        most every DROP_WARNING_INTERVAL_S).
         """
         fps = self._rec_fps
         if fps_now is None or fps_now >= 0.9 * fps:
@@ -322,10 +331,21 @@ class RecordingController(QObject):
         now = time.monotonic()
         if now - self._rec_rate_warned >= DROP_WARNING_INTERVAL_S:
             self._rec_rate_warned = now
+            clip = self.session.recording
+            drops = clip.queue_drops() if clip is not None else 0
+            synced = getattr(getattr(clip, "recorder", None), "recorder", None)
+            offered = drops + int(getattr(synced, "frames_in", 0) or 0)  # frames handed to the encoder queue
+            drops0, offered0 = self._rec_queue_drops_noted
+            # the encoder is the cause when its queue refused a good part of the frames since the last note
+            encoder = drops - drops0 > ENCODER_BLAME_SHARE * max(1, offered - offered0)
+            self._rec_queue_drops_noted = (drops, offered)
+            why = (f"this machine cannot encode {fps:.0f} fps now" if encoder else
+                   f"the avatar shows only about {fps_now:.0f} new frames a second now (camera, tracking "
+                   f"or rendering is slower than {fps:.0f} fps)")
             self.record_rate_warning = (
-                f"Recording at {fps_now:.0f} fps instead of {fps:.0f}: this machine cannot encode {fps:.0f} fps "
-                f"now, so the clip's frame rate adapts (no frame is repeated) — set a lower frame-rate cap in "
-                f"Output › Performance or close other programs.")
+                f"Recording at {fps_now:.0f} fps instead of {fps:.0f}: {why}, so the clip's frame rate follows "
+                f"(each new frame is held on screen until the next; none is repeated) — set a lower frame-rate "
+                f"cap in Output › Performance or close other programs.")
             log.warning("%s", self.record_rate_warning)
             self.notifier.status(self.record_rate_warning, 10000)
         return f" · {fps_now:.0f} fps"
@@ -404,6 +424,7 @@ class RecordingController(QObject):
         self._rec_dropped0 = self.window_dropped()
         self._rec_drops_warned = (0, 0.0, False)
         self._rec_rate_warned = -DROP_WARNING_INTERVAL_S
+        self._rec_queue_drops_noted = (0, 0)
         self.record_drop_warning = self.record_rate_warning = ""
         self.viewport.capture_components = 4 if clip.frame_shape[2] == 4 else 3
         self.update_capture()
@@ -541,4 +562,4 @@ class RecordingController(QObject):
 
 
 __all__ = ["RecordingController", "RECORD_SIZE", "RECORD_FPS", "LIVE_ALPHA_ORDER", "DROP_WARNING_INTERVAL_S",
-           "NO_SOURCE_TO_RECORD"]
+           "ENCODER_BLAME_SHARE", "NO_SOURCE_TO_RECORD"]
