@@ -184,7 +184,14 @@ def test_source_failure_while_recording_finishes_the_clip(qtbot, still_window):
 
 # ------------------------------------------------------------------ 4: transparent background
 def test_transparent_background_records_with_alpha(qtbot, still_window, settings):
-    from tests.helpers import alpha_decoder, decoded_duration
+    """An opaque format with a transparent background records an alpha format instead (VP9 .webm, the
+    faster alpha encoder, where FFmpeg has libvpx-vp9), said in a note; the clip keeps its alpha:
+    the background corner transparent, the face opaque. (This also holds the checks of
+    test_ui_recording_drops' former VP9 test, which recorded the same clip.)"""
+    import numpy as np
+
+    from avatar_app.record.formats import available_formats
+    from tests.helpers import alpha_decoder, decode_rgba, decoded_duration
 
     win = still_window
     o = win.panels["output"]
@@ -194,6 +201,9 @@ def test_transparent_background_records_with_alpha(qtbot, still_window, settings
     fmt, note = win.recording.recording_format()
     assert fmt.alpha and o.format_note.isVisibleTo(o) and "H.264" in o.format_note.text()
     assert fmt.label in o.format_note.text()
+    vp9 = "vp9-webm" in {f.key for f in available_formats()}
+    if vp9:  # the faster alpha encoder is the default one
+        assert fmt.key == "vp9-webm" and "VP9" in note
     win.docks["output"].raise_()
     qtbot.wait(50)
     save_shot(win, "trial_transparent_note")
@@ -208,6 +218,13 @@ def test_transparent_background_records_with_alpha(qtbot, still_window, settings
         first = next(f for pk in c.demux(vs) for f in cc.decode(pk))
         assert "a" in first.format.name.replace("yuv", ""), first.format.name  # yuva…
     assert decoded_duration(clip, "video") > 0.5  # (WebM streams carry no duration of their own)
+    assert clip.suffix == ".webm" or not vp9
+    frames = decode_rgba(clip)
+    assert len(frames) >= 10
+    a = frames[-1][..., 3]
+    h, w = a.shape
+    assert a[: h // 10, : w // 10].max() <= 2  # the background corner stays transparent
+    assert np.median(a[h // 3: 2 * h // 3, 2 * w // 5: 3 * w // 5]) >= 250  # the face is opaque
     # back to a colour: the chosen format again, no note
     win.panels["avatar"].bg_green.setChecked(True)
     assert win.recording.recording_format()[0].key == "h264-mp4" and not o.format_note.isVisibleTo(o)
@@ -281,6 +298,8 @@ def test_show_recordings_without_a_file_manager_says_where(qtbot, still_window, 
 
 # ------------------------------------------------------------------ 10: blendshape track beside the clip
 def test_window_recording_writes_the_blendshape_track(qtbot, still_window):
+    """The track beside a window recording: every blendshape, 30 fps, times rising within the clip. A short
+    clip (0.5 s and 15 frames at least): what is checked does not depend on the clip's length."""
     import numpy as np
 
     from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
@@ -289,7 +308,7 @@ def test_window_recording_writes_the_blendshape_track(qtbot, still_window):
     from tests.helpers import ffprobe_streams
 
     win = still_window
-    clip = _record(qtbot, win)
+    clip = _record(qtbot, win, seconds_ms=500, min_frames=15)
     track = read_sidecar(sidecar_path_for(clip))
     video_s = float(ffprobe_streams(clip)["video"]["duration"])
     assert track.names == tuple(BLENDSHAPE_NAMES) and track.fps == pytest.approx(30.0)
