@@ -31,6 +31,12 @@ def _recordings(settings) -> list[Path]:
     return sorted(folder.glob("*")) if folder.is_dir() else []
 
 
+@pytest.fixture(scope="module")
+def shared(shared_still_window):
+    """The still window shared by the checks below that leave it as they found it (one start instead of three)."""
+    return shared_still_window
+
+
 @pytest.fixture
 def file_window(qtbot, testdata, settings):
     win = open_file_window(qtbot, testdata / VIDEO, settings)
@@ -88,18 +94,6 @@ def test_record_is_refused_without_a_running_source(qtbot, settings, monkeypatch
     assert win.session.pipeline is None and not win.recording.record_button.isEnabled()
     assert win.recording.start_recording() is None and _recordings(settings) == []
     win.close()
-
-
-def test_finished_recording_without_frames_is_not_called_saved(qtbot, still_window, tmp_path):
-    win = still_window
-    empty = tmp_path / "empty.mp4"
-    empty.write_bytes(b"")
-    win.recording._on_recording_closed(empty, None, {"frames": 0, "reason": ""})
-    assert "Nothing was recorded" in win.recording.last_record_message
-    assert "Saved" not in win.statusBar().currentMessage()
-    assert not empty.exists()  # an empty file is not left behind as if it were a clip
-    win.recording._on_recording_closed(tmp_path / "missing.mp4", None, {"frames": 30, "reason": ""})
-    assert "Nothing was recorded" in win.recording.last_record_message
 
 
 # ------------------------------------------------------------------ 2, 3, 8: failed file switch
@@ -259,43 +253,6 @@ def test_no_face_is_shown_and_cleared(qtbot, settings, no_face_video, testdata):
     win.close()
 
 
-# ------------------------------------------------------------------ 6: clean capture view hint
-def test_clean_view_shows_how_to_get_the_panels_back(qtbot, still_window, monkeypatch):
-    import avatar_app.ui.main_window as mw
-
-    monkeypatch.setattr(mw, "CLEAN_VIEW_HINT_MS", 600)
-    win = still_window
-    win.toggle_panels(True)
-    assert not win.menuBar().isVisible()
-    assert win.viewport.hint.isVisible() and "Ctrl+H" in win.viewport.hint.text()
-    save_shot(win, "trial_clean_view_hint")
-    qtbot.waitUntil(lambda: not win.viewport.hint.isVisible(), timeout=30000)  # transient
-    win.toggle_panels(True)
-    win.toggle_panels(False)
-    assert win.panels_visible() and not win.viewport.hint.isVisible()
-
-
-# ------------------------------------------------------------------ 7: no file manager
-def test_show_recordings_without_a_file_manager_says_where(qtbot, still_window, monkeypatch):
-    import avatar_app.ui.panels.output as output_mod
-
-    opened = []
-
-    class NoFileManager:
-        @staticmethod
-        def openUrl(url):  # noqa: N802 (Qt's name)
-            opened.append(url.toLocalFile())
-            return False
-
-    monkeypatch.setattr(output_mod, "QDesktopServices", NoFileManager)
-    win = still_window
-    folder = win.recording.record_folder()
-    win.panels["output"].open_folder.click()
-    assert opened == [str(folder)] and folder.is_dir()
-    assert win.notifier.last_info is not None and str(folder) in win.notifier.last_info
-    save_shot(win, "trial_show_recordings")
-
-
 # ------------------------------------------------------------------ 10: blendshape track beside the clip
 def test_window_recording_writes_the_blendshape_track(qtbot, still_window):
     """The track beside a window recording: every blendshape, 30 fps, times rising within the clip. A short
@@ -315,3 +272,54 @@ def test_window_recording_writes_the_blendshape_track(qtbot, still_window):
     assert len(track) >= 10 and np.all(np.diff(track.t) > 0) and np.all(np.diff(track.source_frame) > 0)
     assert track.t[0] < 0.2 and track.t[-1] <= video_s + 0.1
     assert track.face.mean() > 0.8  # the still head is tracked
+
+
+# ------------------------------------------------------------------ 1, 6, 7 on the shared window (the module's last
+# tests, so that window runs only while they do)
+def test_finished_recording_without_frames_is_not_called_saved(qtbot, shared, tmp_path):
+    win = shared
+    empty = tmp_path / "empty.mp4"
+    empty.write_bytes(b"")
+    win.recording._on_recording_closed(empty, None, {"frames": 0, "reason": ""})
+    assert "Nothing was recorded" in win.recording.last_record_message
+    assert "Saved" not in win.statusBar().currentMessage()
+    assert not empty.exists()  # an empty file is not left behind as if it were a clip
+    win.recording._on_recording_closed(tmp_path / "missing.mp4", None, {"frames": 30, "reason": ""})
+    assert "Nothing was recorded" in win.recording.last_record_message
+
+
+# ------------------------------------------------------------------ 6: clean capture view hint
+def test_clean_view_shows_how_to_get_the_panels_back(qtbot, shared, monkeypatch):
+    import avatar_app.ui.main_window as mw
+
+    monkeypatch.setattr(mw, "CLEAN_VIEW_HINT_MS", 600)
+    win = shared
+    win.toggle_panels(True)
+    assert not win.menuBar().isVisible()
+    assert win.viewport.hint.isVisible() and "Ctrl+H" in win.viewport.hint.text()
+    save_shot(win, "trial_clean_view_hint")
+    qtbot.waitUntil(lambda: not win.viewport.hint.isVisible(), timeout=30000)  # transient
+    win.toggle_panels(True)
+    win.toggle_panels(False)
+    assert win.panels_visible() and not win.viewport.hint.isVisible()
+
+
+# ------------------------------------------------------------------ 7: no file manager
+def test_show_recordings_without_a_file_manager_says_where(qtbot, shared, monkeypatch):
+    import avatar_app.ui.panels.output as output_mod
+
+    opened = []
+
+    class NoFileManager:
+        @staticmethod
+        def openUrl(url):  # noqa: N802 (Qt's name)
+            opened.append(url.toLocalFile())
+            return False
+
+    monkeypatch.setattr(output_mod, "QDesktopServices", NoFileManager)
+    win = shared
+    folder = win.recording.record_folder()
+    win.panels["output"].open_folder.click()
+    assert opened == [str(folder)] and folder.is_dir()
+    assert win.notifier.last_info is not None and str(folder) in win.notifier.last_info
+    save_shot(win, "trial_show_recordings")
