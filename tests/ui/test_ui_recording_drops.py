@@ -217,7 +217,9 @@ def test_recording_holds_every_frame_the_viewport_presented(qtbot, still_window)
 @pytest.mark.gl
 def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
     """An encoder that is behind: frames are held, not repeated, and the REC label and status bar say at
-    what rate the clip records. States 0.1 s apart in capture time, shown one by one (frames, not time)."""
+    what rate the clip records. States 0.1 s apart in capture time, shown one by one (frames, not time):
+    24 of them, 2.4 s of clip, enough for the 2 s over which the rate is measured to hold only this test's
+    frames (the checks do not depend on the clip being longer)."""
     from avatar_app.core.clock import now_ns
 
     win = still_window
@@ -229,8 +231,8 @@ def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
     win.live.stop()  # no timers: this test calls the status update itself
     qtbot.wait(200)
     synced.behind = lambda: True  # as AsyncRecorder reports while its queue is long
-    vp, t0 = win.viewport, now_ns()
-    for k in range(30):
+    vp, t0, n = win.viewport, now_ns(), 24
+    for k in range(n):
         if k == 2:  # the frames before this test's are placed by now (each is placed when the next comes)
             held0, dup0 = synced.slots_held, synced.frames_duplicated
         before = vp.frames_presented
@@ -249,7 +251,8 @@ def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
     assert shown == win.recording.record_rate_warning or (
         "…" in shown and win.recording.record_rate_warning.startswith(shown.split("…")[0])), shown
     assert "c0392b" in win.status_labels["rec"].styleSheet()
-    assert synced.slots_held - held0 >= 2 * 27 and synced.frames_duplicated == dup0  # held, never repeated
+    # each state after the first two holds its 2 extra slots (the last one's are placed at the close)
+    assert synced.slots_held - held0 >= 2 * (n - 3) and synced.frames_duplicated == dup0  # held, never repeated
     win.recording.record_button.click()
     qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
 
