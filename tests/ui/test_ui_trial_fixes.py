@@ -144,16 +144,6 @@ def test_failed_file_switch_keeps_the_source_and_the_recording(qtbot, file_windo
     qtbot.waitUntil(lambda: not good.running, timeout=10000)
 
 
-def test_long_source_error_stays_in_its_lines(qtbot, file_window):
-    win = file_window
-    label = win.panels["sources"].source_label
-    h = label.height()
-    label.setText("No source: " + "a very long explanation " * 40 + "\nsecond line\nthird line")
-    qtbot.wait(50)
-    assert label.height() == h and label.text().endswith("third line") and "third line" in label.toolTip()
-    assert label.geometry().top() >= win.panels["sources"].preview.geometry().bottom()
-
-
 # ------------------------------------------------------------------ 3: the source dies while recording
 def test_source_failure_while_recording_finishes_the_clip(qtbot, still_window):
     from avatar_app.core.errors import CaptureError
@@ -274,7 +264,7 @@ def test_window_recording_writes_the_blendshape_track(qtbot, still_window):
     assert track.face.mean() > 0.8  # the still head is tracked
 
 
-# ------------------------------------------------------------------ 1, 6, 7 on the shared window (the module's last
+# ------------------------------------------------------------------ 1, 2, 6, 7 on the shared window (the module's last
 # tests, so that window runs only while they do)
 def test_finished_recording_without_frames_is_not_called_saved(qtbot, shared, tmp_path):
     win = shared
@@ -323,3 +313,17 @@ def test_show_recordings_without_a_file_manager_says_where(qtbot, shared, monkey
     assert opened == [str(folder)] and folder.is_dir()
     assert win.notifier.last_info is not None and str(folder) in win.notifier.last_info
     save_shot(win, "trial_show_recordings")
+
+
+def test_long_source_error_stays_in_its_lines(qtbot, shared):
+    """(On the shared still window: the caption is put back afterwards.)"""
+    win = shared
+    label = win.panels["sources"].source_label
+    h, was = label.height(), label.text()
+    label.setText("No source: " + "a very long explanation " * 40 + "\nsecond line\nthird line")
+    qtbot.wait(50)
+    try:
+        assert label.height() == h and label.text().endswith("third line") and "third line" in label.toolTip()
+        assert label.geometry().top() >= win.panels["sources"].preview.geometry().bottom()
+    finally:
+        label.setText(was)
