@@ -194,14 +194,14 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
         qtbot.waitUntil(lambda p=precision: _active(win, "speech2face").precision is p
                         and not ctl.pending("speech2face"), timeout=120000)
         t_served = time.perf_counter()
-        # the benchmark looks for pauses up to 1 s after the swap; the suite waits for 6 frames rendered
-        # and 6 calls served after it (frames, not time), then for the precision's own checks below
+        # the benchmark looks for pauses up to 1 s after the swap; the suite, up to 6 frames rendered and 6
+        # calls served after it (frames, not time: a loaded machine renders fewer per second)
         if bench:
             qtbot.wait(1000)
         after = counter.runs[-1][1] if counter.sequence()[-1] == precision.value else 0
         qtbot.waitUntil(lambda a=after, p=precision.value: sum(x > t_served for x in presented) >= 6
                         and counter.runs[-1][0] == p and counter.runs[-1][1] >= a + 6, timeout=30000)
-        switches.append((precision.value, t_request, t_served, min(t_served + 1.0, time.perf_counter())))
+        switches.append((precision.value, t_request, t_served, t_served + 1.0 if bench else time.perf_counter()))
         if precision is Precision.INT8:
             assert _active(win, "speech2face").verification.passed
             assert "int8 passed" in box.verification.text(), box.verification.text()
