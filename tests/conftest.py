@@ -351,3 +351,97 @@ def manager(user_dirs):
     from avatar_app.inference.manager import EngineManager
 
     return EngineManager(cache=EngineCache(user_dirs / "cache"), isolate=False)
+
+
+# ----------------------------------------------------------------------------- one window per module
+def _wait_until(condition, timeout_s: float, what: str) -> None:
+    """Process Qt events until ``condition()`` is true; fails naming ``what`` after ``timeout_s`` s
+    (qtbot.waitUntil for module-scoped fixtures, which cannot use the function-scoped qtbot)."""
+    from PySide6.QtTest import QTest
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}", pytrace=False)
+        QTest.qWait(10)
+
+
+@pytest.fixture(scope="module")
+def shared_window(qapp, tmp_path_factory):
+    """A factory for ONE studio window shared by the tests of a module that each leave it as they found
+    it (a window costs 1-3 s to start); the tests that change it for good keep their own window.
+
+    ``shared_window(make, size=None, window_size=None)`` calls ``make(settings)`` (``settings``: a QSettings
+    in a temporary INI file, recordings in a temporary folder) for the MainWindow, shows it (the viewport
+    fixed at ``size`` pixels, the window resized to ``window_size`` (w, h) pixels, when given), waits until
+    its pipeline processed 5 frames and returns it; the module's later calls return the same window. At
+    the module's end the window is closed and its threads must have stopped (as :func:`_no_threads_left`
+    checks for a test's own windows). The window runs until the module ends: put its tests last.
+    """
+    from PySide6.QtCore import QSettings
+
+    made: dict = {}
+    before = set(threading.enumerate())
+
+    def get(make, size=None, window_size=None):
+        if "win" not in made:
+            folder = tmp_path_factory.mktemp("shared_window")
+            s = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
+            s.setValue("record_folder", str(folder / "recordings"))
+            win = made["win"] = make(s)
+            if size is not None:
+                win.viewport.setFixedSize(*size)
+            win.show()
+            _wait_until(lambda: win.windowHandle() is not None and win.windowHandle().isExposed(), 30,
+                        "the shared window to be exposed")
+            if window_size is not None:
+                win.resize(*window_size)
+                _wait_until(lambda: win.size().toTuple() == tuple(window_size), 30,
+                            f"the shared window to be resized to {window_size}")
+            _wait_until(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
+                        60, "the shared window's pipeline to process 5 frames")
+        return made["win"]
+
+    yield get
+    if "win" in made:
+        made["win"].close()
+        made["win"].deleteLater()
+        qapp.processEvents()
+    deadline = time.monotonic() + THREAD_GRACE_S
+    started = [t for t in threading.enumerate() if t not in before and not isinstance(t, threading._DummyThread)]
+    for t in started:  # each gets what is left of the grace time
+        t.join(max(0.0, deadline - time.monotonic()))
+    names = sorted(t.name for t in started if t.is_alive())
+    if names:
+        pytest.fail(f"the shared window left {len(names)} thread(s) running: {', '.join(names)}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def shared_still_window(shared_window, head_images):
+    """:func:`still_window` made once per module (:func:`shared_window`): the tests using it leave it as
+    they found it. The same stand-ins: a StillSource "camera" with the neutral head, no microphone, the
+    geometric solver."""
+    import avatar_app.capture.camera as camera_mod
+    import avatar_app.capture.mic as mic_mod
+    import avatar_app.ui.devices as devices_mod
+    from avatar_app.core.errors import CaptureError
+    from avatar_app.pipeline.engines import EngineController
+    from avatar_app.ui.main_window import MainWindow
+
+    source = StillSource(head_images["neutral"])
+
+    def no_mic(*a, **k):
+        raise CaptureError("No microphone in this test.")
+
+    def make(settings):
+        win = MainWindow(camera=0, settings=settings, engines=EngineController(models={"face_recon": None,
+                                                                                      "speech2face": None}))
+        win.still_source = source
+        return win
+
+    with pytest.MonkeyPatch.context() as mp:  # the stand-ins stay while the window lives
+        mp.setattr(mic_mod, "MicSource", no_mic)
+        mp.setattr(camera_mod, "CameraSource", lambda index, **k: source)
+        mp.setattr(devices_mod, "list_camera_devices",
+                   lambda probe=True: ([devices_mod.CameraDevice("test-still", "Still test camera", 0)], "test"))
+        yield shared_window(make, VIEW_SIZE)

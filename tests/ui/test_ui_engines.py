@@ -137,6 +137,12 @@ def _gap_report(t: np.ndarray, stamps: list[dict], t0: float, t1: float) -> tupl
     return float(gaps_ms[k]), edges[k], around
 
 
+def _jaw_moves(rows: list[np.ndarray]) -> bool:
+    """Whether jawOpen spans more than 0.1 over ``rows`` (each (C,) float32 blendshape weights)."""
+    jaw = BLENDSHAPE_NAMES.index("jawOpen")
+    return len(rows) > 1 and float(np.ptp(np.array(rows)[:, jaw])) > 0.1
+
+
 def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, request):
     """FP32 -> INT8 -> FP32 of the shipped speech engine on ONNX Runtime CPU while a file plays.
 
@@ -174,10 +180,12 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
     qtbot.waitUntil(lambda: not ctl.pending("speech2face"), timeout=60000)
     assert _active(win, "speech2face").precision is Precision.FP32
     assert "reference engine" in box.verification.text(), box.verification.text()
-    switches = []  # (precision, t_request, t_served)
+    bench = os.environ.get("AVATAR_APP_SWITCH_JSON")  # benchmarks/gui_watchdog.py: the 200 ms bar
+    switches = []  # (precision, t_request, t_served, t_end): t_end ends the window the pause is looked for in
     shot = None
     for precision in (Precision.INT8, Precision.FP32):
-        qtbot.wait(500)
+        before = sum(counter.served.values())
+        qtbot.waitUntil(lambda b=before: sum(counter.served.values()) >= b + 5, timeout=30000)  # serving before
         t_request = time.perf_counter()
         box.select("ort_cpu", precision.value)
         if precision is Precision.INT8:  # (FP32 on the CPU is the reference: it may open at once)
@@ -185,8 +193,15 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
             assert "FP32" in box.serving.text()  # ... while FP32 keeps serving
         qtbot.waitUntil(lambda p=precision: _active(win, "speech2face").precision is p
                         and not ctl.pending("speech2face"), timeout=120000)
-        switches.append((precision.value, t_request, time.perf_counter()))
-        qtbot.wait(1000)
+        t_served = time.perf_counter()
+        # the benchmark looks for pauses up to 1 s after the swap; the suite, up to 6 frames rendered and 6
+        # calls served after it (frames, not time: a loaded machine renders fewer per second)
+        if bench:
+            qtbot.wait(1000)
+        after = counter.runs[-1][1] if counter.sequence()[-1] == precision.value else 0
+        qtbot.waitUntil(lambda a=after, p=precision.value: sum(x > t_served for x in presented) >= 6
+                        and counter.runs[-1][0] == p and counter.runs[-1][1] >= a + 6, timeout=30000)
+        switches.append((precision.value, t_request, t_served, t_served + 1.0 if bench else time.perf_counter()))
         if precision is Precision.INT8:
             assert _active(win, "speech2face").verification.passed
             assert "int8 passed" in box.verification.text(), box.verification.text()
@@ -198,7 +213,9 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
             assert _fully_visible(box.verification), (box.verification.text(), box.verification.geometry())
             shot = _save_screenshot(win.docks["engines"], "engines_panel_speech_int8", tmp_path)
             win.docks["sources"].raise_()
-            qtbot.wait(int(CLIP_S * 1000) - 1000)  # INT8 serves a whole loop of the clip (speech and pauses)
+            # INT8 serves until the mouth moved with the speech (the checks below), not a fixed time
+            qtbot.waitUntil(lambda: counter.served["int8"] > 20 and _jaw_moves(counter.last_rows["int8"]),
+                            timeout=int(CLIP_S * 1000) + 30000)
     win.viewport.frame_presented.disconnect(on_presented)
 
     assert shot is not None and shot.is_file()
@@ -211,10 +228,9 @@ def test_precision_switch_keeps_frames_flowing(qtbot, speech_window, tmp_path, r
         w = np.array(rows)
         assert np.isfinite(w).all() and np.ptp(w[:, jaw]) > 0.1, (p, np.ptp(w[:, jaw]))
     t = np.array(presented)
-    bench = os.environ.get("AVATAR_APP_SWITCH_JSON")  # benchmarks/gui_watchdog.py: the 200 ms bar
     figures = {}
-    for precision, t_request, t_served in switches:
-        gap, where, around = _gap_report(t, stamps, t_request, t_served + 1.0)
+    for precision, t_request, t_served, t_end in switches:
+        gap, where, around = _gap_report(t, stamps, t_request, t_end)
         request.node.user_properties.append((f"max_gap_ms_{precision}", round(gap, 1)))
         figures[precision] = {"max_gap_ms": gap, "served_after_s": t_served - t_request, "around": around}
         log.info("longest rendered-frame pause during the switch to %s: %.0f ms", precision, gap)

@@ -22,6 +22,17 @@ def file_window(qtbot, testdata, settings, monkeypatch):
     win.close()
 
 
+@pytest.fixture(scope="module")
+def shared_file_window(shared_window, testdata):
+    """One file window for the refused-file checks, which leave it as they found it (shared_window; they
+    run last, as that window runs until the module ends)."""
+    from ui_helpers import file_window
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AVATAR_APP_SCREENSHOT", "1")  # no message boxes
+        yield shared_window(lambda settings: file_window(testdata / VIDEO, settings), size=(640, 360))
+
+
 def _studio_file(tmp_path, **edits):
     s = StudioSettings()
     s.tuning.mirror = False
@@ -63,9 +74,19 @@ def test_import_applies_at_once_shows_and_persists(qtbot, file_window, tmp_path,
     assert back.fusion.audio_mix == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("content", ["{ not json", json.dumps({"kind": "something else"}), None])
-def test_a_bad_file_is_refused_and_nothing_changes(qtbot, file_window, tmp_path, content):
+def test_rejected_values_are_named_and_the_rest_applied(qtbot, file_window, tmp_path):
     win = file_window
+    report = win._on_import_settings(_studio_file(tmp_path, fusion={"audio_mix": 5}, avatar={"msaa": 3}))
+    assert any(r.startswith("fusion.audio_mix: 5 ") for r in report)
+    assert any(r.startswith("avatar.msaa: 3 ") for r in report)
+    assert "fusion.audio_mix: 5" in win.notifier.last_error and "avatar.msaa: 3" in win.notifier.last_error
+    assert win.session.settings.avatar.lighting == "soft"  # the valid values still applied
+
+
+@pytest.mark.parametrize("content", ["{ not json", json.dumps({"kind": "something else"}), None])
+def test_a_bad_file_is_refused_and_nothing_changes(qtbot, shared_file_window, tmp_path, content):
+    win = shared_file_window
+    win.notifier.last_error = None  # (the window is shared: this file's refusal must say it anew)
     before = (win.session.settings.avatar.lighting, win.session.chain.tuner.settings.mirror,
               win.session.settings.output.fps_cap)
     path = tmp_path / "bad.json"
@@ -75,12 +96,3 @@ def test_a_bad_file_is_refused_and_nothing_changes(qtbot, file_window, tmp_path,
     assert "Settings not imported" in win.notifier.last_error and "bad.json" in win.notifier.last_error
     assert (win.session.settings.avatar.lighting, win.session.chain.tuner.settings.mirror,
             win.session.settings.output.fps_cap) == before
-
-
-def test_rejected_values_are_named_and_the_rest_applied(qtbot, file_window, tmp_path):
-    win = file_window
-    report = win._on_import_settings(_studio_file(tmp_path, fusion={"audio_mix": 5}, avatar={"msaa": 3}))
-    assert any(r.startswith("fusion.audio_mix: 5 ") for r in report)
-    assert any(r.startswith("avatar.msaa: 3 ") for r in report)
-    assert "fusion.audio_mix: 5" in win.notifier.last_error and "avatar.msaa: 3" in win.notifier.last_error
-    assert win.session.settings.avatar.lighting == "soft"  # the valid values still applied

@@ -1,7 +1,8 @@
 """Second new-user trial of the studio window: recording drops, alpha format, source errors, captions, tabs.
 
-1. Frames a recording loses (encoder behind) are counted, shown and warned about;
-   transparent recordings default to the faster VP9 alpha encoder and keep alpha.
+1. Frames a recording loses (encoder behind) are counted, shown and warned about
+   (that transparent recordings default to the faster VP9 alpha encoder and keep alpha is
+   test_ui_trial_fixes.py::test_transparent_background_records_with_alpha's).
 2. A file that fails to open is reported in place and in the status bar, never in a message box.
 3. Without a camera the preview caption is two clean sentences and the disabled
    Record button's tooltip shows.
@@ -216,7 +217,9 @@ def test_recording_holds_every_frame_the_viewport_presented(qtbot, still_window)
 @pytest.mark.gl
 def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
     """An encoder that is behind: frames are held, not repeated, and the REC label and status bar say at
-    what rate the clip records. States 0.1 s apart in capture time, shown one by one (frames, not time)."""
+    what rate the clip records. States 0.1 s apart in capture time, shown one by one (frames, not time):
+    24 of them, 2.4 s of clip, enough for the 2 s over which the rate is measured to hold only this test's
+    frames (the checks do not depend on the clip being longer)."""
     from avatar_app.core.clock import now_ns
 
     win = still_window
@@ -228,8 +231,8 @@ def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
     win.live.stop()  # no timers: this test calls the status update itself
     qtbot.wait(200)
     synced.behind = lambda: True  # as AsyncRecorder reports while its queue is long
-    vp, t0 = win.viewport, now_ns()
-    for k in range(30):
+    vp, t0, n = win.viewport, now_ns(), 24
+    for k in range(n):
         if k == 2:  # the frames before this test's are placed by now (each is placed when the next comes)
             held0, dup0 = synced.slots_held, synced.frames_duplicated
         before = vp.frames_presented
@@ -249,7 +252,8 @@ def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
     assert shown == win.recording.record_rate_warning or (
         "…" in shown and win.recording.record_rate_warning.startswith(shown.split("…")[0])), shown
     assert "c0392b" in win.status_labels["rec"].styleSheet()
-    assert synced.slots_held - held0 >= 2 * 27 and synced.frames_duplicated == dup0  # held, never repeated
+    # each state after the first two holds its 2 extra slots (the last one's are placed at the close)
+    assert synced.slots_held - held0 >= 2 * (n - 3) and synced.frames_duplicated == dup0  # held, never repeated
     win.recording.record_button.click()
     qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
 
@@ -262,34 +266,6 @@ def _state_at(t_capture_ns: int, jaw: float):
     w = st.weights.copy()
     w[BLENDSHAPE_NAMES.index("jawOpen")] = jaw
     return AvatarState(t_capture_ns, 0.0, w, st.rotation, st.translation, st.gaze)
-
-
-@pytest.mark.gui
-@pytest.mark.gl
-def test_transparent_recording_defaults_to_vp9_and_keeps_alpha(qtbot, still_window):
-    from avatar_app.record.formats import available_formats
-    from tests.helpers import decode_rgba
-
-    if "vp9-webm" not in {f.key for f in available_formats()}:
-        pytest.skip("this FFmpeg build has no libvpx-vp9 encoder")
-    win = still_window
-    o = win.panels["output"]
-    o.format.setCurrentIndex(o.format.findData("h264-mp4"))
-    win.panels["avatar"].bg_transparent.setChecked(True)
-    fmt, note = win.recording.recording_format()
-    assert fmt.key == "vp9-webm" and "VP9" in note
-    win.recording.record_button.click()
-    clip = win.recording.record_path
-    qtbot.waitUntil(lambda: win.recording.recorder.recorder.frames_in >= 10, timeout=20000)
-    win.recording.record_button.click()
-    qtbot.waitUntil(lambda: win.recording.last_record_message.startswith("Saved"), timeout=20000)
-    assert clip.suffix == ".webm"
-    frames = decode_rgba(clip)
-    assert len(frames) >= 10
-    a = frames[-1][..., 3]
-    h, w = a.shape
-    assert a[: h // 10, : w // 10].max() <= 2  # the background corner stays transparent
-    assert np.median(a[h // 3: 2 * h // 3, 2 * w // 5: 3 * w // 5]) >= 250  # the face is opaque
 
 
 # ------------------------------------------------------------------ 2: failed file source: no dialog

@@ -12,18 +12,15 @@ from ui_helpers import save_shot
 pytestmark = [pytest.mark.gui, pytest.mark.gl, pytest.mark.qt_log_ignore(r"does not support propagateSizeHints")]
 
 VIDEO = "video/grid_s1_bbaf2n.mp4"
-@pytest.fixture
-def small_window(qtbot, testdata, settings):
-    """A MainWindow playing a file (built-in solvers), shown and resized to 1024x640."""
-    from tests.ui_helpers import shown_file_window
 
-    win = shown_file_window(qtbot, testdata / VIDEO, settings)
-    win.resize(1024, 640)
-    qtbot.waitUntil(lambda: win.size().toTuple() == (1024, 640), timeout=30000)
-    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 5,
-            timeout=20000)
-    yield win
-    win.close()
+
+@pytest.fixture(scope="module")
+def small_window(shared_window, testdata):
+    """A MainWindow playing a file (built-in solvers), shown and resized to 1024x640, once for the module
+    (shared_window): the first test only looks at each panel, the second (last) hides and closes docks."""
+    from tests.ui_helpers import file_window
+
+    return shared_window(lambda settings: file_window(testdata / VIDEO, settings), window_size=(1024, 640))
 
 
 SCROLLED = ("sources", "engines", "calibration", "tracking", "expressions", "avatar", "output")
@@ -57,6 +54,19 @@ def _reachable(area: QScrollArea, panel: QWidget, horizontal: bool) -> bool:
     return policy != Qt.ScrollBarPolicy.ScrollBarAlwaysOff and bar.maximum() >= size - view
 
 
+def test_the_same_at_200_percent():
+    """Both checks below again in a subprocess with QT_SCALE_FACTOR=2 (the same 1024x640 logical window)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, QT_SCALE_FACTOR="2")
+    r = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", "not 200",
+                        "-o", "addopts="], env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 or "2 passed" not in r.stdout:
+        pytest.fail("at 200 %:\n" + r.stdout[-6000:] + r.stderr[-2000:], pytrace=False)
+
+
 def test_every_panel_fits_or_scrolls_in_a_small_window(qtbot, small_window):
     win = small_window
     for key in SCROLLED:
@@ -74,6 +84,7 @@ def test_every_panel_fits_or_scrolls_in_a_small_window(qtbot, small_window):
 
 
 def test_no_stray_tab_bars_after_hiding_and_showing_the_panels(qtbot, small_window):
+    """(Closes three docks of the module's window: the module's last test on it.)"""
     from PySide6.QtWidgets import QApplication
 
     win = small_window
@@ -94,16 +105,3 @@ def test_no_stray_tab_bars_after_hiding_and_showing_the_panels(qtbot, small_wind
             and b.geometry().intersects(win.rect())]
     assert all(b.count() >= 2 for b in bars), [(b.count(), b.geometry()) for b in bars]
     assert win.docks["output"].isVisible()
-
-
-def test_the_same_at_200_percent():
-    """Both checks above again in a subprocess with QT_SCALE_FACTOR=2 (the same 1024x640 logical window)."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, QT_SCALE_FACTOR="2")
-    r = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", "not 200",
-                        "-o", "addopts="], env=env, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0 or "2 passed" not in r.stdout:
-        pytest.fail("at 200 %:\n" + r.stdout[-6000:] + r.stderr[-2000:], pytrace=False)

@@ -13,6 +13,12 @@ from ui_helpers import save_shot
 pytestmark = [pytest.mark.gui, pytest.mark.gl]
 
 
+@pytest.fixture(scope="module")
+def shared(shared_still_window):
+    """The still window shared by the checks below that leave it as they found it (one start instead of four)."""
+    return shared_still_window
+
+
 # ------------------------------------------------------------------ 5: clean view hides the overlay
 def test_clean_view_hides_the_latency_overlay_and_restores_it(qtbot, still_window):
     win = still_window
@@ -101,44 +107,6 @@ def test_microphone_overflows_are_shown_beside_the_meter_and_logged(qtbot, mic_w
 
 
 # ------------------------------------------------------------------ 7: cut-off text
-def _shown(label) -> str:
-    """What a label draws (an ElidedLabel's text() is its whole text)."""
-    from PySide6.QtWidgets import QLabel
-
-    return QLabel.text(label)
-
-
-def _message_room(win) -> int:
-    """Width QStatusBar has for its message: up to the first visible permanent widget, px."""
-    lefts = [w.geometry().left() for w in win.status_labels.values() if w.isVisible()]
-    return min(lefts) if lefts else win.status.width()
-
-
-LONG_ERROR = ("Could not play not_a_video.mp4: The file is not a readable video (corrupt, truncated or not a media "
-              "file): Invalid data found when processing input. The current source keeps running.")
-
-
-def test_status_bar_messages_are_never_clipped(qtbot, still_window):
-    win = still_window
-    bar, fm = win.status, win.status.fontMetrics()
-    qtbot.waitUntil(lambda: win.status_labels["fps"].text() != "", timeout=30000)
-    win.notifier.status("Settings exported", 5000)  # a short one: every label stays
-    qtbot.wait(50)
-    assert win.status_labels["fps"].isVisible() and bar.currentMessage() == "Settings exported"
-    win.notifier.status_error(LONG_ERROR)
-    qtbot.wait(50)  # the status bar lays its widgets out again
-    shown = bar.currentMessage()
-    assert fm.horizontalAdvance(shown) <= _message_room(win), (shown, _message_room(win))
-    assert shown.startswith("Could not play not_a_video.mp4") and shown.endswith("keeps running.")
-    assert win.notifier.message == LONG_ERROR and bar.toolTip() == LONG_ERROR  # the whole text stays readable
-    save_shot(win, "status_long_message")
-    # once the message is gone, the labels that made room come back
-    win.notifier.status("Recording to /tmp/x.mp4", 200)
-    qtbot.waitUntil(lambda: bar.currentMessage() == "", timeout=30000)
-    assert win.status_labels["fps"].isVisible() and win.status_labels["engines"].isVisible()
-    assert bar.toolTip() == ""
-
-
 @pytest.fixture
 def no_camera_window(qtbot, settings, monkeypatch):
     """The studio started as on a machine without camera and microphone (the new-user trial's case)."""
@@ -181,8 +149,46 @@ def test_camera_and_microphone_messages_are_shown_whole(qtbot, no_camera_window)
     save_shot(win, "no_camera_messages")
 
 
-def test_engine_build_progress_fits_its_bar(qtbot, still_window, monkeypatch):
-    win = still_window
+def _shown(label) -> str:
+    """What a label draws (an ElidedLabel's text() is its whole text)."""
+    from PySide6.QtWidgets import QLabel
+
+    return QLabel.text(label)
+
+
+def _message_room(win) -> int:
+    """Width QStatusBar has for its message: up to the first visible permanent widget, px."""
+    lefts = [w.geometry().left() for w in win.status_labels.values() if w.isVisible()]
+    return min(lefts) if lefts else win.status.width()
+
+
+LONG_ERROR = ("Could not play not_a_video.mp4: The file is not a readable video (corrupt, truncated or not a media "
+              "file): Invalid data found when processing input. The current source keeps running.")
+
+
+def test_status_bar_messages_are_never_clipped(qtbot, shared):
+    win = shared
+    bar, fm = win.status, win.status.fontMetrics()
+    qtbot.waitUntil(lambda: win.status_labels["fps"].text() != "", timeout=30000)
+    win.notifier.status("Settings exported", 5000)  # a short one: every label stays
+    qtbot.wait(50)
+    assert win.status_labels["fps"].isVisible() and bar.currentMessage() == "Settings exported"
+    win.notifier.status_error(LONG_ERROR)
+    qtbot.wait(50)  # the status bar lays its widgets out again
+    shown = bar.currentMessage()
+    assert fm.horizontalAdvance(shown) <= _message_room(win), (shown, _message_room(win))
+    assert shown.startswith("Could not play not_a_video.mp4") and shown.endswith("keeps running.")
+    assert win.notifier.message == LONG_ERROR and bar.toolTip() == LONG_ERROR  # the whole text stays readable
+    save_shot(win, "status_long_message")
+    # once the message is gone, the labels that made room come back
+    win.notifier.status("Recording to /tmp/x.mp4", 200)
+    qtbot.waitUntil(lambda: bar.currentMessage() == "", timeout=30000)
+    assert win.status_labels["fps"].isVisible() and win.status_labels["engines"].isVisible()
+    assert bar.toolTip() == ""
+
+
+def test_engine_build_progress_fits_its_bar(qtbot, shared, monkeypatch):
+    win = shared
     win.docks["engines"].raise_()
     ctl = win.session.engines
     box = win.panels["engines"].boxes["face_recon"]
@@ -206,8 +212,8 @@ def test_engine_build_progress_fits_its_bar(qtbot, still_window, monkeypatch):
     assert not bar.isVisible() and not box.build_label.isVisible()
 
 
-def test_cpu_budget_and_frame_rate_field_agree(qtbot, still_window):
-    win = still_window
+def test_cpu_budget_and_frame_rate_field_agree(qtbot, shared):
+    win = shared
     out = win.panels["output"]
     win.docks["output"].raise_()
     assert out.fps_cap.text() == "No cap" and win.session.effective_fps_cap() == 0
@@ -228,9 +234,9 @@ def test_cpu_budget_and_frame_rate_field_agree(qtbot, still_window):
     assert out.fps_cap.text() == "No cap" and win.session.effective_fps_cap() == 0
 
 
-def test_virtual_camera_probe_reports_back(qtbot, still_window):
+def test_virtual_camera_probe_reports_back(qtbot, shared):
     """The Output panel's virtual-camera line says what the probe found (it stayed "checking…" when the
     probe, run on the session's worker, failed on a wrong call)."""
-    out = still_window.panels["output"]
+    out = shared.panels["output"]
     qtbot.waitUntil(lambda: out.vcam_status.text() != "checking…", timeout=20000)
     assert out.vcam.toolTip() and out.vcam.toolTip() in out.vcam_status.text()

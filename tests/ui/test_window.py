@@ -65,6 +65,16 @@ def file_window(qtbot, testdata, settings):
     win.close()
 
 
+@pytest.fixture(scope="module")
+def shared_file_window(shared_window, testdata):
+    """:func:`file_window` once for the checks that only look at it or change it last (shared_window; they
+    run at the module's end, as that window runs until then)."""
+    from avatar_app.ui.main_window import MainWindow
+
+    return shared_window(lambda settings: MainWindow(source=testdata / "video" / "grid_s1_bbaf2n.mp4",
+                                                     settings=settings), size=VIEW_SIZE)
+
+
 def _state(**weights):
     from avatar_app.core.blendshapes import BLENDSHAPE_NAMES
     from avatar_app.core.types import AvatarState
@@ -74,26 +84,6 @@ def _state(**weights):
     for k, v in weights.items():
         w[BLENDSHAPE_NAMES.index(k)] = v
     return AvatarState(st.t_capture_ns, 0.0, w, st.rotation, st.translation, st.gaze)
-
-
-def test_window_plays_file_and_shows_avatar(qtbot, file_window):
-    win = file_window
-    assert win.viewport.error is None, win.viewport.error
-    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 15,
-                    timeout=20000)
-    qtbot.waitUntil(lambda: win.session.pipeline.stats.summary().count >= 5, timeout=10000)
-    img = _grab(qtbot, win)
-    _save(img, "window_viewport_live")
-    _save(_qimage_to_array(win.grab().toImage()), "window_live")
-    green = np.all(img == img[0, 0], axis=2).mean()
-    assert 0.3 < green < 0.95, f"viewport is {green:.0%} background"
-    assert img.std() > 20
-    s = win.session.pipeline.stats.summary()
-    assert s.camera_to_screen is not None and "track" in s.stages
-    # the full table, or its compact form where the table would cover the face (test_ui_latency_overlay)
-    text = win.viewport.overlay.text()
-    assert win.viewport.overlay.isVisible() and ("camera-to-screen" in text or "latency" in text), text
-    assert win.session.pipeline.latest_state().face_found
 
 
 def test_viewport_matches_approved_image_and_mouth_moves(qtbot, file_window):
@@ -199,15 +189,40 @@ def _decoded_tracks(path):
     return len(times), max(times) - min(times) + 1 / RECORD_FPS, n_audio / rate
 
 
-def test_settings_persist_overlay_choice(qtbot, file_window, settings):
-    file_window.panels["latency"].overlay_box.setChecked(False)
+# ------------------------------------------------------------------ on one shared window, last
+def test_window_plays_file_and_shows_avatar(qtbot, shared_file_window):
+    win = shared_file_window
+    assert win.viewport.error is None, win.viewport.error
+    qtbot.waitUntil(lambda: win.session.pipeline is not None and win.session.pipeline.frames_processed >= 15,
+                    timeout=20000)
+    qtbot.waitUntil(lambda: win.session.pipeline.stats.summary().count >= 5, timeout=10000)
+    img = _grab(qtbot, win)
+    _save(img, "window_viewport_live")
+    _save(_qimage_to_array(win.grab().toImage()), "window_live")
+    green = np.all(img == img[0, 0], axis=2).mean()
+    assert 0.3 < green < 0.95, f"viewport is {green:.0%} background"
+    assert img.std() > 20
+    s = win.session.pipeline.stats.summary()
+    assert s.camera_to_screen is not None and "track" in s.stages
+    # the full table, or its compact form where the table would cover the face (test_ui_latency_overlay)
+    text = win.viewport.overlay.text()
+    assert win.viewport.overlay.isVisible() and ("camera-to-screen" in text or "latency" in text), text
+    assert win.session.pipeline.latest_state().face_found
+
+
+def test_settings_persist_overlay_choice(qtbot, shared_file_window):
+    """(After the checks that need the overlay: it turns it off.)"""
+    settings = shared_file_window.settings
+    shared_file_window.panels["latency"].overlay_box.setChecked(False)
     settings.sync()
     assert settings.value("overlay", type=bool) is False
     assert settings.value("last_file", type=str).endswith("grid_s1_bbaf2n.mp4")
 
 
-def test_export_settings_writes_what_render_reads(qtbot, file_window, tmp_path):
-    """File › Export settings… writes the session's settings; render --settings reads the same look."""
+def test_export_settings_writes_what_render_reads(qtbot, shared_file_window, tmp_path):
+    """File › Export settings… writes the session's settings; render --settings reads the same look.
+    (The shared window's last check: it changes the tuning.)"""
+    file_window = shared_file_window
     from avatar_app.pipeline.settings import load_settings_file
 
     t = file_window.panels["tracking"]
