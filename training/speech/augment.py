@@ -17,7 +17,9 @@ All functions take a ``numpy.random.Generator`` and work on (N,) float32 16 kHz 
 from __future__ import annotations
 
 import numpy as np
-from scipy.signal import butter, fftconvolve, resample_poly, sosfilt
+
+# scipy.signal is imported inside the functions that use it: importing this module (training.speech.make_data
+# does) then costs no seconds until augmentation actually runs.
 
 SR = 16000
 
@@ -29,6 +31,7 @@ def rms(x: np.ndarray) -> float:
 
 def warp(x: np.ndarray, factor: float) -> np.ndarray:
     """Scale all frequencies by ``factor`` (and durations by 1/factor) by resampling."""
+    from scipy.signal import resample_poly
     up = int(round(1000 / factor))
     return resample_poly(x.astype(np.float64), up, 1000).astype(np.float32)
 
@@ -49,6 +52,7 @@ def pink(n: int, rng: np.random.Generator) -> np.ndarray:
 
 def brown(n: int, rng: np.random.Generator) -> np.ndarray:
     """Unit-RMS brown (1/f^2) noise: room rumble / fans."""
+    from scipy.signal import butter, sosfilt
     y = np.cumsum(rng.standard_normal(n))
     y = sosfilt(butter(2, 40, "hp", fs=SR, output="sos"), y)
     return (y / max(rms(y), 1e-12)).astype(np.float32)
@@ -71,6 +75,7 @@ def clicks(n: int, rng: np.random.Generator) -> np.ndarray:
 
 def breath(n: int, rng: np.random.Generator) -> np.ndarray:
     """Breaths: band-passed noise (500-3000 Hz) with slow 0.3-0.7 s swells, peak RMS ~1."""
+    from scipy.signal import butter, sosfilt
     y = sosfilt(butter(2, [rng.uniform(300, 700), rng.uniform(2000, 4000)], "bp", fs=SR,
                        output="sos"), rng.standard_normal(n))
     env = np.zeros(n)
@@ -130,6 +135,7 @@ def non_speech(n: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
 
 def reverb(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Convolve with a synthetic room impulse response (RT60 0.1-0.8 s, random wet/dry)."""
+    from scipy.signal import fftconvolve
     rt60 = rng.uniform(0.1, 0.8)
     n = int(rt60 * SR)
     h = rng.standard_normal(n) * np.exp(-6.91 * np.arange(n) / n)  # -60 dB at rt60
@@ -143,6 +149,7 @@ def reverb(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def band_limit(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """High-pass 100-400 Hz and low-pass 3-7 kHz, like cheap microphones."""
+    from scipy.signal import butter, sosfilt
     sos_h = butter(2, rng.uniform(100, 400), "hp", fs=SR, output="sos")
     sos_l = butter(4, rng.uniform(3000, 7000), "lp", fs=SR, output="sos")
     return sosfilt(sos_l, sosfilt(sos_h, x)).astype(np.float32)
