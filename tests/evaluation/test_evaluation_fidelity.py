@@ -257,17 +257,27 @@ def test_fusion_never_falls_below_vision_on_the_lip_gap(testdata, clips, solver_
 @pytest.mark.slow
 @pytest.mark.gl
 def test_retracked_default_head_follows_the_face(clips, solver_result):
-    """(b) on every 4th frame: the default head rendered with the output, tracked by MediaPipe."""
-    from avatar_app.evaluation.retrack import retracked_features
+    """(b) on every 8th frame (217 frames of the 8 clips), one renderer for all clips: the default head
+    rendered with the output, tracked by MediaPipe. The pooled r is a correlation over the sampled
+    frames, not a sum: every 8th frame reads 0.900 / 0.961 / 0.881 (eye aperture, lip gap, mouth
+    width) against 0.908 / 0.957 / 0.884 on every 4th, all above the 0.8 bars (the benchmark
+    renders every 2nd frame for the figure)."""
+    from avatar_app.evaluation.retrack import RENDER_SIZE, retracked_features
+    from avatar_app.render.headless import HeadlessRenderer
 
     series = []
-    for clip in clips:
-        po = solver_result["outputs"][clip.name]
-        frames = np.flatnonzero(po.found)[::4]
-        inp, _ = G.input_features(clip)
-        mask = np.zeros(len(clip), bool)
-        mask[frames] = True
-        series.append((np.where(mask[:, None], inp, np.nan), retracked_features(po, clip.times, frames)))
+    renderer = HeadlessRenderer(RENDER_SIZE, RENDER_SIZE)
+    try:
+        for clip in clips:
+            po = solver_result["outputs"][clip.name]
+            frames = np.flatnonzero(po.found)[::8]
+            inp, _ = G.input_features(clip)
+            mask = np.zeros(len(clip), bool)
+            mask[frames] = True
+            out = retracked_features(po, clip.times, frames, renderer=renderer)
+            series.append((np.where(mask[:, None], inp, np.nan), out))
+    finally:
+        renderer.close()
     pooled = F.pooled(series)
     for k, bar in BM.BARS_RETRACK.items():
         assert pooled[k]["r"] >= bar, (k, pooled[k])
