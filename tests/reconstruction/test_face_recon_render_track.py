@@ -1,7 +1,10 @@
 """face_recon on fresh render-and-track data: the face model rendered, tracked by MediaPipe, reconstructed.
 
 A new seed (3) and new subjects: neither the training (seed 1) nor the card's
-held-out set (seed 2). 24 subjects x 6 frames plus their neutral renders.
+held-out set (seed 2). 12 subjects x 6 frames plus their neutral renders: the guards compare the
+engine with the constant predictor and with alignment alone on the same frames, a ratio that 12
+subjects already read within a few hundredths of 24 (MAE ratio 0.59 vs 0.55, rotation 2.88 deg vs
+2.89 deg against 6.68 / 6.52 deg, 68 of 72 frames tracked vs 139 of 144), at half the rendering.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from avatar_app.resources import resource_path
 
 pytestmark = [pytest.mark.gl, pytest.mark.slow]
 MODEL = resource_path("models/face_recon.onnx")
+SUBJECTS, FRAMES = 12, 6
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +29,7 @@ def figures(tmp_path_factory):
     from training.face_recon.make_data import render_track_set
 
     path = tmp_path_factory.mktemp("rt") / "rt.npz"
-    render_track_set(3, 24, 6, path)
+    render_track_set(3, SUBJECTS, FRAMES, path)
     card = json.loads(MODEL.with_name("face_recon.card.json").read_text())
     const = np.array([card["constant_predictor"][k] for k in BLENDSHAPE_NAMES])
     mgr = EngineManager(cache=EngineCache(tmp_path_factory.mktemp("engines")), isolate=False)
@@ -41,7 +45,7 @@ def figures(tmp_path_factory):
 
 
 def test_enough_frames_tracked(figures):
-    assert figures["frames"] >= 0.8 * 24 * 6
+    assert figures["frames"] >= 0.8 * SUBJECTS * FRAMES
 
 
 def test_engine_beats_the_constant_predictor_and_refines_the_pose(figures):
