@@ -21,20 +21,20 @@ from avatar_app.evaluation import geometry as G
 from avatar_app.reconstruction.geometric import GeometricSolver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def clips(testdata):
     from avatar_app.evaluation.landmarks import track_video
 
     return [track_video(v) for v in BM.real_videos(testdata)]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def solver_result(clips):
     """evaluate_path of the default solver over every real clip (comparison (a))."""
     return F.evaluate_path(GeometricSolver(), clips)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def solver_weights(solver_result):
     return {n: o.weights for n, o in solver_result["outputs"].items()}
 
@@ -295,7 +295,7 @@ def test_london_smiles_and_neutrals(london_result):
     assert min(g["both_ok"] for g in london_result["groups"].values()) >= BM.BAR_LONDON_GROUP
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def london_result(testdata):
     from avatar_app.evaluation import london as L
 
