@@ -165,8 +165,10 @@ def test_missing_camera_index_with_opencv():
 
 
 def test_driver_that_hangs_on_open():
+    """A driver that answers only after the open timeout: the open fails, naming it (the driver's
+    0.6 s is 6 times the timeout; the thread-leak check then waits for the driver's thread)."""
     def hanging(index: int, api: int):
-        time.sleep(3)
+        time.sleep(0.6)
         return FakeCapture(index, api)
 
     with pytest.raises(CaptureError, match=r"Camera 3 could not be opened: no response"):

@@ -28,20 +28,25 @@ def test_a_truncated_file_gets_a_notice_naming_what_decoded(tmp_path, testdata):
     assert "cut.mp4" in s.notice and "could be decoded" in s.notice and "of about 75 frames" in s.notice
 
 
-def test_a_whole_file_gets_no_notice(testdata):
-    with LiveFileSource(testdata / "video" / "grid_s1_bbaf2n.mp4", loop=False) as s:
+def test_a_whole_file_gets_no_notice(short_grid_clip):
+    """A complete file plays to its end without a notice: a 0.4 s cut of grid_s1_bbaf2n.mp4 re-encoded
+    whole (conftest's ``short_grid_clip``), since whether a notice comes does not depend on the length
+    and the 3 s clip takes 3 s to play in real time."""
+    with LiveFileSource(short_grid_clip, loop=False) as s:
         s.start()
         assert _wait_for(lambda: s.finished or s.error is not None, 60.0)
     assert s.error is None and s.notice is None
 
 
 def test_a_truncated_file_looping_warns_once(tmp_path, testdata, caplog):
-    """Trial 20: the studio logged the same truncation warning 4-6 times (once per loop)."""
+    """Trial 20: the studio logged the same truncation warning 4-6 times (once per loop). The file is
+    cut at 40000 bytes (7 frames decode, 0.3 s a loop; 60000 bytes: 14 frames), so three loops play
+    in about 1 s: the warning's count does not depend on a loop's length."""
     import logging
 
     src = (testdata / "video" / "grid_s1_bbaf2n.mp4").read_bytes()
     cut = tmp_path / "cut.mp4"
-    cut.write_bytes(src[:60000])
+    cut.write_bytes(src[:40000])
     caplog.set_level(logging.DEBUG, logger="avatar_app")
     with LiveFileSource(cut, loop=True) as s:
         s.start()

@@ -94,13 +94,14 @@ def test_truncated_audio_file_exits_2_keeping_the_clip(testdata, tmp_path):
     assert out.stat().st_size > 0
 
 
-def test_truncated_wav_audio_file_exits_2(testdata, tmp_path):
-    """A WAVE file cut inside its data chunk, given as --audio: exit 2, said once, the clip kept (trial)."""
+def test_truncated_wav_audio_file_exits_2(testdata, tmp_path, short_grid_clip):
+    """A WAVE file cut inside its data chunk, given as --audio: exit 2, said once, the clip kept (trial).
+    The video is conftest's 0.4 s ``short_grid_clip``: the audio file is read whole whatever the
+    video's length."""
     bad = tmp_path / "cut.wav"
     bad.write_bytes((testdata / "audio" / "jfk.wav").read_bytes()[:60000])
     out = tmp_path / "o.mp4"
-    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "--size", "160x120",
-                    "--audio", str(bad))
+    proc = run_main("render", str(short_grid_clip), "-o", str(out), "--size", "160x120", "--audio", str(bad))
     _check(proc, (r"audio file .*cut\.wav is truncated", r"ends inside its audio data",
                   r"only its first 1\.\d s could be decoded"), 2)
     assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]) == 1, proc.stderr

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 from avatar_app import cli
 from avatar_app.pipeline.settings import StudioSettings, load_settings_file, save_settings_file
@@ -41,14 +40,13 @@ def test_a_valid_file_reports_nothing(tmp_path):
     assert report == []
 
 
-def test_render_warns_on_stderr_and_exits_0(tmp_path, testdata):
-    clip = tmp_path / "short.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
-                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
-    from tests.helpers import run_cli
+def test_render_warns_on_stderr_and_exits_0(tmp_path, short_grid_clip):
+    """In process (``run_main``: what the render writes and returns, not the interpreter's exit, which
+    tests/cli's ``run_cli`` tests cover), on conftest's 0.4 s ``short_grid_clip``."""
+    from tests.helpers import run_main
 
-    r = run_cli("render", str(clip), "-o", str(tmp_path / "out.mp4"), "--settings", str(_bad_file(tmp_path)),
-                "--size", "96x64", "-q")
+    r = run_main("render", str(short_grid_clip), "-o", str(tmp_path / "out.mp4"),
+                 "--settings", str(_bad_file(tmp_path)), "--size", "96x64", "-q")
     assert r.returncode == 0, r.stderr
     warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
     for key, _edit, value in BAD:
@@ -100,17 +98,16 @@ def test_key_sequences():
         assert not key_sequence_ok(bad), bad
 
 
-def test_render_uses_the_default_head_when_the_settings_avatar_is_missing(tmp_path, testdata):
-    clip = tmp_path / "short.mp4"
-    subprocess.run(["ffmpeg", "-v", "error", "-i", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-t", "0.4",
-                    "-c:v", "libx264", "-c:a", "aac", str(clip)], check=True)
+def test_render_uses_the_default_head_when_the_settings_avatar_is_missing(tmp_path, short_grid_clip):
+    """In process (``run_main``, as :func:`test_render_warns_on_stderr_and_exits_0`)."""
+    clip = short_grid_clip
     s = StudioSettings()
     s.avatar.path = str(tmp_path / "elsewhere" / "robot.vrm")  # exported on another PC
     settings = save_settings_file(tmp_path / "s.json", s)
-    from tests.helpers import run_cli
+    from tests.helpers import run_main
 
-    r = run_cli("render", str(clip), "-o", str(tmp_path / "out.mp4"), "--settings", str(settings),
-                "--size", "96x64", "-q")
+    r = run_main("render", str(clip), "-o", str(tmp_path / "out.mp4"), "--settings", str(settings),
+                 "--size", "96x64", "-q")
     assert r.returncode == 0, r.stderr
     assert "robot.vrm" in r.stderr and "default head" in r.stderr, r.stderr
     assert (tmp_path / "out.mp4").stat().st_size > 1000
