@@ -67,10 +67,13 @@ class Notifier:
         used = sum(w.sizeHint().width() + STATUS_SPACING_PX for w in kept)
         return max(40, self.status_bar.width() - used - STATUS_EDGES_PX)
 
-    def status(self, message: str, ms: int = 5000) -> None:
-        """A transient status-bar message (``ms`` = 0: until replaced), never clipped (see the class doc)."""
+    def status(self, message: str, ms: int = 5000, detail: str | None = None) -> None:
+        """A transient status-bar message (``ms`` = 0: until replaced), never clipped (see the class doc).
+
+        ``detail``: a longer form of the message for the status bar's tooltip (default: the message).
+        """
         self.message = message
-        self.status_bar.setToolTip(message)
+        self.status_bar.setToolTip(detail or message)
         fm = self.status_bar.fontMetrics()
         width = fm.horizontalAdvance(message)
         hidden = next((k for k in range(len(self._step_aside) + 1) if width <= self._room(k)), len(self._step_aside))

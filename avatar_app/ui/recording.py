@@ -109,6 +109,8 @@ class RecordingController(QObject):
         self.record_drop_warning = ""
         #: The last "Recording at N fps instead of 30" note of the running or last recording ("" if none).
         self.record_rate_warning = ""
+        #: Its short form, as the status bar shows it (the whole note is the status bar's tooltip).
+        self.record_rate_status = ""
         self._recording_closed.connect(self._on_recording_closed)
 
         self.record_button = QPushButton("● Record")
@@ -347,7 +349,13 @@ class RecordingController(QObject):
                 f"(each new frame is held on screen until the next; none is repeated) — set a lower frame-rate "
                 f"cap in Output › Performance or close other programs.")
             log.warning("%s", self.record_rate_warning)
-            self.notifier.status(self.record_rate_warning, 10000)
+            # the status bar gets the short form (the long one did not fit beside the REC label at the
+            # default window size and was cut mid-word); the full sentence is in the log and the tooltip
+            cause = "the encoder is behind" if encoder else f"the avatar shows about {fps_now:.0f} new frames a second"
+            self.record_rate_status = (
+                f"Recording at {fps_now:.0f} fps instead of {fps:.0f}: {cause}; no frame is repeated. "
+                f"A lower cap in Output › Performance helps.")
+            self.notifier.status(self.record_rate_status, 10000, detail=self.record_rate_warning)
         return f" · {fps_now:.0f} fps"
 
     def update_status(self) -> None:
@@ -425,7 +433,7 @@ class RecordingController(QObject):
         self._rec_drops_warned = (0, 0.0, False)
         self._rec_rate_warned = -DROP_WARNING_INTERVAL_S
         self._rec_queue_drops_noted = (0, 0)
-        self.record_drop_warning = self.record_rate_warning = ""
+        self.record_drop_warning = self.record_rate_warning = self.record_rate_status = ""
         self.viewport.capture_components = 4 if clip.frame_shape[2] == 4 else 3
         self.update_capture()
         if clip.ring is not None:

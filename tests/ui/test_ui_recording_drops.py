@@ -246,11 +246,14 @@ def test_window_says_when_the_recording_frame_rate_adapts(qtbot, still_window):
     assert re.match(r"Recording at \d+ fps instead of 30: (this machine cannot encode 30 fps now|the avatar shows "
                     r"only about \d+ new frames a second now)",
                     win.recording.record_rate_warning), win.recording.record_rate_warning
-    # the status bar shows it (shortened in the middle when the window is narrow; the whole text is its tooltip)
+    # the status bar shows its short form (shortened in the middle when the window is narrow); the whole
+    # sentence is its tooltip
     assert win.statusBar().toolTip() == win.recording.record_rate_warning
+    short = win.recording.record_rate_status
+    assert short.startswith("Recording at ") and "no frame is repeated" in short
+    assert len(short) < 0.75 * len(win.recording.record_rate_warning), short
     shown = win.statusBar().currentMessage()
-    assert shown == win.recording.record_rate_warning or (
-        "…" in shown and win.recording.record_rate_warning.startswith(shown.split("…")[0])), shown
+    assert shown == short or ("…" in shown and short.startswith(shown.split("…")[0])), shown
     assert "c0392b" in win.status_labels["rec"].styleSheet()
     # each state after the first two holds its 2 extra slots (the last one's are placed at the close)
     assert synced.slots_held - held0 >= 2 * (n - 3) and synced.frames_duplicated == dup0  # held, never repeated
