@@ -56,6 +56,8 @@ def test_dropped_per_second_never_exceeds_the_source_rate_for_bursty_drops(qtbot
     assert per_s is not None and len(per_s) == 85
     assert 0 < per_s.max() <= 25, per_s.max()
     assert np.all(drop_rate([0.0, 0.2], [5, 3]) >= 0)  # a reset counter never gives a negative rate
+    # after a reset (a new source) its new drops count at once, not only once they pass the old count
+    assert drop_rate([0.0, 0.2, 0.4], [5, 0, 2], window_s=1.0)[-1] == 2.0
 
 
 def test_latency_panel_shows_the_status_bars_drop_count(qtbot, testdata, settings):

@@ -52,7 +52,10 @@ def drop_rate(t_s, dropped, window_s: float = DROP_RATE_WINDOW_S) -> np.ndarray:
         source's frames are dropped.
     """
     t = np.asarray(t_s, np.float64)
-    d = np.maximum.accumulate(np.asarray(dropped, np.float64)) if len(t) else np.zeros(0)
+    # the drops so far, from the counter's rises only: after a reset (a new source) its new drops count
+    # at once, where a running maximum would hide them until they passed the old count
+    rises = np.maximum(np.diff(np.asarray(dropped, np.float64)), 0.0)
+    d = np.concatenate([[0.0], np.cumsum(rises)]) if len(t) else np.zeros(0)
     j = np.searchsorted(t, t - window_s, side="left")  # the first sample within the window
     return (d - d[j]) / float(window_s)
 
