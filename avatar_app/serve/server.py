@@ -231,7 +231,7 @@ class EngineServer:
             raise InputError(f"the gRPC, HTTP and metrics ports must differ, got {ports}")
         try:
             import pytriton  # noqa: F401
-            from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
+            from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy, TritonSecurityConfig
         except ImportError as exc:
             raise BackendUnavailableError(
                 f"nvidia-pytriton is not installed ({exc}): pip install 'avatar-app[serve]' "
@@ -264,7 +264,11 @@ class EngineServer:
         say("starting Triton Inference Server")
         from avatar_app import __version__
 
-        triton = Triton(config=cfg, workspace=workspace, security_config=security)
+        # local_model_store: bind() writes every model's config into the workspace's model store and
+        # tritonserver loads them all at start-up, in parallel (its model-load threads), instead of
+        # pytriton loading them one after another over gRPC (about 5 s sooner ready here, 3 models).
+        policy = TritonLifecyclePolicy(launch_triton_on_startup=True, local_model_store=True)
+        triton = Triton(config=cfg, workspace=workspace, triton_lifecycle_policy=policy, security_config=security)
         self._triton = triton
         try:
             bind_all(triton, self.engines, o.max_queue_delay_us, __version__)
