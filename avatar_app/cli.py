@@ -399,8 +399,10 @@ def _cmd_render(args) -> int:
         for w in rep.warnings:
             print(f"warning: {w}", file=sys.stderr)
         print(
-            f"error: {rep.input_problem}; rendered the first {_seconds(rep.duration_s)} "
-            f"({rep.frames_out} frames) into {rep.output_path} and {rep.sidecar_path}",
+            # "what could be decoded", not "the first X s": a corrupt stretch can lose frames in the
+            # middle, and a cut --audio file leaves the whole video rendered
+            f"error: {rep.input_problem}; rendered what could be decoded, {_seconds(rep.duration_s)} "
+            f"({rep.frames_out} frames), into {rep.output_path} and {rep.sidecar_path}",
             file=sys.stderr,
         )
         return 2

@@ -6,6 +6,8 @@ render failed with the tracker's internal "timestamps must strictly increase" an
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -42,3 +44,6 @@ def test_render_keeps_what_decodes_and_names_the_file(corrupt_mid, tmp_path, cap
     assert "strictly increase" not in err, err
     assert str(corrupt_mid) in err and "corrupt" in err, err
     assert rc == 2 and out.is_file() and out.stat().st_size > 0, (rc, err)
+    # frames are lost in the middle, not at the end: the line does not say "the first X s"
+    m = re.search(r"rendered what could be decoded, \d+\.\d s \((\d+) frames\)", err)
+    assert m and "the first" not in err and 0 < int(m[1]) < 75, err
