@@ -62,6 +62,26 @@ def _isolate_user_dirs() -> None:
         os.environ[var] = str(Path(_OWN_USER_DIRS) / var.lower())
 
 
+def pytest_sessionstart(session):
+    """Send pytest-rerunfailures' per-test status messages at once (TCP_NODELAY) in xdist workers.
+
+    Under ``-n 2 --reruns`` each worker talks to the controller's status database over a
+    loopback TCP socket (pytest-rerunfailures 16.7, ``ClientStatusDB``): per test a "set" with
+    no reply, then a "get". With Nagle's algorithm on, the "get" waits for the ACK of the "set",
+    which the controller delays (Linux's delayed ACK, 40 ms): 40 ms per test, about 20 s of the
+    suite's wall time here (412 small tests: 9.0 s with -n 2, 19.4 s with --reruns added, 9 s
+    again with this). Nothing else of the plugin changes.
+    """
+    import socket
+
+    sock = getattr(getattr(session.config, "failures_db", None), "sock", None)
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:  # not connected (the controller's listening socket is fine either way)
+            pass
+
+
 def pytest_configure(config):
     """No test writes into the user's own folders (:func:`_isolate_user_dirs`); under pytest-xdist,
     give each worker its own Xvfb display.

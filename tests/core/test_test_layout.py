@@ -29,3 +29,19 @@ def test_no_test_imports_another_test_module():
                 mods = [node.module]
             bad += [f"{p.relative_to(TESTS)} imports {m}" for m in mods if m.split(".")[-1] in names]
     assert not bad, bad
+
+
+def test_rerun_status_messages_are_sent_at_once(request):
+    """conftest.pytest_sessionstart: in an xdist worker run with --reruns, the socket to the
+    controller's rerun status database has TCP_NODELAY (else 40 ms of delayed ACK per test);
+    anywhere else the plugin keeps a database without a socket."""
+    import os
+    import socket
+
+    sock = getattr(getattr(request.config, "failures_db", None), "sock", None)
+    worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    if worker and request.config.getoption("reruns", None):
+        assert isinstance(sock, socket.socket)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    else:
+        assert not isinstance(sock, socket.socket) or sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
