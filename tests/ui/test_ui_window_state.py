@@ -14,10 +14,26 @@ def _window(qtbot, testdata, settings):
     return shown_file_window(qtbot, testdata / VIDEO, settings)
 
 
+#: How far above its minimum size hint a window asked to shrink below it may stay (px): the hint
+#: follows the contents while the clip plays (status text, labels), and Qt grows a top-level window
+#: to a larger minimum but does not shrink it back when the minimum falls again (suite run nd_b:
+#: an exact comparison with the hint timed out after 30 s once in five runs).
+MINIMUM_SLACK_PX = 64
+
+
 def _resize(qtbot, win, w, h):
+    """Resize and wait until it took effect: exactly (w, h) where that is above the window's minimum,
+    else as small as the minimum lets it be (within :data:`MINIMUM_SLACK_PX`)."""
     win.resize(w, h)
-    qtbot.waitUntil(lambda: win.size().toTuple() == (max(w, win.minimumSizeHint().width()),
-                                                     max(h, win.minimumSizeHint().height())), timeout=30000)
+
+    def applied(got: int, asked: int, hint: int) -> bool:
+        return got == asked if asked >= hint else hint <= got <= hint + MINIMUM_SLACK_PX
+
+    def done() -> bool:
+        size, hint = win.size(), win.minimumSizeHint()
+        return applied(size.width(), w, hint.width()) and applied(size.height(), h, hint.height())
+
+    qtbot.waitUntil(done, timeout=30000)
     qtbot.wait(300)
 
 
