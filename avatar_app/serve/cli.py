@@ -90,7 +90,7 @@ def _print_ready(server, out: TextIO) -> None:
     print(f"metrics  {o.metrics_url}", file=out)
     print(f"log      {server.log_path}", file=out)
     if o.exposed:
-        print(f"WARNING: listening on {o.host}, not only this machine: there is no authentication, anyone "
+        print(f"warning: listening on {o.host}, not only this machine: there is no authentication, anyone "
               "who can reach these ports can use the engines (use a firewall or a private network)", file=out)
     print("ready; Ctrl+C stops", file=out, flush=True)
 
@@ -109,7 +109,11 @@ def run_serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     options = _options(args)
     if options.exposed:
-        print(f"WARNING: --host {options.host}: the engines will be reachable from other machines, and there "
+        from avatar_app.serve.server import check_port_free
+
+        for port in (options.grpc_port, options.http_port, options.metrics_port):
+            check_port_free(options.host, port)  # an address that cannot be bound fails before the warning
+        print(f"warning: --host {options.host}: the engines will be reachable from other machines, and there "
               "is no authentication", file=out, flush=True)
     stop = threading.Event()
     server = EngineServer(options)

@@ -235,9 +235,22 @@ def test_listening_beyond_loopback_needs_host_and_warns(monkeypatch):
     text = out.getvalue()
     assert text.count("no authentication") == 2  # before start-up and with the endpoints
     assert _FakeServer.instances[0].options.host == "0.0.0.0"
+    assert "WARNING" not in text and text.count("warning: ") == 2  # the CLI's one style
     from avatar_app.cli import build_parser
 
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"  # loopback unless --host says otherwise
+
+
+def test_an_address_that_cannot_be_bound_fails_without_the_exposure_warning(monkeypatch):
+    """--host 999.1.1.1 (new-user trial): one error, no "reachable from other machines" before it."""
+    from avatar_app.serve import cli, server
+
+    monkeypatch.setattr(server, "EngineServer", _FakeServer)
+    _FakeServer.instances.clear()
+    out = io.StringIO()
+    with pytest.raises(InputError, match=r"cannot listen on 999\.1\.1\.1"):
+        cli.run_serve(_serve_args(host="999.1.1.1"), out)
+    assert out.getvalue() == "" and not _FakeServer.instances
 
 
 def test_serve_refuses_remote_and_unknown_backends():
