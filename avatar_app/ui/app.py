@@ -168,6 +168,33 @@ def install_interrupt_handler(app, quit_window: Callable[[], None]) -> Callable[
     return restore
 
 
+def check_display(environ: dict[str, str] | None = None, platform: str | None = None) -> None:
+    """Refuse to open the window where no display exists (Linux, BSD), before Qt aborts.
+
+    Without ``DISPLAY`` (X11) or ``WAYLAND_DISPLAY`` and no ``QT_QPA_PLATFORM`` chosen, Qt's xcb
+    plugin fails to connect and aborts the process (status 134), with lines claiming that
+    ``libxcb-cursor0`` is missing and suggesting a reinstall (new-user trial).
+
+    Args:
+        environ: the environment (default: ``os.environ``).
+        platform: ``sys.platform`` (default: this one); Windows and macOS always have a display.
+
+    Raises:
+        InputError: no display, naming what to do instead.
+    """
+    env = os.environ if environ is None else environ
+    plat = sys.platform if platform is None else platform
+    if plat.startswith(("win", "darwin")) or env.get("QT_QPA_PLATFORM"):
+        return
+    if env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"):
+        return
+    from avatar_app.core.errors import InputError
+
+    raise InputError("no display to open the studio window on (neither DISPLAY nor WAYLAND_DISPLAY is set): "
+                     "run it in a desktop session, or under xvfb-run -a for a virtual one; "
+                     "'avatar-app render' needs no display")
+
+
 def run_window(source: Path | None = None, camera: int | None = None) -> int:
     """Open the studio window and run the event loop. Returns the exit status.
 
@@ -175,6 +202,7 @@ def run_window(source: Path | None = None, camera: int | None = None) -> int:
     ``AVATAR_APP_SCREENSHOT=<path>`` in the environment, the window saves a
     screenshot after the first ~30 presented frames and quits (see the module doc).
     """
+    check_display()
     app = create_app()
     from avatar_app.ui.main_window import MainWindow
 

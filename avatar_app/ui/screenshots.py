@@ -57,9 +57,10 @@ def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900), panels
     """
     from PySide6.QtCore import QSettings
 
-    from avatar_app.ui.app import create_app
+    from avatar_app.ui.app import check_display, create_app
     from avatar_app.ui.main_window import MainWindow
 
+    check_display()
     app = create_app()
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--panels", nargs="+", choices=TABBED, default=list(TABBED), help="only these panels")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    for p in take(args.out_dir, args.source, args.suffix, panels=tuple(args.panels)):
+    from avatar_app.core.errors import AvatarError
+
+    try:
+        paths = take(args.out_dir, args.source, args.suffix, panels=tuple(args.panels))
+    except AvatarError as exc:  # no display: one line, as the avatar-app commands print it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for p in paths:
         print(p)
     return 0
 
