@@ -227,8 +227,9 @@ def settle_outputs(writer: ClipWriter, report: RenderReport, input_path: Path) -
     Deleted (existing outputs untouched): no frame rendered, no frame decoded, no face found.
 
     Raises:
-        InputError: no video frame could be decoded.
-        NoFaceError: no face in any frame.
+        InputError: no video frame could be decoded, or the input is damaged and no face was
+            found in what decoded.
+        NoFaceError: no face in any frame of an undamaged input.
         RecordingError: the part files cannot be renamed.
     """
     if report.interrupted:
@@ -239,6 +240,9 @@ def settle_outputs(writer: ClipWriter, report: RenderReport, input_path: Path) -
         raise InputError(f"No video frame could be decoded from {input_path}", input_path)
     if report.faces_found == 0:
         writer.discard()
+        if report.input_problem:  # a damaged file, not a face out of view: say what is wrong with it
+            raise InputError(f"{report.input_problem}, and no face was found in the {report.frames_in} "
+                             "frames that did: nothing was written", input_path)
         raise NoFaceError(
             f"No face was found in any of the {report.frames_in} frames of {input_path}: "
             "nothing to animate (the face must be visible and well lit)."
