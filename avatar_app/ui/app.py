@@ -72,8 +72,14 @@ def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
                             timeout_s: float = SCREENSHOT_TIMEOUT_S) -> None:
     """Save ``win`` to ``path`` after ``frames`` frames with a source state, then quit the app.
 
+    A source that fails with nothing else running (a file that is not a video, a missing
+    camera) saves the window as it shows the failure and quits at once with status 3, the
+    reason logged, instead of waiting ``timeout_s`` (new-user trial: 120 s, then only "0 of 30
+    frames were presented").
+
     Args:
-        win: the MainWindow.
+        win: the MainWindow (its ``live.source_failure`` is read now and at each
+            ``bridge.source_failed``).
         path: PNG to write (folders are created).
         frames: frames from the pipeline presented first.
         timeout_s: give up waiting after this many seconds (exit status 3).
@@ -84,7 +90,7 @@ def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
     path = Path(path)
     count = {"n": 0, "done": False}
 
-    def save_and_quit(status: int) -> None:
+    def save_and_quit(status: int, why: str = "") -> None:
         if count["done"]:
             return
         count["done"] = True
@@ -93,6 +99,8 @@ def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
         if not ok:
             log.error("could not write the screenshot %s", path)
             status = status or 4
+        elif why:
+            log.error("%s; screenshot saved to %s anyway", why, path)
         elif status:
             log.error("only %d of %d frames were presented in %.0f s; screenshot saved to %s anyway",
                       count["n"], frames, timeout_s, path)
@@ -105,7 +113,16 @@ def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
             if count["n"] == frames:
                 QTimer.singleShot(0, lambda: save_and_quit(0))
 
+    def check_failed(*_args) -> None:
+        why = getattr(getattr(win, "live", None), "source_failure", None)
+        if why:  # the window's own words ("Could not play x.mp4: ...")
+            QTimer.singleShot(0, lambda: save_and_quit(3, why))
+
     win.viewport.frame_presented.connect(on_presented)
+    bridge = getattr(win, "bridge", None)
+    if bridge is not None:  # a source opened on the opener thread fails later
+        bridge.source_failed.connect(check_failed)
+    check_failed()  # one opened in the window's constructor has already failed
     QTimer.singleShot(int(timeout_s * 1000), lambda: save_and_quit(3))
 
 

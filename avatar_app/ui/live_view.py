@@ -86,6 +86,8 @@ class LiveView(QObject):
         self._freeze_pending = True  # gc.freeze() at the next new frame (see freeze_gc)
         self._last_preview_index = -1
         self._shown_error: str | None = None
+        #: Why no source runs, after a source failed with nothing else running (None while one runs).
+        self.source_failure: str | None = None
         viewport.frame_presented.connect(self._on_frame_presented)
         viewport.frame_captured.connect(self._on_frame_captured)
         viewport.gl_failed.connect(notifier.error)
@@ -126,6 +128,7 @@ class LiveView(QObject):
         self.recording.update_enabled()
 
     def _on_source_changed(self, info) -> None:
+        self.source_failure = None
         self._freeze_pending = True
         self.panels["sources"].source_label.setText(info.label)
         self.notifier.status(info.label, 5000)
@@ -141,6 +144,7 @@ class LiveView(QObject):
         # under the file box, the preview caption) and in the status bar; nothing to decide
         self.notifier.status_error(error if nothing_runs else f"{error} The current source keeps running.")
         if nothing_runs:
+            self.source_failure = error
             self.panels["sources"].source_label.setText(no_source_caption(error, info.kind))
         self.panels["sources"].on_source_failed(info.path if info.kind == "file" else None, info.error)
         if info.kind == "file":

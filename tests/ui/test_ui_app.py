@@ -67,3 +67,38 @@ def test_message_box_ok_button_has_no_overlapping_icon(qapp, qtbot):
     # the label fits in the button
     assert ok.fontMetrics().horizontalAdvance(ok.text()) < ok.width()
     box.close()
+
+
+@pytest.mark.parametrize("opened_later", [False, True])
+def test_screenshot_hook_quits_with_3_at_once_when_the_source_fails(qtbot, tmp_path, settings, monkeypatch,
+                                                                   caplog, opened_later):
+    """A text file named .mp4 (new-user trial): status 3 with the window's reason, a screenshot of the
+    failure, and no wait for the hook's timeout (an hour here). The failure comes during the window's
+    constructor (MediaPipe's tracker) or later, from the opener thread (``opened_later``)."""
+    import logging
+
+    from PySide6.QtWidgets import QApplication
+
+    from avatar_app.ui import app as app_module
+    from avatar_app.ui.main_window import MainWindow
+
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("this is not a video\n" * 50)
+    statuses = []
+    monkeypatch.setattr(QApplication.instance(), "exit", lambda status=0: statuses.append(status))
+    win = MainWindow(source=bad, settings=settings)
+    qtbot.addWidget(win)
+    shot = tmp_path / "shot.png"
+    with caplog.at_level(logging.ERROR, logger=app_module.log.name):
+        if opened_later:
+            win.live.source_failure = None  # as if the constructor's source were still opening
+        app_module.install_screenshot_hook(win, shot, timeout_s=3600)
+        if opened_later:
+            qtbot.wait(200)
+            assert not statuses
+            win.session.open_file(bad, wait=False)  # fails on the opener thread
+        qtbot.waitUntil(lambda: bool(statuses), timeout=30000)
+    assert statuses == [3]
+    assert shot.is_file()
+    assert "Could not play notes.mp4" in caplog.text and "not a readable video" in caplog.text, caplog.text
+    assert "frames were presented" not in caplog.text
