@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 SCREENSHOT_FRAMES = 30
 #: Seconds the hook waits for those frames.
 SCREENSHOT_TIMEOUT_S = 120.0
+#: Milliseconds between a failed source and the screenshot of it (the layout settles meanwhile).
+FAILED_SOURCE_SHOT_DELAY_MS = 500
 
 
 def create_app():
@@ -115,8 +117,9 @@ def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
 
     def check_failed(*_args) -> None:
         why = getattr(getattr(win, "live", None), "source_failure", None)
-        if why:  # the window's own words ("Could not play x.mp4: ...")
-            QTimer.singleShot(0, lambda: save_and_quit(3, why))
+        if why:  # the window's own words ("Could not play x.mp4: ..."); the shot once the docks have
+            # laid out the failure's text (at once, the Sources panel was caught half laid out)
+            QTimer.singleShot(FAILED_SOURCE_SHOT_DELAY_MS, lambda: save_and_quit(3, why))
 
     win.viewport.frame_presented.connect(on_presented)
     bridge = getattr(win, "bridge", None)
