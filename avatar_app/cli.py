@@ -33,7 +33,7 @@ import sys
 import threading
 from pathlib import Path
 
-from avatar_app.core.errors import AvatarError, InputError, NoFaceError, RecordingError
+from avatar_app.core.errors import AvatarError, InputError, NoFaceError, RecordingError, error_line
 
 log = logging.getLogger("avatar_app")
 
@@ -462,13 +462,13 @@ def main(argv: list[str] | None = None) -> int:
             return run_serve(args)
         return _cmd_window(args)
     except NoFaceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 3
     except RecordingError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 4
     except AvatarError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         out = getattr(args, "output", None)

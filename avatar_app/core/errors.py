@@ -48,3 +48,21 @@ class EngineBuildError(AvatarError):
 
 class RecordingError(AvatarError):
     """A recording could not be written (disk full, encoder failure)."""
+
+
+def error_line(exc: BaseException) -> str:
+    """The CLI's one-line form of an error: ``error: <message>``, the message's first letter in lower
+    case after the prefix as in the CLI's other lines ("error: video file not found", not "error:
+    Video file not found"; new-user trial). A first word in capitals or mixed case (MP4, FFmpeg,
+    ONNX) is left as it is.
+
+    Args:
+        exc: the error (its ``str()`` is the message).
+
+    Returns:
+        The line, without a newline.
+    """
+    text = str(exc)
+    if len(text) > 1 and text[0].isupper() and text[1].islower():
+        text = text[0].lower() + text[1:]
+    return f"error: {text}"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from avatar_app.core.errors import AvatarError, BackendUnavailableError, InputError
+from avatar_app.core.errors import AvatarError, BackendUnavailableError, InputError, error_line
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
             return _clear(args, out)
         raise InputError(f"unknown engines command {cmd!r}")
     except AvatarError as exc:
-        print(f"error: {exc}", file=err or sys.stderr)
+        print(error_line(exc), file=err or sys.stderr)
         return 2 if isinstance(exc, BackendUnavailableError) else 1
 
 

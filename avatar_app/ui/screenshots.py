@@ -103,12 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--panels", nargs="+", choices=TABBED, default=list(TABBED), help="only these panels")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from avatar_app.core.errors import AvatarError
+    from avatar_app.core.errors import AvatarError, error_line
 
     try:
         paths = take(args.out_dir, args.source, args.suffix, panels=tuple(args.panels))
     except AvatarError as exc:  # no display: one line, as the avatar-app commands print it
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     for p in paths:
         print(p)

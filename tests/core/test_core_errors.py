@@ -1,0 +1,23 @@
+"""The CLI's one error line (core.errors.error_line): lower case after "error: ", as its other lines."""
+from __future__ import annotations
+
+import pytest
+
+from avatar_app.core.errors import InputError, NoFaceError, error_line
+
+
+@pytest.mark.parametrize(("message", "line"), [
+    ("Video file not found: 'x.mp4'", "error: video file not found: 'x.mp4'"),
+    ("No face was found in any of the 3 frames", "error: no face was found in any of the 3 frames"),
+    ("MP4 index missing", "error: MP4 index missing"),  # capitals stay
+    ("FFmpeg says: bad", "error: FFmpeg says: bad"),  # mixed case stays
+    ("'/tmp/x.mp4' is not a readable video", "error: '/tmp/x.mp4' is not a readable video"),
+    ("port 8001 on 127.0.0.1 is in use", "error: port 8001 on 127.0.0.1 is in use"),
+    ("A", "error: A"),
+])
+def test_first_letter_lower_case_unless_a_capitalised_word(message, line):
+    assert error_line(InputError(message)) == line
+
+
+def test_any_error_type():
+    assert error_line(NoFaceError("No face")) == "error: no face"
