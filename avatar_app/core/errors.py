@@ -5,6 +5,8 @@ shows it in a message and keeps running.
 """
 from __future__ import annotations
 
+import re
+
 
 class AvatarError(Exception):
     """Base of all avatar_app errors. ``str(err)`` is a message for the user."""
@@ -53,8 +55,8 @@ class RecordingError(AvatarError):
 def error_line(exc: BaseException) -> str:
     """The CLI's one-line form of an error: ``error: <message>``, the message's first letter in lower
     case after the prefix as in the CLI's other lines ("error: video file not found", not "error:
-    Video file not found"; new-user trial). A first word in capitals or mixed case (MP4, FFmpeg,
-    ONNX) is left as it is.
+    Video file not found"; new-user trial). A first word with more capitals (MP4, FFmpeg, TensorRT,
+    MediaPipe, class names) or a proper name (:data:`PROPER_NAMES`) is left as it is.
 
     Args:
         exc: the error (its ``str()`` is the message).
@@ -63,6 +65,11 @@ def error_line(exc: BaseException) -> str:
         The line, without a newline.
     """
     text = str(exc)
-    if len(text) > 1 and text[0].isupper() and text[1].islower():
+    first = re.match(r"[A-Z][a-z]+\b", text)
+    if first and first.group() not in PROPER_NAMES:
         text = text[0].lower() + text[1:]
     return f"error: {text}"
+
+
+#: First words :func:`error_line` keeps capitalised (names that begin messages).
+PROPER_NAMES = frozenset({"Triton", "London", "Python", "Linux", "Windows", "Mesa", "Qt"})

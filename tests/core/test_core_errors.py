@@ -14,6 +14,11 @@ from avatar_app.core.errors import InputError, NoFaceError, error_line
     ("'/tmp/x.mp4' is not a readable video", "error: '/tmp/x.mp4' is not a readable video"),
     ("port 8001 on 127.0.0.1 is in use", "error: port 8001 on 127.0.0.1 is in use"),
     ("A", "error: A"),
+    ("TensorRT is not installed", "error: TensorRT is not installed"),  # inner capitals stay
+    ("MediaPipe found no face", "error: MediaPipe found no face"),
+    ("VideoFileSource is closed", "error: VideoFileSource is closed"),  # a class name
+    ("Triton Inference Server did not start", "error: Triton Inference Server did not start"),  # a name
+    ("Cannot create '/x'", "error: cannot create '/x'"),
 ])
 def test_first_letter_lower_case_unless_a_capitalised_word(message, line):
     assert error_line(InputError(message)) == line
