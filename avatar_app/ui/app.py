@@ -116,15 +116,13 @@ def install_screenshot_hook(win, path: Path, frames: int = SCREENSHOT_FRAMES,
                 QTimer.singleShot(0, lambda: save_and_quit(0))
 
     def check_failed(*_args) -> None:
-        why = getattr(getattr(win, "live", None), "source_failure", None)
+        why = win.live.source_failure
         if why:  # the window's own words ("Could not play x.mp4: ..."); the shot once the docks have
             # laid out the failure's text (at once, the Sources panel was caught half laid out)
             QTimer.singleShot(FAILED_SOURCE_SHOT_DELAY_MS, lambda: save_and_quit(3, why))
 
     win.viewport.frame_presented.connect(on_presented)
-    bridge = getattr(win, "bridge", None)
-    if bridge is not None:  # a source opened on the opener thread fails later
-        bridge.source_failed.connect(check_failed)
+    win.bridge.source_failed.connect(check_failed)  # a source opened on the opener thread fails later
     check_failed()  # one opened in the window's constructor has already failed
     QTimer.singleShot(int(timeout_s * 1000), lambda: save_and_quit(3))
 
