@@ -170,6 +170,12 @@ class StudioRecording:
             full = getattr(self.recorder, "dropped_frames", 0)
         return int(full)
 
+    def frames_offered(self) -> int:
+        """Frames handed to the encoder queue so far: those it took (the synced timeline's
+        ``frames_in``) plus those it refused (:meth:`queue_drops`)."""
+        synced = getattr(self.recorder, "recorder", None)
+        return self.queue_drops() + int(getattr(synced, "frames_in", 0) or 0)
+
     def lost_frames(self) -> int:
         """Frames shown in the viewport that will not be in the clip (0 when the encoder keeps up).
 

@@ -335,8 +335,7 @@ class RecordingController(QObject):
             self._rec_rate_warned = now
             clip = self.session.recording
             drops = clip.queue_drops() if clip is not None else 0
-            synced = getattr(getattr(clip, "recorder", None), "recorder", None)
-            offered = drops + int(getattr(synced, "frames_in", 0) or 0)  # frames handed to the encoder queue
+            offered = clip.frames_offered() if clip is not None else 0  # frames handed to the encoder queue
             drops0, offered0 = self._rec_queue_drops_noted
             # the encoder is the cause when its queue refused a good part of the frames since the last note
             encoder = drops - drops0 > ENCODER_BLAME_SHARE * max(1, offered - offered0)

@@ -153,6 +153,8 @@ def test_recording_without_drops_says_nothing_and_follows_the_fps_cap(qtbot, sti
     # the finished recording's own count (normally 0; a loaded machine may really drop some, also
     # while the clip is being closed, so it is read after the stop, not before)
     dropped = rec.lost_frames()
+    # every frame offered to the encoder queue was taken or refused: taken ones are the timeline's frames_in
+    assert rec.frames_offered() == rec.queue_drops() + rec.recorder.recorder.frames_in >= 1
     if dropped == 0:  # no drops: no warning at all
         assert "dropped" not in win.recording.last_record_message and win.recording.record_drop_warning == ""
     else:  # drops are reported, never hidden
