@@ -94,6 +94,17 @@ def take(out_dir: Path, source: Path, suffix: str = "", size=(1440, 900), panels
     return written
 
 
+def _size(text: str) -> tuple[int, int]:
+    """``WxH`` -> (W, H) pixels, each 320-7680 (argparse type; raises ArgumentTypeError)."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WxH in pixels, e.g. 1280x720; got {text!r}") from None
+    if not (320 <= w <= 7680 and 320 <= h <= 7680):
+        raise argparse.ArgumentTypeError(f"each side must be 320-7680 pixels; got {text!r}")
+    return w, h
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -101,12 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", type=Path, required=True, help="a video with a face to play")
     ap.add_argument("--suffix", default="", help="file name suffix, e.g. @2x")
     ap.add_argument("--panels", nargs="+", choices=TABBED, default=list(TABBED), help="only these panels")
+    ap.add_argument("--size", type=_size, default=(1440, 900), metavar="WxH",
+                    help="window size in pixels (default 1440x900, the window's first-run size)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from avatar_app.core.errors import AvatarError, error_line
 
     try:
-        paths = take(args.out_dir, args.source, args.suffix, panels=tuple(args.panels))
+        paths = take(args.out_dir, args.source, args.suffix, size=args.size, panels=tuple(args.panels))
     except AvatarError as exc:  # no display: one line, as the avatar-app commands print it
         print(error_line(exc), file=sys.stderr)
         return 2

@@ -41,3 +41,21 @@ def test_the_screenshot_tool_without_a_display_exits_2(monkeypatch, testdata, tm
     assert screenshots.main([str(tmp_path / "shots"), "--source", str(testdata / "video" / "grid_s1_bbaf2n.mp4")]) == 2
     assert capsys.readouterr().err.startswith("error: no display")
     assert not (tmp_path / "shots").exists()
+
+
+@pytest.mark.parametrize("text,want", [("1280x720", (1280, 720)), ("960X1000", (960, 1000))])
+def test_the_screenshot_tool_takes_a_window_size(text, want):
+    from avatar_app.ui import screenshots
+
+    assert screenshots._size(text) == want
+
+
+@pytest.mark.parametrize("text", ["1280", "axb", "100x720", "1280x99999"])
+def test_the_screenshot_tool_refuses_a_bad_size_in_one_line(text, capsys):
+    from avatar_app.ui import screenshots
+
+    with pytest.raises(SystemExit) as exc:
+        screenshots.main(["out", "--source", "x.mp4", "--size", text])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--size" in err and ("WxH" in err or "320-7680" in err), err
