@@ -65,7 +65,7 @@ def error_line(exc: BaseException) -> str:
         The line, without a newline.
     """
     text = str(exc)
-    first = re.match(r"[A-Z][a-z]+\b", text)
+    first = re.match(r"[A-Z](?:[a-z]+\b| )", text)  # a word, or a one-letter word before more text
     if first and first.group() not in PROPER_NAMES:
         text = text[0].lower() + text[1:]
     return f"error: {text}"

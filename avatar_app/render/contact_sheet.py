@@ -298,6 +298,52 @@ def render_tiles(size: int = 192, *, avatar: AvatarMesh | None = None, face_mode
     return shapes, identity
 
 
+def _check_sheet_path(out_path: Path) -> None:
+    """Refuse, before any rendering, an output that cannot become the PNG (one line each).
+
+    Raises:
+        InputError: the name does not end in ``.png``.
+        RecordingError: ``out_path`` is a folder, or a file stands where a folder should be.
+    """
+    if out_path.is_dir():
+        raise RecordingError(f"cannot write the contact sheet {out_path}: it is a folder; "
+                             f"give a file name such as {out_path / 'sheet.png'}")
+    if out_path.suffix.lower() != ".png":
+        raise InputError(f"the contact sheet is a PNG image: name it {out_path.with_suffix('.png').name}, "
+                         f"not {out_path.name}")
+    folder = out_path.parent
+    blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise RecordingError(f"cannot create the folder {folder} for the contact sheet: {blocker} is a file")
+
+
+def _write_png(out_path: Path, rgb: np.ndarray) -> None:
+    """Encode ``rgb`` (H, W, 3) uint8 as PNG in memory (OpenCV) and write it (parents created).
+
+    The file is written through Python, not ``cv2.imwrite``, so a failure is one error with the
+    system's reason instead of OpenCV's and libpng's own lines on stderr; a part file renamed into
+    place keeps an older sheet whole when the write fails.
+
+    Raises:
+        RecordingError: the folder cannot be created or the file cannot be written.
+    """
+    import cv2
+
+    ok, buf = cv2.imencode(".png", np.ascontiguousarray(rgb[:, :, ::-1]), [cv2.IMWRITE_PNG_COMPRESSION, 9])
+    if not ok:
+        raise RecordingError(f"cannot encode the contact sheet {out_path} as PNG")
+    part = out_path.with_name(f".{out_path.name}.part")
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        part.write_bytes(buf.tobytes())
+        part.replace(out_path)
+    except OSError as exc:
+        if part.parent.is_dir():
+            part.unlink(missing_ok=True)
+        raise RecordingError(f"cannot write the contact sheet {out_path}: "
+                             f"{exc.strerror or exc}") from exc
+
+
 def make_contact_sheet(out_path: str | Path, size: int = 192, *, avatar: AvatarMesh | None = None,
                        face_model=None, columns: int = 6, msaa: int = 4) -> Path:
     """Render the contact sheet to a PNG.
@@ -316,16 +362,16 @@ def make_contact_sheet(out_path: str | Path, size: int = 192, *, avatar: AvatarM
         ``out_path`` as a :class:`Path`.
 
     Raises:
-        InputError: a size or column count out of range.
+        InputError: a size or column count out of range, or ``out_path`` not named ``.png``.
         BackendUnavailableError: no offscreen OpenGL context.
-        RecordingError: the PNG cannot be written.
+        RecordingError: the PNG cannot be written (a folder in its place, a file where a
+            folder should be, no permission, a full disk), checked before the tiles render.
     """
-    import cv2
-
     if not 1 <= int(columns) <= 26:
         raise InputError(f"contact sheet columns must be within 1..26, got {columns}")
     columns = int(columns)
     out_path = Path(out_path)
+    _check_sheet_path(out_path)
     shapes, identity = render_tiles(size, avatar=avatar, face_model=face_model, msaa=msaa)
     size = next(iter(shapes.values()))[0].shape[0]
 
@@ -364,9 +410,6 @@ def make_contact_sheet(out_path: str | Path, size: int = 192, *, avatar: AvatarM
         place(minus, row, col, False, y_id)
         place(plus, row, col, True, y_id)
         cell_label(f"{name}  -1 | +1", row, col, y_id)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    ok = cv2.imwrite(str(out_path), sheet[:, :, ::-1], [cv2.IMWRITE_PNG_COMPRESSION, 9])
-    if not ok:
-        raise RecordingError(f"cannot write the contact sheet {out_path}")
+    _write_png(out_path, sheet)
     logger.info("contact sheet %s: %dx%d pixels", out_path, width, height)
     return out_path

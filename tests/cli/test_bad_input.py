@@ -208,6 +208,44 @@ def test_contact_sheet_bad_tile(tmp_path):
     _check(run_main("contact-sheet", "-o", str(tmp_path / "s.png"), "--tile", "5"), r"64", 2)
 
 
+def test_contact_sheet_bad_outputs_are_one_line_before_any_rendering(tmp_path, monkeypatch):
+    import avatar_app.render.contact_sheet as cs
+
+    def no_render(*a, **k):  # the path is checked first: nothing is rendered for a bad one
+        raise AssertionError("rendered before the output was checked")
+
+    monkeypatch.setattr(cs, "render_tiles", no_render)
+    (tmp_path / "afile").write_text("x")
+    for out, patterns, code in ((tmp_path, (r"is a folder", r"sheet\.png"), 4),
+                                (tmp_path / "sheet", (r"PNG", r"sheet\.png"), 2),
+                                (tmp_path / "afile" / "s.png", (r"afile is a file",), 4)):
+        proc = run_main("contact-sheet", "-o", str(out), "--tile", "64")
+        _check(proc, patterns, code)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_contact_sheet_write_failure_is_one_line_and_keeps_the_old_sheet(tmp_path, monkeypatch):
+    import numpy as np
+
+    import avatar_app.render.contact_sheet as cs
+
+    old = tmp_path / "s.png"
+    old.write_bytes(b"old sheet")
+    real_write = type(old).write_bytes
+
+    def full_disk(self, data):
+        if self.name.endswith(".part"):
+            real_write(self, data[:10])
+            raise OSError(28, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.setattr(type(old), "write_bytes", full_disk)
+    with pytest.raises(cs.RecordingError, match="No space left on device"):
+        cs._write_png(old, np.zeros((8, 8, 3), np.uint8))
+    assert old.read_bytes() == b"old sheet"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.png"]  # no part file left
+
+
 def test_transparent_background_needs_an_alpha_format(testdata, tmp_path):
     proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(tmp_path / "t.mp4"),
                     "--background", "transparent")

@@ -8,6 +8,7 @@ from avatar_app.core.errors import InputError, NoFaceError, error_line
 
 @pytest.mark.parametrize(("message", "line"), [
     ("Video file not found: 'x.mp4'", "error: video file not found: 'x.mp4'"),
+    ("A transparent background needs alpha", "error: a transparent background needs alpha"),  # one-letter word
     ("No face was found in any of the 3 frames", "error: no face was found in any of the 3 frames"),
     ("MP4 index missing", "error: MP4 index missing"),  # capitals stay
     ("FFmpeg says: bad", "error: FFmpeg says: bad"),  # mixed case stays
