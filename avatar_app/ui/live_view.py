@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from pathlib import Path
 from collections import deque
 
 from PySide6.QtCore import QObject, QTimer
@@ -212,6 +213,7 @@ class LiveView(QObject):
         self._freeze_pending = True
         self.session.avatar_applied(path)
         self.panels["avatar"].on_avatar_loaded(path, mesh)
+        self.notifier.status(avatar_loaded_message(path, mesh), 15000)
 
     def _on_frame_captured(self, rgb, t_ns: int) -> None:
         """A 1280x720 render: to the session's outputs (virtual camera) and the recording."""
@@ -331,3 +333,21 @@ class LiveView(QObject):
         self.status_labels["face"].setStyleSheet("color: #c0392b; font-weight: bold;" if on else "")
         self.viewport.set_notice("No face found: face the camera, or play a video with a face in it"
                                  if on and self.panels_visible() else None)
+
+
+def avatar_loaded_message(path, mesh) -> str:
+    """The status-bar line for an avatar now shown: its name, and its load report's first warning
+    (e.g. that none of its shapes moves the face), so that it replaces an earlier load's error.
+
+    Args:
+        path: the avatar file, or None for the default head.
+        mesh: the loaded AvatarMesh (its ``report``, when it has one: ``warnings``, list of str).
+
+    Returns:
+        One line, e.g. ``"Avatar: robot.vrm"`` or ``"Avatar: robot.vrm - none of the 52 ..."``.
+    """
+    if path is None:
+        return "Avatar: the default head"
+    warnings = list(getattr(getattr(mesh, "report", None), "warnings", None) or [])
+    line = f"Avatar: {Path(path).name}"
+    return f"{line} - {warnings[0]}" if warnings else line

@@ -325,11 +325,17 @@ class RecordingController(QObject):
         slow camera, tracking or rendering), or when the encoder is behind and its queue
         refuses frames (more than :data:`ENCODER_BLAME_SHARE` of those offered since the
         last note; the "cannot keep up" warning counts them). The window says which (at
-        most every DROP_WARNING_INTERVAL_S).
+        most every DROP_WARNING_INTERVAL_S). A source that delivers fewer frames than the
+        recording's rate (a 25 fps file or camera under a 30 fps recording) sets the clip's rate
+        itself: the label shows the rate and nothing is blamed (new-user trial: the window
+        told the user to close programs for a 25 fps file).
         """
         fps = self._rec_fps
         if fps_now is None or fps_now >= 0.9 * fps:
             return ""
+        source_fps = float(getattr(self.session, "source_fps", 0.0) or 0.0)
+        if 0.0 < source_fps < 0.9 * fps and fps_now >= 0.9 * source_fps:
+            return f" · {fps_now:.0f} fps (the source's rate)"
         now = time.monotonic()
         if now - self._rec_rate_warned >= DROP_WARNING_INTERVAL_S:
             self._rec_rate_warned = now

@@ -1,0 +1,38 @@
+"""Fixes from the ninth session's new-user trial (studio)."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.gui, pytest.mark.gl]
+
+
+def test_a_good_avatar_replaces_the_error_of_a_bad_one_in_the_status_bar(qtbot, still_window, testdata, tmp_path):
+    win = still_window
+    bad = tmp_path / "notavatar.glb"
+    bad.write_text("not a model")
+    a = win.panels["avatar"]
+    assert a.load(bad)
+    qtbot.waitUntil(lambda: win.notifier.last_error is not None and "notavatar.glb" in win.notifier.last_error,
+                    timeout=20000)
+    assert "notavatar.glb" in win.notifier.message
+    assert a.load(testdata / "avatars" / "vrm1_debug_robot.vrm")
+    qtbot.waitUntil(lambda: win.notifier.message.startswith("Avatar: vrm1_debug_robot.vrm"), timeout=30000)
+    # its load report's warning (none of its shapes moves the face) is in the status bar, not only the log
+    assert "ARKit" in win.notifier.message, win.notifier.message
+    a.use_default()
+    qtbot.waitUntil(lambda: win.notifier.message == "Avatar: the default head", timeout=20000)
+
+
+def test_a_25_fps_source_sets_the_recording_rate_without_blaming_the_machine(qtbot, still_window, monkeypatch):
+    win = still_window
+    rec = win.recording
+    monkeypatch.setattr(rec, "_rec_fps", 30.0)
+    monkeypatch.setattr(rec, "record_rate_warning", "")
+    monkeypatch.setattr(rec, "_rec_rate_warned", -1e9)
+    monkeypatch.setattr(type(win.session), "source_fps", property(lambda self: 25.0))
+    # the clip gets the 25 new frames a second the file delivers: its rate, no advice
+    assert rec._warn_recording_rate(25.0) == " · 25 fps (the source's rate)"
+    assert rec.record_rate_warning == ""
+    # fewer than the source delivers: the window says so, as before
+    assert rec._warn_recording_rate(18.0) == " · 18 fps"
+    assert rec.record_rate_warning.startswith("Recording at 18 fps instead of 30")
