@@ -86,6 +86,49 @@ def error_text(err: BaseException) -> str:
     return str(text)
 
 
+#: FFmpeg's AVI demuxer. AVI keeps no presentation times: FFmpeg labels each frame from the index's
+#: decode order (with B-frames the labels come out of order), and a stream's frame count is its length
+#: in ticks of the header's rate (H.264 copied into AVI by FFmpeg: 50 ticks a second for 25 frames).
+AVI_FORMATS = ("avi",)
+#: Frames held to put their timestamps in order (:func:`in_presentation_times`): more than the B-frames
+#: an encoder puts between two references (x264's default: 3).
+REORDER_DEPTH = 8
+
+
+def tagged_duration_s(stream: av.stream.Stream) -> float | None:
+    """A stream's ``DURATION`` tag, seconds, or None (Matroska / WebM files written by FFmpeg carry
+    one per track, ``HH:MM:SS.fffffffff``, in the header: it survives when the file is cut short)."""
+    m = re.fullmatch(r"(\d+):(\d\d):(\d\d(?:\.\d+)?)", str(stream.metadata.get("DURATION", "")).strip())
+    if m is None:
+        return None
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+
+
+def in_presentation_times(frames: Iterator[av.VideoFrame],
+                          depth: int = REORDER_DEPTH) -> Iterator[tuple[av.VideoFrame, float | None]]:
+    """``(frame, time)`` pairs for frames that a decoder returns in presentation order but labelled
+    with times out of order (AVI: :data:`AVI_FORMATS`): each frame, in the order it came, gets the
+    earliest time among the ``depth`` frames around it, so the times rise as the pictures do.
+
+    Frames with no time keep None. Files whose times already rise are passed through unchanged.
+    """
+    import heapq
+    from collections import deque
+
+    held: deque = deque()
+    times: list[float] = []
+    for fr in frames:
+        held.append(fr)
+        if fr.time is not None:
+            heapq.heappush(times, float(fr.time))
+        if len(held) > depth:
+            first = held.popleft()
+            yield first, (heapq.heappop(times) if first.time is not None else None)
+    while held:
+        first = held.popleft()
+        yield first, (heapq.heappop(times) if first.time is not None else None)
+
+
 def to_seconds(value: int | None, time_base: Fraction | None) -> float | None:
     """``value * time_base`` in seconds, or None if either is missing."""
     if value is None or time_base is None:
@@ -589,6 +632,76 @@ def wav_cut_short(path: Path) -> str | None:
     return None
 
 
+#: FFmpeg's demuxer of MPEG audio elementary streams (.mp3, .mp2).
+MPEG_AUDIO_FORMATS = ("mp3",)
+#: Bit rates, kbit/s, by (MPEG-1, layer) and (MPEG-2 / 2.5, layer) and the header's 4-bit index
+#: (0 = free format, 15 = invalid). ISO/IEC 11172-3 section 2.4.2.3, ISO/IEC 13818-3 section 2.4.2.3.
+_MPA_KBPS = {
+    (1, 1): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
+    (1, 2): (0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
+    (1, 3): (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    (2, 1): (0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
+    (2, 2): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+}
+#: Sampling rates, Hz, by the header's version bits (3: MPEG-1, 2: MPEG-2, 0: MPEG-2.5) and 2-bit index.
+_MPA_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+
+
+def mpeg_audio_frame_bytes(header: bytes) -> int | None:
+    """Length in bytes of the MPEG audio frame that starts with the 4-byte ``header``, or None.
+
+    Layer I: ``(12 * bitrate / rate + padding) * 4``; layers II and III: ``144 * bitrate / rate
+    + padding``, ``72 * ...`` for layer III of MPEG-2 and 2.5 (ISO/IEC 11172-3 section 2.4.3.1,
+    ISO/IEC 13818-3 section 2.4.3.1).
+
+    Returns:
+        The length, or None for no frame sync, a reserved version, layer, rate or bit-rate index,
+        or free format (no length in the header).
+    """
+    if len(header) < 4 or header[0] != 0xFF or (header[1] & 0xE0) != 0xE0:
+        return None
+    version, layer_bits = (header[1] >> 3) & 3, (header[1] >> 1) & 3
+    rate_index, br_index, padding = (header[2] >> 2) & 3, header[2] >> 4, (header[2] >> 1) & 1
+    if version == 1 or layer_bits == 0 or rate_index == 3 or br_index in (0, 15):
+        return None
+    layer = 4 - layer_bits
+    table = _MPA_KBPS[(1, layer)] if version == 3 else _MPA_KBPS[(2, 1 if layer == 1 else 2)]
+    bitrate, rate = table[br_index] * 1000, _MPA_RATES[version][rate_index]
+    if layer == 1:
+        return (12 * bitrate // rate + padding) * 4
+    return (144 if layer == 2 or version == 3 else 72) * bitrate // rate + padding
+
+
+def mpeg_audio_cut_short(path: Path) -> str | None:
+    """What is cut off an MPEG audio file (.mp3, .mp2) that ends inside its last frame, or None.
+
+    FFmpeg's mp3 demuxer hands the partial last frame on as a short packet, and the decoder
+    drops it without an error, so a cut file reads as complete. The last packet's own header
+    says how long the frame is (:func:`mpeg_audio_frame_bytes`). Only the last 2 s are demuxed.
+
+    Returns:
+        A sentence saying how many of the last frame's bytes are there, or None when it is whole
+        (or the file cannot be read, or its last packet has no MPEG audio header).
+    """
+    try:
+        with av.open(str(path)) as c:
+            if not c.streams.audio:
+                return None
+            stream = c.streams.audio[0]
+            if c.duration and c.duration > 2 * av.time_base:
+                c.seek(int(c.duration - 2 * av.time_base), any_frame=True)
+            last = None
+            for packet in c.demux(stream):
+                if packet.size:
+                    last = bytes(packet)
+    except (av.FFmpegError, OSError):
+        return None
+    want = mpeg_audio_frame_bytes(last) if last else None
+    if want is None or len(last) >= want:
+        return None
+    return f"the file ends inside its last MPEG audio frame: {len(last)} of its {want} bytes are there"
+
+
 def cut_short(path: Path, format_name: str) -> str | None:
     """What is cut off a file whose demuxer reads a truncated file as complete, or None.
 
@@ -598,7 +711,8 @@ def cut_short(path: Path, format_name: str) -> str | None:
 
     Returns:
         :func:`mpeg_ps_cut_short` for MPEG program streams, :func:`mpeg_ts_cut_short` for
-        MPEG transport streams, :func:`wav_cut_short` for WAVE files; None for other formats
+        MPEG transport streams, :func:`wav_cut_short` for WAVE files, :func:`mpeg_audio_cut_short`
+        for MPEG audio (.mp3, .mp2); None for other formats
         (their demuxers report a cut file: decode errors, fewer frames or an earlier end than
         declared).
     """
@@ -608,6 +722,8 @@ def cut_short(path: Path, format_name: str) -> str | None:
         return mpeg_ps_cut_short(path)
     if format_name in MPEG_TS_FORMATS:
         return mpeg_ts_cut_short(path)
+    if format_name in MPEG_AUDIO_FORMATS:
+        return mpeg_audio_cut_short(path)
     return None
 
 

@@ -110,9 +110,14 @@ class VideoFileSource:
     # -- probing ----------------------------------------------------------------------
     def _probe(self, c: av.container.InputContainer) -> VideoInfo:
         v = c.streams.video[0]
+        avi = c.format.name in _media.AVI_FORMATS
         # without an average rate (MPEG-TS), the codec's own frame rate before FFmpeg's guess from the
-        # timestamps: the guess reads an MPEG-1 video in a .ts at 25 fps as 50
-        rate = v.average_rate or v.codec_context.framerate or v.guessed_rate or v.base_rate
+        # timestamps: the guess reads an MPEG-1 video in a .ts at 25 fps as 50. AVI: the guessed rate
+        # (FFmpeg reads H.264 copied into AVI at the header's 50 ticks a second for 25 frames)
+        if avi:
+            rate = v.guessed_rate or v.codec_context.framerate or v.average_rate or v.base_rate
+        else:
+            rate = v.average_rate or v.codec_context.framerate or v.guessed_rate or v.base_rate
         fps = float(rate) if rate else 0.0
         self._video_start_s = _media.stream_start_s(v)
         width, height = int(v.codec_context.width), int(v.codec_context.height)
@@ -125,7 +130,10 @@ class VideoFileSource:
         else:
             end = _media.declared_end_s(v, c)
             duration = (end - self._video_start_s) if end is not None else 0.0
-        frame_count = v.frames if v.frames > 0 else int(round(duration * fps))
+        if avi and v.frames > 0 and v.time_base:  # index ticks of the stream's time base, not frames
+            frame_count = int(round(float(v.frames * v.time_base) * fps))
+        else:
+            frame_count = v.frames if v.frames > 0 else int(round(duration * fps))
 
         has_audio = bool(c.streams.audio)
         a_rate, a_dur, a_start = 0, 0.0, 0.0
@@ -196,18 +204,31 @@ class VideoFileSource:
         with _media.open_container(self.path, "video") as c:
             stream = c.streams.video[0]
             stream.thread_type = "AUTO"
-            declared_frames = stream.frames
+            avi = self._format in _media.AVI_FORMATS
+            # AVI: a frame count in index ticks, not frames (see _media.AVI_FORMATS); its end is checked
+            declared_frames = 0 if avi else stream.frames
             declared_end = _media.to_seconds(stream.duration, stream.time_base)
+            if avi and stream.frames > 0:  # the header's length (ticks); the duration comes from the index
+                declared_end = _media.to_seconds(stream.frames, stream.time_base)
+            if declared_end is None:  # Matroska / WebM: the track's DURATION tag (the header keeps it)
+                declared_end = _media.tagged_duration_s(stream)
             index = 0
             last_t = None
             out_of_order = 0
-            for fr in _media.decode_tolerant(c, stream, report):
-                if fr.time is not None:
-                    t = fr.time - self._video_start_s
+            decoded = _media.decode_tolerant(c, stream, report)
+            # AVI labels B-frame pictures with decode-order times: put the times in order, not the frames
+            timed = _media.in_presentation_times(decoded) if avi else ((fr, fr.time) for fr in decoded)
+            for fr, fr_time in timed:
+                if fr_time is not None:
+                    t = fr_time - self._video_start_s
                 elif last_t is not None:
                     t = last_t + (1.0 / fps if fps else 0.0)
                 else:
                     t = 0.0
+                if avi and fps:  # AVI is constant-rate: times on its frame grid; a guessed end label next
+                    t = round(t * fps) / fps
+                    if last_t is not None and t <= last_t:
+                        t = last_t + 1.0 / fps
                 if last_t is not None and t <= last_t:  # a corrupt stretch: time runs backwards or stands
                     out_of_order += 1
                     continue
