@@ -56,3 +56,16 @@ def cached_track_clips(testdata: Path) -> dict[str, tuple[list, np.ndarray]]:
         assert len(idx) > 0.9 * n, f"{rel}: face lost"
         out[rel] = ([clip.landmarks(i) for i in idx], clip.times[idx])
     return out
+
+
+def remux(src: Path, dst: Path, format_name: str) -> Path:
+    """``src``'s packets into a ``format_name`` container ``dst`` (PyAV, no re-encoding)."""
+    import av
+
+    with av.open(str(src)) as c, av.open(str(dst), "w", format=format_name) as out:
+        streams = {s.index: out.add_stream_from_template(s) for s in c.streams}
+        for pkt in c.demux():
+            if pkt.dts is not None:
+                pkt.stream = streams[pkt.stream.index]
+                out.mux(pkt)
+    return dst

@@ -12,6 +12,7 @@ import pytest
 
 from avatar_app.capture import _media
 from avatar_app.capture.video_file import VideoFileSource
+from tests.clip_helpers import remux
 
 GRID = "grid_s1_bbaf2n.mp4"  # H.264 with B-frames, 75 frames at 25 fps
 
@@ -33,13 +34,7 @@ def _to_avi(src: Path, dst: Path) -> Path:
 
 
 def _to_mkv(src: Path, dst: Path) -> Path:
-    with av.open(str(src)) as c, av.open(str(dst), "w", format="matroska") as out:
-        streams = {s.index: out.add_stream_from_template(s) for s in c.streams}
-        for pkt in c.demux():
-            if pkt.dts is not None:
-                pkt.stream = streams[pkt.stream.index]
-                out.mux(pkt)
-    return dst
+    return remux(src, dst, "matroska")
 
 
 def _cut(src: Path, dst: Path, keep: float) -> Path:

@@ -273,15 +273,9 @@ def test_bad_sample_rate(grid_mp4: Path):
 
 def _remux_ts(src: Path, dst: Path) -> Path:
     """``src``'s packets into an MPEG-TS ``dst`` (PyAV, no re-encoding)."""
-    import av
+    from tests.clip_helpers import remux
 
-    with av.open(str(src)) as c, av.open(str(dst), "w", format="mpegts") as out:
-        streams = {s.index: out.add_stream_from_template(s) for s in c.streams}
-        for pkt in c.demux():
-            if pkt.dts is not None:
-                pkt.stream = streams[pkt.stream.index]
-                out.mux(pkt)
-    return dst
+    return remux(src, dst, "mpegts")
 
 
 @pytest.fixture(scope="module")
