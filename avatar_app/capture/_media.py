@@ -771,12 +771,13 @@ def mp4_index_missing(path: Path) -> str | None:
     cut = last_pos + last_len > size
     if "moov" in kinds and not (cut and last_kind == "moov"):
         return None
+    what = "a MOV" if path.suffix.lower() == ".mov" else "an MP4"  # (the same ISO box layout)
     if last_kind == "moov":
-        return (f"it is an MP4 cut short inside its index (the 'moov' box at byte {last_pos} declares "
+        return (f"it is {what} cut short inside its index (the 'moov' box at byte {last_pos} declares "
                 f"{last_len} bytes, the file has {size - last_pos})")
     if cut and last_kind == "mdat":
-        return (f"it is an MP4 cut short inside its media data ('mdat' box at byte {last_pos} declares "
+        return (f"it is {what} cut short inside its media data ('mdat' box at byte {last_pos} declares "
                 f"{last_len} bytes, the file has {size - last_pos}) and its index (the 'moov' box, which "
                 "this file's writer puts after the media data) is missing")
-    return ("it is an MP4 without its index (no 'moov' box: the file was cut short or its writer "
+    return (f"it is {what} without its index (no 'moov' box: the file was cut short or its writer "
             "never finished it)")

@@ -225,16 +225,20 @@ def test_truncated_mpg_is_found_truncated(tmp_path: Path, testdata: Path, fracti
     assert any("corrupt or truncated" in r.getMessage() and "cut.mpg" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize(("fraction", "box"), [(0.6, "media data"), (0.999, "index")])
-def test_mp4_cut_before_its_index_says_nothing_decodes(tmp_path: Path, testdata: Path, fraction: float, box: str):
-    """An MP4 whose 'moov' box comes after the media data has no index once cut: the message says so."""
+@pytest.mark.parametrize(("fraction", "box", "suffix", "what"), [(0.6, "media data", "mp4", "an MP4"),
+                                                              (0.999, "index", "mp4", "an MP4"),
+                                                              (0.6, "media data", "mov", "a MOV")])
+def test_mp4_cut_before_its_index_says_nothing_decodes(tmp_path: Path, testdata: Path, fraction: float, box: str,
+                                                       suffix: str, what: str):
+    """An MP4 whose 'moov' box comes after the media data has no index once cut: the message says so
+    (a .mov, the same box layout, is named a MOV)."""
     full = testdata / "video" / "expressive" / "lp_d18.mp4"
     data = full.read_bytes()
     assert data.find(b"moov") > data.find(b"mdat") > 0  # the layout this test is about
-    cut = tmp_path / "cut.mp4"
+    cut = tmp_path / f"cut.{suffix}"
     cut.write_bytes(data[: int(len(data) * fraction)])
-    with pytest.raises(InputError, match=rf"cut\.mp4' is truncated and no frame of it can be decoded: "
-                                         rf"it is an MP4 cut short inside its {box}.*'moov'") as err:
+    with pytest.raises(InputError, match=rf"cut\.{suffix}' is truncated and no frame of it can be decoded: "
+                                         rf"it is {what} cut short inside its {box}.*'moov'") as err:
         VideoFileSource(cut)
     assert err.value.path == cut
 
