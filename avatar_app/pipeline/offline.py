@@ -236,7 +236,22 @@ def run_render(output_path: Path, options: RenderOptions, fps: float, audio, ava
     Raises:
         AvatarError: what failed (recording errors name the output, not its part file);
         the part files are deleted then and existing outputs stay as they were.
+        RecordingError: another render is writing the same output now (nothing is written).
     """
+    from avatar_app.record.parts import TargetLock
+
+    lock = TargetLock(output_path)
+    lock.acquire()  # a second render to the same output is refused here, before anything is written
+    try:
+        _run_render_locked(output_path, options, fps, audio, avatar, report, loop, finish, settle)
+    finally:
+        lock.release()
+
+
+def _run_render_locked(output_path: Path, options: RenderOptions, fps: float, audio, avatar, report: RenderReport,
+                       loop: Callable[[_Output], None], finish: Callable[[_Output], None],
+                       settle: Callable[[ClipWriter, RenderReport], None] | None) -> None:
+    """:func:`run_render` once the output's :class:`~avatar_app.record.parts.TargetLock` is held."""
     out = _Output(output_path, options, fps, audio[2] if audio is not None else None, avatar)
     writer = out.writer
     try:

@@ -150,3 +150,104 @@ class OutputParts:
         for part, target in zip(self.parts, self.targets):
             message = message.replace(str(part), str(target))
         return message
+
+
+class TargetLock:
+    """An advisory lock on a target clip, held by the one render that writes it.
+
+    Two renders to the same ``-o`` would both write part files and both rename them over the
+    target, the later one silently replacing the earlier (new-user trial). The lock is the
+    operating system's on the hidden file ``.<name>.lock`` beside the target (``fcntl.flock`` on
+    POSIX, ``msvcrt.locking`` on Windows), taken without waiting, so a second render is refused at
+    once; the system drops it when its process ends, however it ends (a lock file left by a killed
+    render holds no lock). A folder where the lock file cannot be created is not refused here:
+    the writer's own checks say why nothing can be written there.
+
+    Args:
+        clip: the target clip.
+    """
+
+    def __init__(self, clip: str | Path):
+        self.clip = Path(clip)
+        self.path = self.clip.with_name(f".{self.clip.name}.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock (idempotent).
+
+        Raises:
+            RecordingError: another process holds it: names the output and that process.
+        """
+        if self._fd is not None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            _log.debug("no lock file for %s: %s", self.clip, e)
+            return
+        try:
+            _lock_fd(fd)
+        except OSError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f" (process {holder})" if holder else ""
+            raise RecordingError(f"cannot write {self.clip}: another render{who} is writing it now; "
+                                 "wait for it to finish or give another output name") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock and remove the lock file (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+        try:
+            _unlock_fd(fd)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> "TargetLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _lock_fd(fd: int) -> None:
+    """Lock ``fd`` without waiting; OSError when another process holds it."""
+    if os.name == "nt":
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _unlock_fd(fd: int) -> None:
+    if os.name == "nt":
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _read_pid(fd: int) -> int | None:
+    """The process id the lock's holder wrote into the file, or None."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None

@@ -334,3 +334,22 @@ def test_wrong_output_extension_names_the_suffix_not_a_temporary_file(testdata, 
     assert ".part-" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
+
+
+def test_a_second_render_to_the_same_output_is_refused_while_the_first_writes(testdata, tmp_path):
+    from avatar_app.record.parts import TargetLock
+
+    out = tmp_path / "same.mp4"
+    out.write_bytes(b"an earlier clip")
+    with TargetLock(out):  # what a running render holds while it writes
+        lock_file = tmp_path / ".same.mp4.lock"
+        assert lock_file.is_file()
+        proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "-q")
+        _check(proc, (r"another render \(process \d+\) is writing it now", r"same\.mp4"), 4)
+        assert out.read_bytes() == b"an earlier clip"  # nothing written over it
+    assert not lock_file.exists()  # released with the lock
+    proc = run_main("render", str(testdata / "video" / "grid_s1_bbaf2n.mp4"), "-o", str(out), "-q",
+                    "--size", "96x64")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() != b"an earlier clip" and not lock_file.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.blendshapes.jsonl", "same.mp4"]
