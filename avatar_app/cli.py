@@ -432,6 +432,77 @@ def _cmd_window(args) -> int:
     return run_window(source=args.source, camera=args.camera)
 
 
+#: Bytes the render adds to an output's stem in the longest file it writes beside it: the sidecar's
+#: hidden part file ``.<stem>.part-<pid>-<8 hex>.blendshapes.jsonl`` (record/parts.py) with a
+#: 7-digit process id.
+OUTPUT_NAME_EXTRA = len(".") + len(".part-") + 7 + len("-") + 8 + len(".blendshapes.jsonl")
+
+
+def _name_max(folder: Path) -> int:
+    """Longest file name the file system of ``folder`` (or its nearest existing parent) takes, bytes."""
+    for f in (folder, *folder.parents):
+        try:
+            if f.is_dir():
+                return int(os.pathconf(f, "PC_NAME_MAX"))
+        except (OSError, ValueError, AttributeError):  # no pathconf (Windows), or it cannot say
+            break
+    return 255
+
+
+def check_name_lengths(args) -> None:
+    """Refuse path arguments with a name longer than the file system takes, in one line each.
+
+    Every component of ``input``, ``--audio``, ``--avatar``, ``--settings`` and ``--source`` must fit
+    (else InputError, exit 2); ``-o``'s folders and its name plus what the render adds beside it
+    (:data:`OUTPUT_NAME_EXTRA`; 6 for the contact sheet's part file) must fit (else RecordingError,
+    exit 4). Without this the first ``stat`` raised ``OSError: File name too long`` as a traceback.
+
+    Raises:
+        InputError, RecordingError: as above, naming the argument and the limit.
+    """
+    for attr, what in (("input", "the input"), ("audio", "--audio"), ("avatar", "--avatar"),
+                       ("settings", "--settings"), ("source", "--source")):
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        path = Path(value)
+        limit = _name_max(path.parent)
+        for part in path.parts:
+            if len(os.fsencode(part)) > limit:
+                raise InputError(f"{what} has a name of {len(os.fsencode(part))} bytes, longer than the "
+                                 f"{limit} this file system takes: {part[:40]}…", path)
+    out = getattr(args, "output", None)
+    if out is None:
+        return
+    out = Path(out)
+    limit = _name_max(out.parent)
+    for part in out.parent.parts:
+        if len(os.fsencode(part)) > limit:
+            raise RecordingError(f"cannot write {part[:40]}…/{out.name[:40]}: a folder name of "
+                                 f"{len(os.fsencode(part))} bytes is longer than the {limit} this file "
+                                 "system takes")
+    sheet = getattr(args, "command", None) == "contact-sheet"  # its part file: .<name>.part
+    extra = 6 if sheet else OUTPUT_NAME_EXTRA
+    stem = out.name if sheet else out.stem
+    need = len(os.fsencode(stem)) + extra
+    if need > limit:
+        most = limit - extra
+        raise RecordingError(f"the output name {out.name[:40]}… is too long: the files written beside it "
+                             f"add {extra} bytes to its {'name' if stem == out.name else 'stem'}, so it may "
+                             f"have at most {most} bytes here (it has {len(os.fsencode(stem))})")
+
+
+def _beside_output(args, filename) -> bool:
+    """Whether ``filename`` (an OSError's) is in the output's folder: an output error (exit 4)."""
+    out = getattr(args, "output", None)
+    if out is None or not filename:
+        return False
+    try:
+        return Path(os.fsdecode(filename)).absolute().parent == Path(out).absolute().parent
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``avatar-app`` console script. Returns the exit status."""
     parser = build_parser()
@@ -443,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GLOG_minloglevel", "2")  # quiet MediaPipe's C++ logging
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
+        check_name_lengths(args)
         if args.command == "render":
             return _cmd_render(args)
         if args.command == "demo":
@@ -470,6 +542,11 @@ def main(argv: list[str] | None = None) -> int:
     except AvatarError as exc:
         print(error_line(exc), file=sys.stderr)
         return 2
+    except OSError as exc:  # a file-system refusal no check above foresaw: one line, not a traceback
+        logging.getLogger(__name__).debug("unexpected OS error", exc_info=True)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {(exc.strerror or str(exc)).lower()}{where}", file=sys.stderr)
+        return 4 if _beside_output(args, exc.filename) else 2
     except KeyboardInterrupt:
         out = getattr(args, "output", None)
         where = f": {out} was not written (an existing file there is left as it was)" if out else ""

@@ -353,3 +353,29 @@ def test_a_second_render_to_the_same_output_is_refused_while_the_first_writes(te
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() != b"an earlier clip" and not lock_file.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same.blendshapes.jsonl", "same.mp4"]
+
+
+@pytest.mark.parametrize(("argv", "pattern", "code"), [
+    (["render", "{video}", "-o", "{tmp}/" + "a" * 246 + ".mp4"], r"at most 214 bytes here \(it has 246\)", 4),
+    (["render", "{tmp}/" + "c" * 260 + ".mp4", "-o", "{tmp}/x.mp4"], r"the input has a name of 264 bytes", 2),
+    (["render", "{video}", "-o", "{tmp}/x.mp4", "--audio", "{tmp}/" + "c" * 260 + ".wav"], r"--audio has a name", 2),
+    (["render", "{video}", "-o", "{tmp}/" + "c" * 260 + "/x.mp4"], r"a folder name of 260 bytes", 4),
+    (["contact-sheet", "-o", "{tmp}/" + "c" * 260 + ".png"], r"at most 249 bytes", 4),
+])
+def test_names_too_long_for_the_file_system_are_one_line(testdata, tmp_path, argv, pattern, code):
+    args = [a.format(video=testdata / "video" / "grid_s1_bbaf2n.mp4", tmp=tmp_path) for a in argv]
+    proc = run_main(*args)
+    _check(proc, pattern, code)
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_an_unforeseen_os_error_is_one_line(tmp_path, monkeypatch):
+    import avatar_app.render.contact_sheet as cs
+
+    def refused(*a, **k):
+        raise OSError(5, "Input/output error", str(tmp_path / "s.png"))
+
+    monkeypatch.setattr(cs, "make_contact_sheet", refused)
+    proc = run_main("contact-sheet", "-o", str(tmp_path / "s.png"))
+    _check(proc, r"^error: input/output error: .*s\.png$", 4)
