@@ -155,6 +155,10 @@ class LiveFileSource:
         if expected >= 10 and frames < 0.9 * expected:
             self.notice = (f"only {frames} of about {expected} frames of '{self.path.name}' could be decoded "
                            f"(the file is damaged or cut short); playing what decodes")
+        elif self._source.truncated:  # found otherwise: an earlier end than declared (a cut .mkv / .webm),
+            # a last packet cut inside, decode errors, timestamps out of order
+            self.notice = (f"'{self.path.name}' is damaged or cut short ({self._source.problem or 'decode errors'}); "
+                           "playing what decodes")
             # the decoder warned already (video_file) and the notice is surfaced by the consumer (the
             # studio's status bar): logged once, not again here
             (logger.debug if self._source.truncated else logger.warning)("%s", self.notice)

@@ -63,3 +63,18 @@ def test_a_truncated_file_looping_warns_once(tmp_path, testdata, caplog):
         assert _wait_for(looped, 60.0)
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING and "cut.mp4" in r.getMessage()]
     assert len(warned) == 1, [r.getMessage() for r in warned]
+
+
+def test_a_cut_matroska_gets_a_notice_too(tmp_path, testdata):
+    """A cut .mkv decodes about as many frames as its cut length implies (no frame-count shortfall); the
+    decoder's finding (an earlier end than its track's DURATION tag) is the notice (second trial, 9th session)."""
+    from tests.clip_helpers import remux
+
+    whole = remux(testdata / "video" / "grid_s1_bbaf2n.mp4", tmp_path / "whole.mkv", "matroska")
+    cut = tmp_path / "cut.mkv"
+    data = whole.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    with LiveFileSource(cut, loop=False) as s:
+        s.start()
+        assert _wait_for(lambda: s.notice is not None), "no notice after the first pass"
+    assert "cut.mkv" in s.notice and "damaged or cut short" in s.notice and "frames end at" in s.notice, s.notice
