@@ -26,6 +26,8 @@ from avatar_app.pipeline.outputs import RECORD_FPS, RECORD_SIZE
 from avatar_app.ui.panels import plain_error
 
 log = logging.getLogger(__name__)
+#: The REC label's note when the source delivers fewer frames than the recording's rate (not a warning).
+SOURCE_RATE_NOTE = "(the source's rate)"
 
 #: Alpha formats for live recording from the window, fastest first. Measured at 1280x720 on the
 #: 2-core development machine (encoder only, 2 threads, moving avatar frames): VP9 realtime
@@ -335,7 +337,7 @@ class RecordingController(QObject):
             return ""
         source_fps = float(getattr(self.session, "source_fps", 0.0) or 0.0)
         if 0.0 < source_fps < 0.9 * fps and fps_now >= 0.9 * source_fps:
-            return f" · {fps_now:.0f} fps (the source's rate)"
+            return f" · {fps_now:.0f} fps {SOURCE_RATE_NOTE}"
         now = time.monotonic()
         if now - self._rec_rate_warned >= DROP_WARNING_INTERVAL_S:
             self._rec_rate_warned = now
@@ -384,7 +386,8 @@ class RecordingController(QObject):
                 rec += f" · dropped {self.window_dropped()}"
             if lost:
                 self._warn_recording_drops(lost)
-        bad = bool(rec) and (lost > 0 or bool(note))
+        # red only for what the user loses or can act on: not for a source that sets the clip's rate
+        bad = bool(rec) and (lost > 0 or (bool(note) and not note.endswith(SOURCE_RATE_NOTE)))
         for lab in (self.status_label, self.record_time_label):
             lab.setStyleSheet("color: #c0392b;" if bad else "")
         self.status_label.setText(rec)

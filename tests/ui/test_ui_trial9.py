@@ -36,3 +36,25 @@ def test_a_25_fps_source_sets_the_recording_rate_without_blaming_the_machine(qtb
     # fewer than the source delivers: the window says so, as before
     assert rec._warn_recording_rate(18.0) == " · 18 fps"
     assert rec.record_rate_warning.startswith("Recording at 18 fps instead of 30")
+
+
+def test_the_source_rate_note_does_not_turn_the_rec_label_red(qtbot, still_window, monkeypatch):
+    win = still_window
+    rec = win.recording
+    rec.toggle_recording()
+    try:
+        qtbot.waitUntil(lambda: win.session.recording is not None, timeout=20000)
+        clip = win.session.recording
+        monkeypatch.setattr(rec, "_rec_fps", 30.0)
+        monkeypatch.setattr(type(win.session), "source_fps", property(lambda self: 25.0))
+        monkeypatch.setattr(rec, "recording_dropped", lambda: 0)
+        monkeypatch.setattr(clip, "recent_fps", lambda *a, **k: 25.0)
+        rec.update_status()
+        assert "(the source's rate)" in rec.record_time_label.text()
+        assert "c0392b" not in rec.record_time_label.styleSheet()
+        monkeypatch.setattr(clip, "recent_fps", lambda *a, **k: 12.0)  # slower than the source: a warning
+        rec.update_status()
+        assert "c0392b" in rec.record_time_label.styleSheet()
+    finally:
+        rec.toggle_recording()
+        qtbot.waitUntil(lambda: bool(rec.last_record_message), timeout=20000)
