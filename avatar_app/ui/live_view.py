@@ -22,7 +22,7 @@ from collections import deque
 from PySide6.QtCore import QObject, QTimer
 
 from avatar_app.pipeline import settings as store
-from avatar_app.ui.panels import plain_error
+from avatar_app.ui.panels import plain_error, sentence
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class LiveView(QObject):
             error = f"Could not play {info.path.name}: {plain_error(info.error, info.path)}"
         # no message box: the failure is shown where the source was chosen (the red text
         # under the file box, the preview caption) and in the status bar; nothing to decide
-        self.notifier.status_error(error if nothing_runs else f"{error} The current source keeps running.")
+        self.notifier.status_error(error if nothing_runs else f"{sentence(error)} The current source keeps running.")
         if nothing_runs:
             self.source_failure = error
             self.panels["sources"].source_label.setText(no_source_caption(error, info.kind))

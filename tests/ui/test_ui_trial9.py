@@ -58,3 +58,22 @@ def test_the_source_rate_note_does_not_turn_the_rec_label_red(qtbot, still_windo
     finally:
         rec.toggle_recording()
         qtbot.waitUntil(lambda: bool(rec.last_record_message), timeout=20000)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("video path 'csdir' is not a file", "It is not a file"),
+    ("video file not found: 'csdir'", "Video file not found"),
+    ("[Errno 1094995529] Invalid data found when processing input: 'csdir'",
+     "The file could not be read: Invalid data found when processing input"),
+])
+def test_plain_error_reads_as_a_sentence_about_the_file(text, want):
+    from avatar_app.ui.panels import plain_error
+
+    assert plain_error(text, "csdir") == want
+
+
+def test_sentence_ends_with_one_full_stop():
+    from avatar_app.ui.panels import sentence
+
+    assert sentence("It is not a file") == "It is not a file."
+    assert sentence("Done.") == "Done." and sentence("Why?") == "Why?" and sentence("") == ""

@@ -24,6 +24,12 @@ from PySide6.QtWidgets import (
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
 
 
+def sentence(text: str) -> str:
+    """``text`` ending in a full stop (or its own ``.``, ``!``, ``?``, ``…``), for joining sentences."""
+    text = text.rstrip()
+    return text if not text or text[-1] in ".!?…" else text + "."
+
+
 def plain_error(text: str, path=None) -> str:
     """``text`` without FFmpeg/OS error numbers such as "[Errno 1094995529] ".
 
@@ -45,6 +51,8 @@ def plain_error(text: str, path=None) -> str:
             cleaned = f"The file could not be read: {cleaned}"
     if path is not None:
         p = str(path)
+        # "video path 'x' is not a file" -> "It is not a file" (not "Video path the file is not a file")
+        cleaned = re.sub(rf"^\w+ (?:path|file) '{re.escape(p)}'", "It", cleaned)
         cleaned = cleaned.replace(f": '{p}'", "").replace(f"'{p}'", "the file").replace(p, "the file")
         cleaned = cleaned[:1].upper() + cleaned[1:]
     return cleaned

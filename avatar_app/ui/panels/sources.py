@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from avatar_app.core.clock import now_ns
 from avatar_app.pipeline.calibration import METER_FLOOR_DB, level_dbfs
-from avatar_app.ui.panels import ElidedLabel, Panel, ProgressBar, hint, plain_error
+from avatar_app.ui.panels import ElidedLabel, Panel, ProgressBar, hint, plain_error, sentence
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +311,8 @@ class SourcesPanel(Panel):
             pipe = self.session.pipeline
             still = (f" {playing.name} keeps playing." if playing is not None
                      else " The current source keeps running." if pipe is not None and pipe.running else "")
-            self.show_file_error(f"Could not play {path.name}: {plain_error(error, path)}{still}", error)
+            reason = plain_error(error, path)
+            self.show_file_error(f"Could not play {path.name}: {sentence(reason) if still else reason}{still}", error)
 
     def on_tick(self) -> None:
         """5 Hz: level meter, microphone overflows and the delivered frame rate."""
