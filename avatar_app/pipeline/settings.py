@@ -166,20 +166,39 @@ _KIND_NAMES = {int: "an integer", float: "a number", str: "a text", bool: "true 
                dict: "an object"}
 #: Modifier names of a key sequence (QKeySequence.toString(), portable text).
 _MODIFIERS = ("Ctrl", "Alt", "Shift", "Meta")
+#: Key names of QKeySequence's portable text besides single characters and F1-F35 (Qt's
+#: qkeysequence.cpp keyname table, the keys a hotkey would use).
+_KEY_NAMES = frozenset((
+    "Space", "Esc", "Escape", "Tab", "Backtab", "Backspace", "Return", "Enter", "Ins", "Insert", "Del",
+    "Delete", "Pause", "Print", "SysReq", "Home", "End", "Left", "Up", "Right", "Down", "PgUp", "PgDown",
+    "CapsLock", "NumLock", "ScrollLock", "Menu", "Help", "Back", "Forward", "Stop", "Refresh",
+    "Volume Down", "Volume Mute", "Volume Up", "Media Play", "Media Stop", "Media Previous", "Media Next",
+    "Media Pause", "Toggle Media Play/Pause"))
+
+
+def _key_name_ok(key: str) -> bool:
+    """One key of a chord: a single character, F1-F35 or a name of :data:`_KEY_NAMES`."""
+    if len(key) == 1:
+        return True
+    if key[:1] == "F" and key[1:].isdigit():
+        return 1 <= int(key[1:]) <= 35
+    return key in _KEY_NAMES
 
 
 def key_sequence_ok(text: str) -> bool:
     """Whether ``text`` is one key chord in QKeySequence's portable text ("" = no hotkey).
 
     A chord is zero or more of Ctrl, Alt, Shift, Meta and exactly one other key, joined by
-    "+" (e.g. "Ctrl+Alt+F5"; "Ctrl++" is Ctrl and the plus key). Checked without Qt, so
-    render and the studio reject the same files.
+    "+" (e.g. "Ctrl+Alt+F5"; "Ctrl++" is Ctrl and the plus key); the key a single character,
+    F1-F35 or one of Qt's key names (:data:`_KEY_NAMES`). Checked without Qt, so render and
+    the studio reject the same files.
     """
     if text == "":
         return True
     parts = text[:-2].split("+") + ["+"] if text.endswith("++") else text.split("+")
     *mods, key = parts
-    return bool(key) and key not in _MODIFIERS and all(m in _MODIFIERS for m in mods) and len(set(mods)) == len(mods)
+    return (bool(key) and key not in _MODIFIERS and _key_name_ok(key) and all(m in _MODIFIERS for m in mods)
+            and len(set(mods)) == len(mods))
 
 
 def _check(cls, data: dict, report: list | None = None, area: str = ""):
@@ -428,6 +447,10 @@ def tuning_from_json(data: dict, report: list | None = None) -> TuningSettings:
             setattr(s, key, data[key])
         elif key in data:
             _note(report, f"tuning.{key}", data[key], "is not true or false", getattr(s, key))
+    known = {"smoothing", "sensitivity", "remap", "link_eyes", "mirror", "auto_blink", "idle_motion", "schema"}
+    for key in data:
+        if key not in known:
+            _note(report, f"tuning.{key}", data[key], "is not a setting (ignored)", None)
     for region in DEFAULT_SMOOTHING:
         s.smoothing.setdefault(region, DEFAULT_SMOOTHING[region])
     return s
@@ -611,6 +634,11 @@ def save_settings_file(path: Path, s: StudioSettings) -> Path:
         InputError: the file cannot be written (names it and why).
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"Cannot write the settings file {path}: it is a folder", path)
+    blocker = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+    if blocker is not None:  # (mkdir says only "File exists")
+        raise InputError(f"Cannot write the settings file {path}: {blocker} is a file, not a folder", path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings_to_json(s), indent=2) + "\n", encoding="utf-8")
@@ -633,7 +661,11 @@ def load_settings_file(path: Path, report: list | None = None) -> StudioSettings
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"Settings file not found: {path}", path) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except IsADirectoryError:
+        raise InputError(f"Cannot read the settings file {path}: it is a folder", path) from None
+    except OSError as exc:
+        raise InputError(f"Cannot read the settings file {path}: {exc.strerror or exc}", path) from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"Cannot read the settings file {path}: {exc}", path) from exc
     try:
         return settings_from_json(data, report)

@@ -94,8 +94,34 @@ def test_key_sequences():
 
     for ok in ("", "F5", "Ctrl+F8", "Ctrl+Shift+A", "Ctrl++", "Meta+Alt+1"):
         assert key_sequence_ok(ok), ok
-    for bad in ("Ctrl+Alt+Q+Z", "Ctrl+", "Shift", "Ctrl+Ctrl+A", "Hyper+A"):
+    for bad in ("Ctrl+Alt+Q+Z", "Ctrl+", "Shift", "Ctrl+Ctrl+A", "Hyper+A", "NotAKey", "Ctrl+F36", "F0"):
         assert not key_sequence_ok(bad), bad
+    for ok in ("Ctrl+Space", "PgUp", "F35", "Alt+Return"):
+        assert key_sequence_ok(ok), ok
+
+
+def test_an_unknown_tuning_key_is_named(tmp_path):
+    path = save_settings_file(tmp_path / "s.json", StudioSettings())
+    data = json.loads(path.read_text())
+    data["tuning"]["bogus"] = 1
+    path.write_text(json.dumps(data))
+    report: list[str] = []
+    load_settings_file(path, report)
+    assert any(x.startswith("tuning.bogus: 1 is not a setting") for x in report), report
+
+
+def test_settings_file_errors_name_the_folder_or_the_file_in_the_way(tmp_path):
+    import pytest
+
+    from avatar_app.core.errors import InputError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match=r"afile is a file, not a folder"):
+        save_settings_file(tmp_path / "afile" / "s.json", StudioSettings())
+    with pytest.raises(InputError, match=r"it is a folder$"):
+        save_settings_file(tmp_path, StudioSettings())
+    with pytest.raises(InputError, match=r"it is a folder$"):
+        load_settings_file(tmp_path)
 
 
 def test_render_uses_the_default_head_when_the_settings_avatar_is_missing(tmp_path, short_grid_clip):
