@@ -655,8 +655,8 @@ class StudioSession:
         if rec is not None:
             try:
                 rec.end_audio(last_state)
-            except AvatarError as exc:
-                self.events.error.emit(str(exc))
+            except AvatarError as exc:  # the recorder's own failure: its finish() reports it, once
+                log.warning("recording: the audio could not be ended: %s", exc)
         return rec
 
     # ================================================================== avatar

@@ -245,7 +245,7 @@ class AsyncRecorder(ClosingContext):
         except RecordingError as e:
             if self._error is None:
                 self._error = e
-        if self.dropped_queue_full or self.dropped_audio_chunks:
+        if (self.dropped_queue_full or self.dropped_audio_chunks) and self._error is None:
             _log.warning("recording %s: the encoder could not keep up; %s", self.recorder.path,
                          self.loss_summary())
         if self.dropped_frames:

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QLabel, QPushButton
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline.outputs import RECORD_FPS, RECORD_SIZE
-from avatar_app.ui.panels import plain_error
+from avatar_app.ui.panels import plain_error, sentence
 
 log = logging.getLogger(__name__)
 #: The REC label's note when the source delivers fewer frames than the recording's rate (not a warning).
@@ -528,8 +528,9 @@ class RecordingController(QObject):
                                                                    info.get("audio_lost_s", 0.0))
             saved += f". {self.record_drop_warning}"
         if error is not None:
-            self.last_record_message = (f"{stopped}The recording stopped with an error: {plain_error(str(error))}. "
-                                        f"What was written is kept: {path}.")
+            why = sentence(plain_error(str(error)))
+            kept = "" if "kept" in why else f" What was written is kept: {path}."  # (the recorder may say so)
+            self.last_record_message = f"{stopped}The recording stopped with an error: {why}{kept}"
             self.notifier.error(self.last_record_message)
         elif reason:
             self.last_record_message = f"{stopped}{saved}."
@@ -573,8 +574,9 @@ class RecordingController(QObject):
             return
         try:
             clip.feed_audio()
-        except AvatarError as exc:
-            self.notifier.error(str(exc))
+        except AvatarError as exc:  # the recorder failed (a full disk): one report, when the file is closed
+            log.warning("recording stopped: %s", exc)
+            self.stop_recording(wait=False)
 
 
 __all__ = ["RecordingController", "RECORD_SIZE", "RECORD_FPS", "LIVE_ALPHA_ORDER", "DROP_WARNING_INTERVAL_S",

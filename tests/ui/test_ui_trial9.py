@@ -77,3 +77,35 @@ def test_sentence_ends_with_one_full_stop():
 
     assert sentence("It is not a file") == "It is not a file."
     assert sentence("Done.") == "Done." and sentence("Why?") == "Why?" and sentence("") == ""
+
+
+def test_a_failed_recording_is_reported_once_in_one_sentence_each(qtbot, still_window, monkeypatch, tmp_path):
+    from avatar_app.core.errors import RecordingError
+
+    win = still_window
+    rec = win.recording
+    rec.toggle_recording()
+    qtbot.waitUntil(lambda: win.session.recording is not None, timeout=20000)
+    clip = win.session.recording
+    boxes: list[str] = []
+    monkeypatch.setattr(win.notifier, "_show", lambda icon, message, selectable=False: boxes.append(message))
+
+    def full(*a, **k):
+        raise RecordingError("recording to x.mp4 failed: the disk is full. The part written so far is kept and plays.")
+
+    monkeypatch.setattr(clip, "feed_audio", full)
+    rec._on_audio_tick()  # the audio feed meets the full disk: the recording stops, no box yet
+    qtbot.waitUntil(lambda: bool(rec.last_record_message), timeout=20000)
+    assert win.session.recording is None and len(boxes) <= 1, boxes
+    # the close's one report, as the recorder words it (here the clip closed without the injected error)
+    path = tmp_path / "x.mp4"
+    path.write_bytes(b"\0" * 100)
+    boxes.clear()
+    rec._on_recording_closed(path, RecordingError(
+        "recording to x.mp4 failed: the disk is full. The part written so far is kept and plays."),
+        {"frames": 10, "fps": 30.0})
+    msg = rec.last_record_message
+    assert msg.count("kept") == 1 and ".." not in msg, msg
+    assert msg.startswith("The recording stopped with an error: ") and len(boxes) == 1
+    rec._on_recording_closed(path, RecordingError("the encoder failed"), {"frames": 10, "fps": 30.0})
+    assert rec.last_record_message.endswith(f"the encoder failed. What was written is kept: {path}.")
