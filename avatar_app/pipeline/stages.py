@@ -313,7 +313,7 @@ def build_stages(choice: StageChoice | None = None, expressions=None, reconstruc
         choice: what to build (default: offline, with audio, the shipped models).
         expressions: the ExpressionLayer to share with hotkeys (studio), or None.
         reconstructor: a FaceReconstructor to use instead of the policy's (tests, benchmarks).
-        speech: a SpeechAnimator to use instead of the policy's.
+        speech: a SpeechAnimator to use instead of the policy's (ignored without ``choice.audio``).
         chain: an existing PostChain to run (the studio keeps one across sources) instead of
             a new one made from ``choice.chain``.
 
@@ -329,7 +329,9 @@ def build_stages(choice: StageChoice | None = None, expressions=None, reconstruc
         recon, face_path = reconstructor, face_path_of(reconstructor, choice.face)
     else:
         recon, face_path = _face(choice)
-    speech = speech if speech is not None else _speech(choice)
+    # no audio: no speech stage, also when the caller made one (render --remote builds its speech runner
+    # before it knows the clip is silent; the summary then said the mouth came from speech2face)
+    speech = (speech if speech is not None else _speech(choice)) if choice.audio else None
     tracker = build_tracker(choice) if choice.track else None
     return Stages(tracker, recon, speech, chain if chain is not None else PostChain(choice.chain, expressions),
                   face_path)

@@ -278,3 +278,24 @@ def test_summary_of_a_server_that_never_answered_does_not_claim_it_served():
         runner = SimpleNamespace(events=[ev], local=local, remote_calls=calls)
         text = finished_locally(report, runner, _FrameClock(None), 25.0, "grpc://127.0.0.1:9")
         assert want in text and unwanted not in text and report.speech_backend == text, text
+
+
+def test_remote_render_of_a_clip_without_audio_says_the_mouth_follows_the_video(tmp_path, testdata):
+    """The remote path built its speech runner before it knew the clip is silent; the summary then said
+    the mouth came from speech2face (second trial, ninth session)."""
+    import av
+
+    from tests.helpers import run_main
+
+    src = testdata / "video" / "grid_s1_bbaf2n.mp4"
+    mute = tmp_path / "mute.mp4"
+    with av.open(str(src)) as c, av.open(str(mute), "w") as out:  # the video stream only, packets copied
+        vs = out.add_stream_from_template(c.streams.video[0])
+        for pkt in c.demux(c.streams.video[0]):
+            if pkt.dts is not None:
+                pkt.stream = vs
+                out.mux(pkt)
+    proc = run_main("render", str(mute), "-o", str(tmp_path / "o.mp4"), "--size", "96x64",
+                    "--remote", "grpc://127.0.0.1:1")
+    assert proc.returncode == 0, proc.stderr
+    assert "mouth from the video alone" in proc.stdout and "speech2face" not in proc.stdout, proc.stdout
