@@ -73,6 +73,8 @@ def resolve_model(text: str) -> Path:
     p = Path(text)
     if p.is_file():
         return p
+    if p.is_dir():
+        raise InputError(f"model {text!r} is a folder: give an .onnx file or a shipped model's name", text)
     if p.parent != Path(".") or p.suffix == ".onnx":  # a path, not the name of a shipped model
         raise InputError(f"model file not found: '{p}'", text)
     from avatar_app.resources import resource_path
@@ -105,7 +107,7 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
         if cmd == "list":
             return _list(args, out)
         if cmd == "build":
-            return _build(args, out)
+            return _build(args, out, err or sys.stderr)
         if cmd == "calibrate":
             return _calibrate(args, out)
         if cmd == "clear":
@@ -278,10 +280,13 @@ class _ProgressBar:
               end=end, file=self.out, flush=True)
 
 
-def _build(args, out) -> int:
+def _build(args, out, err) -> int:
     from avatar_app.inference.manager import EngineManager
 
     path = resolve_model(args.model)
+    if args.precision != "int8" and args.calibration_method != "percentile":
+        print(f"warning: --calibration-method {args.calibration_method} applies to INT8 builds only; "
+              f"this {args.precision} build has no calibration", file=err)
     mgr = EngineManager(isolate=not args.inline, calibration_method=args.calibration_method)
     # an explicit build always tries again, also when this engine's build failed before
     entry = mgr.retry(path, args.backend, args.precision, progress=_ProgressBar(out), force=args.force)

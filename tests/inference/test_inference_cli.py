@@ -158,3 +158,15 @@ def test_int8_build_says_how_many_layers_are_int8(user_dirs):
     assert split["quantized_layers"] >= 1 and total == 5  # face_recon: five Gemm layers
     rc, text = _run("engines", "list")
     assert line.strip() in text, text
+
+
+def test_a_folder_as_model_and_a_calibration_method_without_int8_are_said(user_dirs, tmp_path, tiny_models):
+    with pytest.raises(InputError, match="is a folder"):
+        resolve_model(str(tmp_path))
+    parser = argparse.ArgumentParser(prog="avatar-app")
+    add_engines_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["engines", "build", "--model", str(next(iter(tiny_models.values()))), "--backend",
+                              "ort_cpu", "--precision", "fp32", "--calibration-method", "entropy", "--inline"])
+    out, err = io.StringIO(), io.StringIO()
+    assert run_engines(args, out, err) == 0, err.getvalue()
+    assert "--calibration-method entropy applies to INT8 builds only" in err.getvalue()
