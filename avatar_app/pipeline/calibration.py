@@ -52,7 +52,10 @@ class SampleCollector:
         self._lock = threading.Lock()
 
     def add(self, landmarks, audio) -> None:
-        """Offer one frame: its Landmarks (or None: no face), (N,) 16 kHz audio (or None: silence)."""
+        """Offer one frame: its Landmarks (or None: no face), (N,) 16 kHz audio (or None: silence).
+
+        A sample whose inputs equal the engine's previous sample is not kept (a still or a
+        one-frame file that loops would fill the set with copies of one frame)."""
         for name, fn in self.fns.items():
             if name in self.errors or len(self.samples[name]) >= self.target:
                 continue
@@ -68,8 +71,13 @@ class SampleCollector:
                 if why:
                     self.errors[name] = why
                     continue
+            sample = {k: np.asarray(v) for k, v in feeds.items()}
+            last = self.samples[name][-1] if self.samples[name] else None
+            if last is not None and last.keys() == sample.keys() and all(
+                    np.array_equal(last[k], sample[k]) for k in sample):
+                continue  # the same inputs again (a still or one-frame file looping): they add nothing
             with self._lock:
-                self.samples[name].append({k: np.asarray(v) for k, v in feeds.items()})
+                self.samples[name].append(sample)
 
     def _mismatch(self, name: str, feeds: dict) -> str:
         for spec in self.specs.get(name, ()):
