@@ -107,7 +107,11 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
         if cmd == "list":
             return _list(args, out)
         if cmd == "build":
-            return _build(args, out, err or sys.stderr)
+            precision, method = getattr(args, "precision", "int8"), getattr(args, "calibration_method", "percentile")
+            if precision != "int8" and method != "percentile":
+                print(f"warning: --calibration-method {method} applies to INT8 builds only; "
+                      f"this {precision} build has no calibration", file=err or sys.stderr)
+            return _build(args, out)
         if cmd == "calibrate":
             return _calibrate(args, out)
         if cmd == "clear":
@@ -280,13 +284,10 @@ class _ProgressBar:
               end=end, file=self.out, flush=True)
 
 
-def _build(args, out, err) -> int:
+def _build(args, out) -> int:
     from avatar_app.inference.manager import EngineManager
 
     path = resolve_model(args.model)
-    if args.precision != "int8" and args.calibration_method != "percentile":
-        print(f"warning: --calibration-method {args.calibration_method} applies to INT8 builds only; "
-              f"this {args.precision} build has no calibration", file=err)
     mgr = EngineManager(isolate=not args.inline, calibration_method=args.calibration_method)
     # an explicit build always tries again, also when this engine's build failed before
     entry = mgr.retry(path, args.backend, args.precision, progress=_ProgressBar(out), force=args.force)
