@@ -280,7 +280,8 @@ def _render_options(args):
     return RenderOptions(
         size=args.size, fps=args.fps, overlay=args.overlay, msaa=args.msaa, background=background,
         audio_path=getattr(args, "audio", None), use_audio=not getattr(args, "no_audio", False),
-        avatar_path=avatar, lighting=studio.avatar.lighting, settings=studio.chain(),
+        avatar_path=avatar, avatar_from_settings=args.avatar is None and avatar is not None,
+        lighting=studio.avatar.lighting, settings=studio.chain(),
         tracker=getattr(args, "tracker", None) or studio.engines.tracker["kind"],
         tracker_backend=studio.engines.tracker["backend"], tracker_precision=studio.engines.tracker["precision"],
         face=getattr(args, "face", None) or studio.engines.face,

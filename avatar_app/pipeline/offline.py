@@ -59,6 +59,9 @@ class RenderOptions:
         audio_path: audio to use instead of the video's own track.
         use_audio: False renders without sound and without speech drive.
         avatar_path: a glTF/VRM avatar instead of the default head.
+        avatar_from_settings: ``avatar_path`` came from a settings file (``render --settings``), not
+            ``--avatar``: one that cannot be loaded is a warning and the default head, as the file's
+            other invalid values are (``--avatar``'s is an error).
         lighting: the lighting preset (render.renderer.LIGHTING_PRESETS).
         settings: the post-processing chain's settings (fusion, tuning, expressions):
             a fresh studio's by default, or the studio's own settings file
@@ -79,6 +82,7 @@ class RenderOptions:
     audio_path: Path | None = None
     use_audio: bool = True
     avatar_path: Path | None = None
+    avatar_from_settings: bool = False
     lighting: str = "studio"
     settings: ChainSettings = field(default_factory=ChainSettings)
     tracker: str = "auto"
@@ -582,7 +586,13 @@ def load_avatar_option(options: RenderOptions, report: RenderReport):
         return None
     from avatar_app.avatar.loader import load_avatar
 
-    avatar = load_avatar(options.avatar_path)
+    try:
+        avatar = load_avatar(options.avatar_path)
+    except InputError as exc:
+        if not options.avatar_from_settings:
+            raise
+        report.warnings.append(f"the settings file's avatar.path: {exc}; using the default head")
+        return None
     report.warnings.extend(avatar.report.warnings)
     return avatar
 

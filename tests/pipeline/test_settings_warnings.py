@@ -139,6 +139,25 @@ def test_render_uses_the_default_head_when_the_settings_avatar_is_missing(tmp_pa
     assert (tmp_path / "out.mp4").stat().st_size > 1000
 
 
+def test_a_broken_settings_avatar_is_a_warning_but_a_broken_avatar_option_an_error(tmp_path, short_grid_clip):
+    """As a missing one (above): the file's value is rejected and named, the default head used, exit 0;
+    the same file given as --avatar is the user's explicit choice: exit 2 (second trial, ninth session)."""
+    from tests.helpers import run_main
+
+    bad = tmp_path / "bad.glb"
+    bad.write_text("not a model")
+    s = StudioSettings()
+    s.avatar.path = str(bad)
+    settings = save_settings_file(tmp_path / "s.json", s)
+    r = run_main("render", str(short_grid_clip), "-o", str(tmp_path / "out.mp4"), "--settings", str(settings),
+                 "--size", "96x64", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "avatar.path" in r.stderr and "bad.glb" in r.stderr and "default head" in r.stderr, r.stderr
+    r = run_main("render", str(short_grid_clip), "-o", str(tmp_path / "out2.mp4"), "--avatar", str(bad),
+                 "--size", "96x64", "-q")
+    assert r.returncode == 2 and "bad.glb" in r.stderr, r.stderr
+
+
 #: Per-engine choices (Engines panel) a user could write into the file: each is named and falls back.
 BAD_ENGINES = {"face_recon": {"backend": "cuda13", "precision": "fp8"}, "speech2face": "fast",
                "nosuch": {"backend": "auto"}}
