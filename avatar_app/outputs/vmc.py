@@ -157,8 +157,12 @@ class VmcSender:
         try:  # resolve once: UDPClient.send would look a host name up for every datagram
             ip = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0][4][0]
             self._client = udp_client.UDPClient(ip, int(port))
-        except (OSError, ValueError, IndexError) as e:  # socket.gaierror is an OSError
-            raise InputError(f"VMC receiver {host}:{port} cannot be reached: {e}") from e
+        except socket.gaierror as e:  # (an OSError: first) "[Errno -2] Name or service not known" in words
+            raise InputError(f"VMC receiver {host}:{port} cannot be reached: no computer of that name or "
+                             f"address is known here ({(e.strerror or str(e)).lower()})") from e
+        except (OSError, ValueError, IndexError) as e:
+            raise InputError(f"VMC receiver {host}:{port} cannot be reached: "
+                             f"{getattr(e, 'strerror', None) or e}") from e
         self.host, self.port = host, int(port)
         self._names = blend_names(name_style)
         pos = dict(DEFAULT_BONE_POSITIONS_M)
