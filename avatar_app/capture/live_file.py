@@ -159,6 +159,7 @@ class LiveFileSource:
             # a last packet cut inside, decode errors, timestamps out of order
             self.notice = (f"'{self.path.name}' is damaged or cut short ({self._source.problem or 'decode errors'}); "
                            "playing what decodes")
+        if self.notice is not None:
             # the decoder warned already (video_file) and the notice is surfaced by the consumer (the
             # studio's status bar): logged once, not again here
             (logger.debug if self._source.truncated else logger.warning)("%s", self.notice)
