@@ -433,12 +433,6 @@ def _cmd_window(args) -> int:
     return run_window(source=args.source, camera=args.camera)
 
 
-#: Bytes the render adds to an output's stem in the longest file it writes beside it: the sidecar's
-#: hidden part file ``.<stem>.part-<pid>-<8 hex>.blendshapes.jsonl`` (record/parts.py) with a
-#: 7-digit process id.
-OUTPUT_NAME_EXTRA = len(".") + len(".part-") + 7 + len("-") + 8 + len(".blendshapes.jsonl")
-
-
 def _name_max(folder: Path) -> int:
     """Longest file name the file system of ``folder`` (or its nearest existing parent) takes, bytes."""
     for f in (folder, *folder.parents):
@@ -454,9 +448,10 @@ def check_name_lengths(args) -> None:
     """Refuse path arguments with a name longer than the file system takes, in one line each.
 
     Every component of ``input``, ``--audio``, ``--avatar``, ``--settings`` and ``--source`` must fit
-    (else InputError, exit 2); ``-o``'s folders and its name plus what the render adds beside it
-    (:data:`OUTPUT_NAME_EXTRA`; 6 for the contact sheet's part file) must fit (else RecordingError,
-    exit 4). Without this the first ``stat`` raised ``OSError: File name too long`` as a traceback.
+    (else InputError, exit 2); ``-o``'s folders and the longest name written beside it must fit
+    (the render's part files, :func:`~avatar_app.record.parts.longest_part_name_bytes`; the contact
+    sheet's ``.<name>.part``), else RecordingError, exit 4. Without this the first ``stat`` raised
+    ``OSError: File name too long`` as a traceback.
 
     Raises:
         InputError, RecordingError: as above, naming the argument and the limit.
@@ -483,9 +478,15 @@ def check_name_lengths(args) -> None:
                                  f"{len(os.fsencode(part))} bytes is longer than the {limit} this file "
                                  "system takes")
     sheet = getattr(args, "command", None) == "contact-sheet"  # its part file: .<name>.part
-    extra = 6 if sheet else OUTPUT_NAME_EXTRA
     stem = out.name if sheet else out.stem
-    need = len(os.fsencode(stem)) + extra
+    if sheet:
+        need = len(os.fsencode(f".{out.name}.part"))
+    else:
+        from avatar_app.pipeline.writer import SIDECAR_SUFFIX
+        from avatar_app.record.parts import longest_part_name_bytes
+
+        need = longest_part_name_bytes(out, (SIDECAR_SUFFIX,))
+    extra = need - len(os.fsencode(stem))
     if need > limit:
         most = limit - extra
         raise RecordingError(f"the output name {out.name[:40]}… is too long: the files written beside it "
@@ -544,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         print(error_line(exc), file=sys.stderr)
         return 2
     except OSError as exc:  # a file-system refusal no check above foresaw: one line, not a traceback
-        logging.getLogger(__name__).debug("unexpected OS error", exc_info=True)
+        log.debug("unexpected OS error", exc_info=True)
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {(exc.strerror or str(exc)).lower()}{where}", file=sys.stderr)
         return 4 if _beside_output(args, exc.filename) else 2

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES, Blendshape
 from avatar_app.core.errors import AvatarError, InputError
+from avatar_app.core.paths import file_in_the_way
 from avatar_app.fusion.chain import ChainSettings
 from avatar_app.fusion.expressions import EXPRESSION_PRESETS, parse_mix
 from avatar_app.fusion.mouth import FusionSettings
@@ -403,6 +404,11 @@ def tuning_to_json(s: TuningSettings) -> dict:
             "idle_motion": s.idle_motion}
 
 
+#: The tracking settings' per-region or per-shape tables and their on/off keys (``tuning`` in a settings file).
+_TUNING_GROUPS = ("smoothing", "sensitivity", "remap")
+_TUNING_FLAGS = ("link_eyes", "mirror", "auto_blink", "idle_motion")
+
+
 def tuning_from_json(data: dict, report: list | None = None) -> TuningSettings:
     """Inverse of :func:`tuning_to_json`; invalid entries are skipped (logged, each noted in ``report``).
 
@@ -442,14 +448,13 @@ def tuning_from_json(data: dict, report: list | None = None) -> TuningSettings:
                 s.sensitivity[Blendshape[name]] = float(v)
             else:
                 s.remap_min[Blendshape[name]], s.remap_max[Blendshape[name]] = float(v[0]), float(v[1])
-    for key in ("link_eyes", "mirror", "auto_blink", "idle_motion"):
+    for key in _TUNING_FLAGS:
         if isinstance(data.get(key), bool):
             setattr(s, key, data[key])
         elif key in data:
             _note(report, f"tuning.{key}", data[key], "is not true or false", getattr(s, key))
-    known = {"smoothing", "sensitivity", "remap", "link_eyes", "mirror", "auto_blink", "idle_motion", "schema"}
     for key in data:
-        if key not in known:
+        if key not in _TUNING_GROUPS + _TUNING_FLAGS + ("schema",):
             _note(report, f"tuning.{key}", data[key], "is not a setting (ignored)", None)
     for region in DEFAULT_SMOOTHING:
         s.smoothing.setdefault(region, DEFAULT_SMOOTHING[region])
@@ -636,7 +641,7 @@ def save_settings_file(path: Path, s: StudioSettings) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"Cannot write the settings file {path}: it is a folder", path)
-    blocker = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+    blocker = file_in_the_way(path.parent)
     if blocker is not None:  # (mkdir says only "File exists")
         raise InputError(f"Cannot write the settings file {path}: {blocker} is a file, not a folder", path)
     try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from avatar_app.core.errors import AvatarError, InputError, NoFaceError, RecordingError
+from avatar_app.core.paths import file_in_the_way
 from avatar_app.core.types import AvatarState
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ def check_output_name(output_path: Path, options: RenderOptions) -> None:
             output_path,
         )
     folder = output_path.parent
-    blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
+    blocker = file_in_the_way(folder)
     if blocker is not None:
         raise RecordingError(f"Cannot create the output folder {folder}: {blocker} is a file, not a folder")
     if output_path.is_dir():
@@ -342,7 +343,7 @@ def _make_output_folder(output_path: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
+        blocker = file_in_the_way(folder)
         why = f"{blocker} is a file, not a folder" if blocker is not None else (exc.strerror or exc)
         raise RecordingError(f"Cannot create the output folder {folder}: {why}") from exc
 

@@ -77,6 +77,19 @@ def remove_stale_parts(clip: str | Path, companions: Sequence[str] = ()) -> list
     return removed
 
 
+def _part_base(clip: Path, pid: int, token: str) -> str:
+    """The part files' shared name before their suffixes: ``.<stem>.part-<pid>-<token>``."""
+    return f".{clip.stem}.part-{pid}-{token}"
+
+
+def longest_part_name_bytes(clip: str | Path, companions: Sequence[str] = ()) -> int:
+    """Bytes in the longest name :class:`OutputParts` gives a part file of ``clip``, for any
+    process id up to 7 digits (for checking a name against the file system's limit)."""
+    clip = Path(clip)
+    base = _part_base(clip, 9_999_999, "0" * 8)
+    return max(len(os.fsencode(base + s)) for s in (clip.suffix, *companions))
+
+
 class OutputParts:
     """Temporary files for a clip and its companions, renamed over them by :meth:`commit`.
 
@@ -95,7 +108,7 @@ class OutputParts:
     def __init__(self, clip: str | Path, companions: Sequence[str] = ()):
         clip = Path(clip)
         remove_stale_parts(clip, companions)
-        base = f".{clip.stem}.part-{os.getpid()}-{secrets.token_hex(4)}"
+        base = _part_base(clip, os.getpid(), secrets.token_hex(4))
         self.companions = tuple(companions)
         self.targets = [clip] + [clip.with_suffix(s) for s in self.companions]
         self.parts = [clip.with_name(base + clip.suffix)] + [clip.with_name(base + s) for s in companions]

@@ -33,6 +33,7 @@ from avatar_app.avatar.mesh import AvatarMesh, Joint, Material, MeshPrimitive, S
 from avatar_app.core import landmarks as lmk
 from avatar_app.core.blendshapes import BLENDSHAPE_NAMES, NUM_BLENDSHAPES
 from avatar_app.core.errors import InputError, RecordingError
+from avatar_app.core.paths import file_in_the_way
 from avatar_app.core.rotations import gaze_rotation, rot_y
 from avatar_app.core.types import AvatarState
 
@@ -312,7 +313,7 @@ def _check_sheet_path(out_path: Path) -> None:
         raise InputError(f"the contact sheet is a PNG image: name it {out_path.with_suffix('.png').name}, "
                          f"not {out_path.name}")
     folder = out_path.parent
-    blocker = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
+    blocker = file_in_the_way(folder)
     if blocker is not None:
         raise RecordingError(f"cannot create the folder {folder} for the contact sheet: {blocker} is a file")
 
