@@ -244,12 +244,16 @@ def run_render(output_path: Path, options: RenderOptions, fps: float, audio, ava
     """
     from avatar_app.record.parts import TargetLock
 
-    lock = TargetLock(output_path)
-    lock.acquire()  # a second render to the same output is refused here, before anything is written
+    # A second render to the same output is refused here, before anything is written; the
+    # sidecar's name is locked too, as take.mov and take.webm share take.blendshapes.jsonl.
+    locks = [TargetLock(output_path), TargetLock(sidecar_path_for(output_path))]
     try:
+        for lock in locks:
+            lock.acquire()
         _run_render_locked(output_path, options, fps, audio, avatar, report, loop, finish, settle)
     finally:
-        lock.release()
+        for lock in reversed(locks):
+            lock.release()
 
 
 def _run_render_locked(output_path: Path, options: RenderOptions, fps: float, audio, avatar, report: RenderReport,

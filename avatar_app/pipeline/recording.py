@@ -85,7 +85,7 @@ class StudioRecording:
 
         self.sidecar, self.sidecar_path = None, sidecar_path_for(self.path)
         try:
-            self.sidecar = SidecarWriter(self.sidecar_path, fps=self.fps)
+            self.sidecar = SidecarWriter(self.sidecar_path, fps=self.fps, clip=self.path.name)
         except AvatarError as exc:
             log.warning("no blendshape track for this recording: %s", exc)
             self.sidecar_path = None

@@ -33,6 +33,63 @@ def sidecar_path_for(output_path: Path) -> Path:
     return Path(output_path).with_suffix(SIDECAR_SUFFIX)
 
 
+def unused_clip_path(path: Path) -> Path:
+    """``path``, or ``stem-2.suffix``, ``stem-3.suffix``...: the first whose clip and sidecar are both free.
+
+    The studio names recordings by the second they start (``avatar-20261204-203015.mp4``); a second
+    recording started within the same second, or in another format with the same stem, must not
+    replace the first one's clip or track.
+
+    Args:
+        path: the wanted clip path.
+
+    Returns:
+        A path whose clip does not exist and whose sidecar name is not taken.
+    """
+    path = Path(path)
+    candidate, n = path, 1
+    while candidate.exists() or sidecar_path_for(candidate).exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+def sidecar_clash(output_path: Path) -> Path | None:
+    """Another clip whose blendshape track writing ``output_path`` would replace, or None.
+
+    ``take.mov`` and ``take.webm`` (or ``take.mp4``) share the sidecar name ``take.blendshapes.jsonl``
+    (new-user trial: the second render silently replaced the first clip's track). The track's
+    header names its clip (:func:`~avatar_app.record.sidecar.sidecar_owner`); a track written
+    before it did belongs to another clip when such a clip lies beside it and ``output_path``
+    does not exist yet.
+
+    Args:
+        output_path: the clip about to be written.
+
+    Returns:
+        The other clip's path (it exists), or None: no track there, the track is this clip's
+        own, or its clip is gone.
+    """
+    from avatar_app.record.formats import KNOWN_FORMATS
+    from avatar_app.record.sidecar import sidecar_owner
+
+    output_path = Path(output_path)
+    track = sidecar_path_for(output_path)
+    if not track.is_file():
+        return None
+    owner = sidecar_owner(track)
+    if owner is not None:
+        other = output_path.with_name(owner)
+        return other if owner != output_path.name and other.is_file() else None
+    if output_path.exists():
+        return None
+    for suffix in dict.fromkeys(f.suffix for f in KNOWN_FORMATS):
+        other = output_path.with_suffix(suffix)
+        if other.name != output_path.name and other.is_file():
+            return other
+    return None
+
+
 class ClipWriter:
     """Sink of the render thread: encodes frames by time and writes the sidecar.
 
@@ -65,7 +122,8 @@ class ClipWriter:
         self.recorder = self.sidecar = None
         try:
             self.recorder = open_recorder(self.parts.clip, w, h, fps, audio_sample_rate=audio_rate, fmt=fmt)
-            self.sidecar = SidecarWriter(self.parts.part_for(sidecar_path_for(output_path)), fps=float(fps))
+            self.sidecar = SidecarWriter(self.parts.part_for(sidecar_path_for(output_path)), fps=float(fps),
+                                         clip=output_path.name)
         except AvatarError as exc:
             if self.recorder is not None:
                 self.recorder.close()
@@ -296,15 +354,16 @@ def reraise_for_target(writer: ClipWriter, exc: BaseException) -> None:
 def check_output_name(output_path: Path, options: RenderOptions) -> None:
     """The checks of an output name that need no file written: the suffix fits the background
     (``.mov``/``.webm`` for a transparent one, ``.mp4`` else), the recording format takes it, no file
-    stands where its folder would be, and it is not a folder.
+    stands where its folder would be, it is not a folder, and its sidecar is not another clip's
+    (:func:`sidecar_clash`).
 
     :class:`ClipWriter` makes them again; a render makes them first, before its stages are built
     (seconds), so a mistyped ``-o`` is refused at once.
 
     Raises:
         InputError: a suffix that does not fit.
-        RecordingError: a file blocks the folder, or the output is a folder (the messages
-            :class:`ClipWriter` gives).
+        RecordingError: a file blocks the folder, the output is a folder (the messages
+            :class:`ClipWriter` gives), or its sidecar name holds another clip's track.
     """
     from avatar_app.record.formats import recording_format_for
 
@@ -331,6 +390,13 @@ def check_output_name(output_path: Path, options: RenderOptions) -> None:
     if output_path.is_dir():
         raise RecordingError(f"Cannot write {output_path}: it is a folder")
     recording_format_for(output_path)
+    other = sidecar_clash(output_path)
+    if other is not None:
+        track = sidecar_path_for(output_path).name
+        raise RecordingError(
+            f"Cannot write {output_path}: its blendshape track {track} is the track of {other.name}, "
+            f"which it would replace. Give the output another name (for example "
+            f"{output_path.stem}-2{output_path.suffix}) or move {other.name} and {track} away")
 
 
 def _make_output_folder(output_path: Path) -> None:

@@ -7,7 +7,8 @@ Line 1, the header::
     {"format": "avatar_app.blendshape_track", "version": 1,
      "blendshape_names": [52 ARKit names, core.blendshapes order],
      "fps": 30.0 | null,
-     "units": {"t": "s", "translation": "m", "gaze": "rad"}}
+     "units": {"t": "s", "translation": "m", "gaze": "rad"},
+     "clip": "take.mp4"}    # the clip's file name (optional; absent in tracks before 2026-12)
 
 Every further line, one per recorded video frame::
 
@@ -54,8 +55,11 @@ class SidecarWriter:
     """Writes the per-frame blendshape track of a recording.
 
     Args:
-        path: output file, conventionally ``<clip>.jsonl`` next to the MP4.
+        path: output file, conventionally ``<clip>.blendshapes.jsonl`` next to the clip.
         fps: nominal frame rate for the header (None if unknown).
+        clip: the file name of the clip this track belongs to (the header's ``clip``), so that
+            a clip of another format with the same stem is not given this track silently
+            (:func:`sidecar_owner`); None leaves it out.
 
     Raises:
         RecordingError: the file cannot be created.
@@ -63,7 +67,7 @@ class SidecarWriter:
     Thread: not thread-safe; one writer thread.
     """
 
-    def __init__(self, path: str | Path, fps: float | None = None):
+    def __init__(self, path: str | Path, fps: float | None = None, clip: str | None = None):
         self.path = Path(path)
         self.frames_written = 0
         header = {
@@ -71,6 +75,8 @@ class SidecarWriter:
             "blendshape_names": list(BLENDSHAPE_NAMES), "fps": fps,
             "units": {"t": "s", "translation": "m", "gaze": "rad"},
         }
+        if clip is not None:
+            header["clip"] = Path(clip).name
         try:
             self._file = open(self.path, "w", encoding="utf-8")
         except OSError as e:
@@ -141,6 +147,29 @@ class SidecarWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def sidecar_owner(path: str | Path) -> str | None:
+    """The clip file name a blendshape track's header names (``clip``), without reading the rest.
+
+    Args:
+        path: a blendshape track (``.blendshapes.jsonl``).
+
+    Returns:
+        The file name, or None when the file cannot be read, is not a track, or was written
+        before tracks named their clip (none of these raise: the caller falls back on the
+        clips beside it).
+    """
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 16)
+        header = json.loads(first.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(header, dict) or header.get("format") != SIDECAR_FORMAT:
+        return None
+    clip = header.get("clip")
+    return Path(clip).name if isinstance(clip, str) and clip else None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QLabel, QPushButton
 from avatar_app.core.clock import now_ns
 from avatar_app.core.errors import AvatarError
 from avatar_app.pipeline.outputs import RECORD_FPS, RECORD_SIZE
+from avatar_app.pipeline.writer import unused_clip_path
 from avatar_app.ui.panels import plain_error, sentence
 
 log = logging.getLogger(__name__)
@@ -426,7 +427,7 @@ class RecordingController(QObject):
                 self.notifier.error(f"Cannot create the recording folder {folder}: {exc}")
                 self._reset_record_button()
                 return None
-            path = folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}")
+            path = unused_clip_path(folder / time.strftime(f"avatar-%Y%m%d-%H%M%S{fmt.suffix}"))
         fps = self.record_fps()
         try:
             clip = self.session.start_recording(path, fmt, fps)

@@ -379,3 +379,17 @@ def test_an_unforeseen_os_error_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(cs, "make_contact_sheet", refused)
     proc = run_main("contact-sheet", "-o", str(tmp_path / "s.png"))
     _check(proc, r"^error: input/output error: .*s\.png$", 4)
+
+
+def test_a_clip_of_another_format_does_not_replace_the_first_clips_track(testdata, tmp_path):
+    """New-user trial: take.mov then take.webm: the second render replaced take.mov's track."""
+    video = str(testdata / "video" / "grid_s1_bbaf2n.mp4")
+    mov, track = tmp_path / "take.mov", tmp_path / "take.blendshapes.jsonl"
+    proc = run_main("render", video, "-o", str(mov), "-q", "--size", "96x64", "--background", "transparent")
+    assert proc.returncode == 0, proc.stderr
+    before = track.read_bytes()
+    proc = run_main("render", video, "-o", str(tmp_path / "take.webm"), "-q", "--size", "96x64",
+                    "--background", "transparent")
+    _check(proc, (r"take\.blendshapes\.jsonl is the track of take\.mov", r"take-2\.webm"), 4)
+    assert track.read_bytes() == before and not (tmp_path / "take.webm").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["take.blendshapes.jsonl", "take.mov"]
