@@ -48,6 +48,12 @@ class EngineBuildError(AvatarError):
     """An engine failed to build or to pass verification."""
 
 
+class VerificationUnavailableError(EngineBuildError):
+    """A reduced precision cannot be verified on this machine (its real validation set is not
+    installed), so no engine of it is built: the machine's limit, not a failed build
+    (``engines build`` exits 2, as for an unavailable backend)."""
+
+
 class RecordingError(AvatarError):
     """A recording could not be written (disk full, encoder failure)."""
 

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from avatar_app.core.errors import AvatarError, BackendUnavailableError, InputError, error_line
+from avatar_app.core.errors import (
+    AvatarError,
+    BackendUnavailableError,
+    InputError,
+    VerificationUnavailableError,
+    error_line,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +104,9 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
     Returns:
         Exit status (README, Engines): 0 on success; 1 when the command failed (a missing,
         unreadable or broken model, a failed build; message on ``err``); 2 when the engine
-        cannot run on this machine (unknown backend, backend unavailable here, or built
-        but rejected by verification or left unverified).
+        cannot run on this machine (unknown backend, backend unavailable here, a precision
+        that cannot be verified here for want of real validation data, or built but rejected
+        by verification or left unverified).
     """
     out = out or sys.stdout
     try:
@@ -119,7 +126,7 @@ def run_engines(args: argparse.Namespace, out: TextIO | None = None, err: TextIO
         raise InputError(f"unknown engines command {cmd!r}")
     except AvatarError as exc:
         print(error_line(exc), file=err or sys.stderr)
-        return 2 if isinstance(exc, BackendUnavailableError) else 1
+        return 2 if isinstance(exc, (BackendUnavailableError, VerificationUnavailableError)) else 1
 
 
 def _shipped_models() -> list[Path]:

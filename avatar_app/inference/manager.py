@@ -27,7 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from avatar_app.core.errors import AvatarError, BackendUnavailableError, EngineBuildError, ModelLoadError
+from avatar_app.core.errors import (
+    AvatarError,
+    BackendUnavailableError,
+    EngineBuildError,
+    ModelLoadError,
+    VerificationUnavailableError,
+)
 from avatar_app.inference import backends as _backends
 from avatar_app.inference.base import BaseRunner, Precision
 from avatar_app.inference.cache import BuildFailure, CacheEntry, CacheKey, EngineCache
@@ -402,8 +408,9 @@ class EngineManager:
             EngineBuildError: conversion/parse/build failed or the child crashed (the
                 failure is remembered for this cache key).
             ModelLoadError: the model cannot be read.
-            EngineBuildError: also a reduced precision of a ``real_data_only`` model without its
-                real validation set (:func:`~avatar_app.inference.calibration.real_data_missing`).
+            VerificationUnavailableError: (an EngineBuildError) a reduced precision of a
+                ``real_data_only`` model without its real validation set
+                (:func:`~avatar_app.inference.calibration.real_data_missing`).
         """
         precision = Precision.parse(precision)
         info = self.model_info(model_path, card)
@@ -412,7 +419,7 @@ class EngineManager:
                 f"{info.path.name} does not support {precision.value} "
                 f"(its metadata allows {', '.join(p.value for p in info.precisions)})")
         if why := real_data_missing(info, precision.value):
-            raise EngineBuildError(why)
+            raise VerificationUnavailableError(why)
         b = _backends.get_backend(backend)
         st = b.status()
         if not st.can_build:

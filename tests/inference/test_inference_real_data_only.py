@@ -65,3 +65,17 @@ def test_the_shipped_landmark_cards_set_the_flag():
     for name in ("face_detection", "face_landmark"):
         card = json.loads(resource_path(f"models/{name}.card.json").read_text())
         assert card.get("real_data_only") is True, name
+
+
+def test_engines_build_exits_2_when_the_precision_cannot_be_verified_here(tmp_path, tiny_models, capsys):
+    """New-user trial: `engines build` of face_landmark INT8 without real face crops exited 1, the
+    status of a failed build; README's 2 is for an engine this machine cannot run."""
+    import argparse
+
+    from avatar_app.inference import cli as icli
+
+    path = _copy(tiny_models, tmp_path, with_val=False)
+    args = argparse.Namespace(engines_command="build", model=str(path), backend="ort_cpu", precision="int8",
+                              calibration_method="percentile", force=False, inline=True)
+    assert icli.run_engines(args) == 2
+    assert "real face crops" in capsys.readouterr().err
