@@ -153,13 +153,21 @@ def read_session(grpc_port: int) -> dict | None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and, where ``/proc`` says so, is not a zombie (a
+    killed server its parent has not reaped yet holds its PID but runs no more: new-user trial, a
+    ``kill -9``-ed serve whose workspace the next serve kept)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    # "pid (comm) state ...": comm may hold spaces and parentheses, the state follows the last ")"
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def set_remote_url(url: str | None) -> None:

@@ -57,15 +57,56 @@ def switch_warning(ev: SwitchEvent, frame: int, fps: float, local: str) -> str:
     return f"{ev.model}: {ev.reason}; switched back to the server {where}"
 
 
+def local_spans(runner, clock: _FrameClock, frames: int) -> list[tuple[int, int]]:
+    """The frames (first, last), inclusive, that ``runner``'s local engine served after switches.
+
+    Args:
+        runner: a RemoteRunner (its ``events``, in time order).
+        clock: the render's frame clock.
+        frames: frames in the clip (a span still open at the end closes at ``frames - 1``).
+    """
+    spans, start = [], None
+    for ev in runner.events:
+        f = clock.frame_at(ev.t_ns)
+        if ev.to == "local" and start is None:
+            start = f
+        elif ev.to != "local" and start is not None:
+            if f > start:
+                spans.append((start, f - 1))
+            start = None
+    if start is not None and frames > start:
+        spans.append((start, frames - 1))
+    return spans
+
+
 def finished_locally(report, runner, clock: _FrameClock, fps: float, url: str) -> str:
-    """After a switch to the local engine that lasted to the end, make the report name that engine.
+    """Make the report's engine name say who served the frames after switches between server and local.
 
     The report's ``speech_backend`` or ``face_solver`` (whichever names ``runner``'s model)
-    described the server as the stages were built; it becomes the local engine that finished
-    the render, with when it took over. Returns the new text ("" when the server finished).
+    described the server as the stages were built. After a switch to the local engine that lasted
+    to the end, it becomes that engine, with when it took over; when the server came back and
+    finished, it keeps naming the server and adds the frames the local engine served (new-user
+    trial: 390 of 587 frames ran locally while the summary named only the server). Returns the
+    new text ("" when every frame went through the server).
     """
     final = runner.events[-1] if runner.events else None
-    if final is None or final.to != "local":
+    if final is None:
+        return ""
+    if final.to != "local":
+        frames = int(getattr(report, "frames_out", 0) or 0)
+        spans = local_spans(runner, clock, frames)
+        if not spans:
+            return ""
+        n = sum(b - a + 1 for a, b in spans)
+        ranges = ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
+        of = f" of {frames}" if frames else ""
+        text = f"; the local engine ({runner.local.describe()}) served frames {ranges} ({n}{of})"
+        if final.model in report.speech_backend:
+            report.speech_backend += text
+            return report.speech_backend
+        if final.model in report.face_solver:
+            report.face_solver += text
+            return report.face_solver
         return ""
     frame = clock.frame_at(final.t_ns)
     if getattr(runner, "remote_calls", 1) == 0:  # the server never answered (refused, unresolvable)

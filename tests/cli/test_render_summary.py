@@ -44,8 +44,16 @@ def test_after_a_fallback_the_report_names_the_local_engine_and_when(monkeypatch
     assert text.startswith("speech2face.onnx on ort_cpu (fp32) (local, from ")
     assert "frame 20, 0.80 s into the clip" in text and url in text
     assert rep.face_solver == "geometric solver"
-    # the server came back and finished: the report keeps naming it
-    back = SwitchEvent(to="remote", t_ns=2_800, wall_s=1.0, reason="answers again", model="speech2face")
+    # the server came back and finished: the report keeps naming it, and says which frames ran locally
+    # (new-user trial: 390 of 587 frames ran locally while the summary named only the server)
+    back = SwitchEvent(to="remote", t_ns=3_000, wall_s=1.0, reason="answers again", model="speech2face")
     rep2 = RenderReport(output_path=None, sidecar_path=None, speech_backend=f"speech2face.onnx on remote {url}")
-    assert finished_locally(rep2, _Runner([away, back]), clock, 25.0, url) == ""
-    assert rep2.speech_backend == f"speech2face.onnx on remote {url}"
+    rep2.frames_out = 40
+    text2 = finished_locally(rep2, _Runner([away, back]), clock, 25.0, url)
+    assert rep2.speech_backend == text2
+    assert text2 == (f"speech2face.onnx on remote {url}; the local engine (speech2face.onnx on ort_cpu (fp32)) "
+                     "served frames 20-29 (10 of 40)")
+    # every frame through the server: nothing added
+    rep3 = RenderReport(output_path=None, sidecar_path=None, speech_backend=f"speech2face.onnx on remote {url}")
+    assert finished_locally(rep3, _Runner([]), clock, 25.0, url) == ""
+    assert rep3.speech_backend == f"speech2face.onnx on remote {url}"

@@ -299,3 +299,37 @@ def test_remote_render_of_a_clip_without_audio_says_the_mouth_follows_the_video(
                     "--remote", "grpc://127.0.0.1:1")
     assert proc.returncode == 0, proc.stderr
     assert "mouth from the video alone" in proc.stdout and "speech2face" not in proc.stdout, proc.stdout
+
+
+def test_a_killed_server_not_yet_reaped_is_not_running(tmp_path):
+    """New-user trial: after `kill -9` of a serve whose parent had not reaped it, the next serve kept
+    its workspace (24 MB in /tmp): a zombie's PID answers kill(pid, 0)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from avatar_app.inference.triton_client import _pid_alive
+    from avatar_app.serve.server import WORKSPACE_PREFIX, _remove_stale_workspaces
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # exited, not reaped (no wait/poll): a zombie
+            try:
+                state = open(f"/proc/{child.pid}/stat").read().rpartition(")")[2].split()[0]
+            except OSError:
+                pytest.skip("no /proc on this system")
+            if state == "Z":
+                break
+            time.sleep(0.01)
+        assert state == "Z"
+        assert not _pid_alive(child.pid)
+        ws = tmp_path / f"{WORKSPACE_PREFIX}{child.pid}-abcd1234"
+        ws.mkdir()
+        (tmp_path / f"{WORKSPACE_PREFIX}{os.getpid()}-mine").mkdir()  # this process: kept
+        _remove_stale_workspaces(tmp_path)
+        assert not ws.exists() and (tmp_path / f"{WORKSPACE_PREFIX}{os.getpid()}-mine").exists()
+    finally:
+        child.wait()
+    assert _pid_alive(os.getpid())
