@@ -466,7 +466,18 @@ class StudioSession:
             self.events.error.emit(str(exc))
             return False
         self.neutral_landmarks = lm
-        self.events.status.emit("Neutral face calibrated", 3000)
+        from avatar_app.reconstruction.neutral_check import neutral_face_problems
+
+        try:
+            problems = neutral_face_problems(lm)
+        except AvatarError:
+            problems = []
+        if problems:
+            self.events.status.emit(
+                f"Neutral face calibrated, but {' and '.join(problems)}: press Ctrl+N again while you look "
+                "at the camera with your eyes open and your face relaxed", 10000)
+        else:
+            self.events.status.emit("Neutral face calibrated", 3000)
         self.events.neutral_calibrated.emit()
         return True
 

@@ -223,6 +223,9 @@ class RegionFit:
         row_design: (R, S) float64 the shapes' values of the same rows: the normal equations
             are ``(design^T design + row_design^T row_design + ridge) w =
             design^T d_s + row_design^T rows d_s - l1`` (``d_s`` the axis-weighted displacements).
+        exclusive: pairs of positions in :attr:`shapes` that are never both used (antagonists:
+            :data:`EXCLUSIVE_MOUTH`); where the fit uses both, the one whose removal leaves the
+            smaller residual is held at 0 and the rest fitted again.
     """
 
     points: np.ndarray
@@ -235,6 +238,7 @@ class RegionFit:
     l1_proj: np.ndarray
     rows: np.ndarray | None = None
     row_design: np.ndarray | None = None
+    exclusive: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         # Per-frame constants (not fields): L^T C-ordered for the NNLS core (_nnls_core), and
@@ -277,7 +281,39 @@ class RegionFit:
             rhs = self._proj_s @ np.asarray(d, np.float64).reshape(-1) - self.l1_proj
         else:
             rhs = self.proj @ (d * self.axis).reshape(-1) - self.l1_proj
-        return _bounded_fit(self.chol.T, rhs, self._lt)
+        x = _bounded_fit(self.chol.T, rhs, self._lt)
+        if self.exclusive:
+            x = self._exclude_antagonists(x, rhs)
+        return x
+
+    def _exclude_antagonists(self, x: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        """``x`` refitted so that no :attr:`exclusive` pair has both weights above 0.
+
+        The fit is ``min ||L^T w - rhs||`` (normal equations), so holding a weight at 0 is
+        dropping its column of ``L^T``: the exact least-squares solution under that constraint.
+        Of a conflicting pair, each side is tried held at 0; the smaller residual is kept.
+        A smile read with a frown on the same side (new-user trial, a London smile: mouthSmile
+        1.0 with mouthFrownLeft 1.0) gave the avatar a crooked grimace: the frown only
+        corrected the face model's smile where it overshoots the person's.
+        """
+        lt = self.chol.T
+        held = np.zeros(len(x), bool)
+        for _ in range(len(self.exclusive)):
+            clash = next(((i, j) for i, j in self.exclusive if x[i] > 0.0 and x[j] > 0.0), None)
+            if clash is None:
+                break
+            best = None
+            for k in clash:
+                h = held.copy()
+                h[k] = True
+                free = ~h
+                y = np.zeros(len(x))
+                y[free] = _bounded_columns(lt[:, free], rhs)
+                cost = float(np.sum((lt @ y - rhs) ** 2))
+                if best is None or cost < best[0]:
+                    best = (cost, h, y)
+            _, held, x = best
+        return x
 
 
 def bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
@@ -296,6 +332,13 @@ def bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return _bounded_fit(a, rhs)
 
 
+def _bounded_columns(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``argmin_{0 <= x <= 1} ||a x - rhs||`` for a (S, S') column subset of ``L^T`` (S' <= S): the
+    loop of :func:`_bounded_fit` (NNLS, weights above 1 held at 1 and the rest fitted again)."""
+    n = a.shape[1]
+    return _held_at_one(a, rhs, np.zeros(n, bool), np.zeros(n), 0)
+
+
 def _bounded_fit(a: np.ndarray, rhs: np.ndarray, a_c: np.ndarray | None = None) -> np.ndarray:
     """:func:`bounded_fit`; ``a_c``: ``a`` C-ordered and finite, for :func:`_nnls_core`.
 
@@ -306,12 +349,16 @@ def _bounded_fit(a: np.ndarray, rhs: np.ndarray, a_c: np.ndarray | None = None) 
     """
     first = None if a_c is None or not len(rhs) else _nnls_core(a_c, rhs)
     if first is None:
-        at_one, x, passes = np.zeros(len(rhs), bool), np.zeros(len(rhs)), 0
-    elif not max(first.tolist()) > 1.0:  # the usual case: no weight wants more than 1 (no NaN: rhs is finite)
+        return _held_at_one(a, rhs, np.zeros(len(rhs), bool), np.zeros(len(rhs)), 0)
+    if not max(first.tolist()) > 1.0:  # the usual case: no weight wants more than 1 (no NaN: rhs is finite)
         return first
-    else:
-        at_one, x, passes = first > 1.0, first, 1
-    for _ in range(len(rhs) - passes):  # a weight that wants more than 1 is held at 1, the rest re-fitted
+    return _held_at_one(a, rhs, first > 1.0, first, 1)
+
+
+def _held_at_one(a: np.ndarray, rhs: np.ndarray, at_one: np.ndarray, x: np.ndarray, passes: int) -> np.ndarray:
+    """The bounded fit's loop from ``passes`` passes done: a weight that wants more than 1 is held at
+    1 and the rest fitted again (``x``, ``at_one``: (S',) of the columns of ``a``; updated in place)."""
+    for _ in range(len(x) - passes):
         free = ~at_one
         if not free.any():  # every weight held at 1 (scipy's NNLS on no columns aborted the process)
             x[:] = 1.0
@@ -327,7 +374,8 @@ def _bounded_fit(a: np.ndarray, rhs: np.ndarray, a_c: np.ndarray | None = None) 
 
 def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=None,
                     ridge_m2: float = RIDGE_M2, dead_zone: float | None = None,
-                    height_rows: tuple[tuple[dict[int, float], float], ...] = ()) -> RegionFit:
+                    height_rows: tuple[tuple[dict[int, float], float], ...] = (),
+                    exclusive: tuple[tuple[str, str], ...] = ()) -> RegionFit:
     """Build a :class:`RegionFit` from the face model.
 
     Args:
@@ -341,6 +389,8 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
             corner's height above the inner lips' midpoint, :data:`CORNER_HEIGHT_ROWS`) must
             be reproduced by the shapes as well, with that weight. Every landmark must be
             one of ``points``.
+        exclusive: pairs of shape names never used together (:attr:`RegionFit.exclusive`);
+            a pair with a shape outside ``shapes`` is skipped.
 
     Returns:
         RegionFit.
@@ -375,7 +425,9 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
     chol = np.linalg.cholesky(gram)
     l_inv = np.linalg.inv(chol)  # (S, S) lower-triangular, well conditioned (ridge)
     m_s = m / scale.reshape(-1)
-    return RegionFit(pts, idx, a, chol, scale, l1, l_inv @ (a.T + a_h.T @ m_s), l_inv @ l1, m_s, a_h)
+    names = list(shapes)
+    pairs = tuple((names.index(p), names.index(q)) for p, q in exclusive if p in shapes and q in shapes)
+    return RegionFit(pts, idx, a, chol, scale, l1, l_inv @ (a.T + a_h.T @ m_s), l_inv @ l1, m_s, a_h, pairs)
 
 
 #: Rows of the mouth fit that hold each corner's height above the inner lips' midpoint (13, 14),
@@ -392,14 +444,31 @@ def make_region_fit(shapes: dict[str, float], points: tuple[int, ...], model=Non
 #: 0.876, London both criteria 38 % -> 39 %; 10 gave 0.901 and 12 (with a freer refit) 0.904,
 #: but one more London neutral photo read as a smile there (face 001: smile 0.153 > 0.15).
 CORNER_HEIGHT_WEIGHT = 9.0
+#: Antagonist pairs of the mouth fit (the muscles pull the same points opposite ways, so a face
+#: shows one of them; Ekman and Friesen's FACS: AU12 lip corner puller against AU15 depressor,
+#: and the mouth pulled left or right): the fit never uses both (:attr:`RegionFit.exclusive`).
+EXCLUSIVE_MOUTH: tuple[tuple[str, str], ...] = (
+    ("mouthSmileLeft", "mouthFrownLeft"), ("mouthSmileRight", "mouthFrownRight"), ("mouthLeft", "mouthRight"))
 CORNER_HEIGHT_ROWS: tuple[tuple[dict[int, float], float], ...] = tuple(
     ({c: 1.0, 13: -0.5, 14: -0.5}, CORNER_HEIGHT_WEIGHT) for c in (61, 291))
+#: The corner rows' weight in the refits around a jaw the chin holds open (:func:`jaw_fixed_fits`).
+#: Since the antagonists are exclusive (EXCLUSIVE_MOUTH), a frown no longer lowers corners that a
+#: smile overshoots; in the held-jaw refits (jawOpen fixed, which narrows the face model's mouth
+#: 4 mm) the rows must then hold the corners themselves (benchmarks/fidelity.py, solver, pooled r;
+#: corner height 0.9005 before the exclusion): 9 gives 0.8966, 12: 0.8990, 20: 0.9007 with lip
+#: gap 0.9701 (0.9692), re-tracked mouth width 0.8818 (0.8760), London and GRID's jaw unchanged.
+#: Raising the free fit's weight instead (11: corner height 0.9009) cost grid_s2's jaw-words r
+#: (0.084 -> 0.074) and a London person.
+JAW_HELD_CORNER_WEIGHT = 20.0
+JAW_HELD_CORNER_ROWS: tuple[tuple[dict[int, float], float], ...] = tuple(
+    ({c: 1.0, 13: -0.5, 14: -0.5}, JAW_HELD_CORNER_WEIGHT) for c in (61, 291))
 
 
 @functools.lru_cache(maxsize=1)
 def default_fits() -> tuple[RegionFit, RegionFit]:
     """The (mouth, brows) fits on the shipped face model (built once)."""
-    return (make_region_fit(MOUTH_SHAPES, MOUTH_POINTS, height_rows=CORNER_HEIGHT_ROWS),
+    return (make_region_fit(MOUTH_SHAPES, MOUTH_POINTS, height_rows=CORNER_HEIGHT_ROWS,
+                            exclusive=EXCLUSIVE_MOUTH),
             make_region_fit(BROW_SHAPES, BROW_POINTS))
 
 
@@ -410,10 +479,11 @@ def jaw_fixed_fits() -> tuple[RegionFit, RegionFit]:
 
     :meth:`~avatar_app.reconstruction.geometric.GeometricSolver._hold_jaw` holds jawOpen (and,
     for the second, mouthUpperUp) fixed and fits the other mouth shapes to the displacement those
-    leave: the same points, weights and corner-height rows as the mouth fit of :func:`default_fits`.
+    leave: the same points and weights as the mouth fit of :func:`default_fits`, the corner-height
+    rows at :data:`JAW_HELD_CORNER_WEIGHT`.
     """
     held = ("mouthUpperUpLeft", "mouthUpperUpRight")
     free = {k: v for k, v in MOUTH_SHAPES.items() if k != "jawOpen"}
-    return (make_region_fit(free, MOUTH_POINTS, height_rows=CORNER_HEIGHT_ROWS),
+    return (make_region_fit(free, MOUTH_POINTS, height_rows=JAW_HELD_CORNER_ROWS, exclusive=EXCLUSIVE_MOUTH),
             make_region_fit({k: v for k, v in free.items() if k not in held}, MOUTH_POINTS,
-                            height_rows=CORNER_HEIGHT_ROWS))
+                            height_rows=JAW_HELD_CORNER_ROWS, exclusive=EXCLUSIVE_MOUTH))

@@ -73,7 +73,14 @@ def reference_region_solve(fit: SF.RegionFit, d: np.ndarray) -> np.ndarray:
     g = fit.design.T @ ds - fit.l1
     if fit.rows is not None and len(fit.rows):  # the corner-height rows of the mouth fit
         g = g + fit.row_design.T @ (fit.rows @ ds)
-    return SF.bounded_fit(fit.chol.T, np.linalg.solve(fit.chol, g))
+    rhs = np.linalg.solve(fit.chol, g)
+    return _excluded(fit, SF.bounded_fit(fit.chol.T, rhs), rhs)
+
+
+def _excluded(fit: SF.RegionFit, x: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """The antagonist step every solve ends with (shape_fit.RegionFit._exclude_antagonists, issue 17;
+    tests/reconstruction/test_reconstruction_geometric.py checks it against a brute-force search)."""
+    return fit._exclude_antagonists(x, rhs) if fit.exclusive else x
 
 
 def reference_mapping(solver: GeometricSolver, f: np.ndarray, ref: np.ndarray):
@@ -233,7 +240,8 @@ def frozen_bounded_fit(a: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 def frozen_solve_points(fit: SF.RegionFit, d: np.ndarray) -> np.ndarray:
     """RegionFit.solve_points at 8eaf959 (axis weights applied to d, the bounded fit on chol.T)."""
-    return frozen_bounded_fit(fit.chol.T, fit.proj @ (d * fit.axis).reshape(-1) - fit.l1_proj)
+    rhs = fit.proj @ (d * fit.axis).reshape(-1) - fit.l1_proj
+    return _excluded(fit, frozen_bounded_fit(fit.chol.T, rhs), rhs)
 
 
 def frozen_features(points_m: np.ndarray) -> np.ndarray:
