@@ -56,6 +56,9 @@ BACKEND_LABELS: dict[str, str] = {
 }
 PRECISIONS = ("fp32", "fp16", "int8")
 
+#: The verification line of an engine that is its own reference (FP32: nothing to compare it with).
+REFERENCE_ENGINE_NOTE = "reference engine (the verification baseline)"
+
 #: ``sample_fn(landmarks, neutral, audio_window) -> feeds or None``: one calibration sample
 #: from a tracked frame. landmarks: the frame's Landmarks (478 points) or None when no face
 #: was found; neutral: the neutral face's Landmarks or None; audio_window: (N,) float32 16 kHz
@@ -328,7 +331,7 @@ class EngineController:
         if runner is not None:
             v = getattr(runner, "verification", None)
             lines.append(v.summary() if v is not None else
-                         f"{runner.precision.value.upper()} reference engine (the verification baseline)")
+                         f"{runner.precision.value.upper()} {REFERENCE_ENGINE_NOTE}")
             res = e.slot.result if e.slot is not None else None
             backend, precision = e.choice
             if res is not None and res.fell_back and backend != "auto":

@@ -1,7 +1,7 @@
 """``avatar-app render --remote grpc://HOST:PORT``: an offline render whose engines run on a server.
 
 The solvers are the ones a local render uses (the face engine when the render's face
-path is the engine, ``--face engine`` or :data:`~avatar_app.pipeline.stages.FACE_ENGINE_BY_DEFAULT`;
+path is the engine, the default (:data:`~avatar_app.pipeline.stages.FACE_ENGINE_BY_DEFAULT`) or ``--face engine``;
 the speech engine when there is audio), opened on the ``remote`` backend: each
 engine call goes to the server, and to the local engine standing by when the
 server stops answering (:class:`~avatar_app.inference.remote.RemoteRunner`).
@@ -185,7 +185,8 @@ def no_server_warning(url: str, report) -> str:
     if not engines:
         solvers = [t for t in (report.face_solver, report.speech_backend) if t]
         return (f"no engine of this render uses the server {url}: the {' and the '.join(solvers) or 'solvers'} "
-                f"run locally and need none (--face engine and the speech engine run on the server)")
+                f"run locally and need none (the face engine, the default face path, and the speech engine "
+                "run on the server)")
     if tritonclient_version() is None:
         why = "tritonclient is not installed (pip install 'avatar-app[serve]')"
     else:

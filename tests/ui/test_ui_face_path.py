@@ -58,29 +58,33 @@ def test_the_face_row_is_offered_and_switching_keeps_frames_flowing(qtbot, testd
     try:
         panel = win.panels["engines"]
         face, speech = panel.boxes["face_recon"], panel.boxes["speech2face"]
-        assert win.session.face_serving() == "solver"  # the default today (FACE_ENGINE_BY_DEFAULT False)
-        assert face.face_path.currentData() == "solver" and face.face_path.isEnabled()
-        assert [face.face_path.itemText(i) for i in range(2)] == ["Geometric solver (default)", "Learned engine"]
+        qtbot.waitUntil(lambda: win.session.face_serving() == "engine", timeout=60000)  # the default
+        assert face.face_path.currentData() == "engine" and face.face_path.isEnabled()
+        assert [face.face_path.itemText(i) for i in range(2)] == ["Geometric solver", "Learned engine (default)"]
         assert all(item_enabled(face.face_path, i) for i in range(2))
         # the engine line is offered like the speech row's (which has no model here)
         assert face.choosers.isVisible() and face.backend.isEnabled() and face.precision.isEnabled()
         assert {"fp32", "fp16", "int8"} <= set(face.enabled_options()["precisions"]), face.enabled_options()
         assert speech.face_path is None and not speech.backend.isEnabled()
-        assert face.serving.text() == "geometric solver" and not face.serving.isVisible()  # the path says it
+        assert face.why_label.text() == ""  # the default needs no "why?"
+
+        pipe = win.session.pipeline
+        face.select_face_path("solver")
+        _switched(qtbot, win, "solver")
+        assert isinstance(pipe.processor.reconstructor, GeometricSolver)
+        qtbot.waitUntil(lambda: face.serving.text() == "geometric solver", timeout=5000)
         assert "Face: geometric solver" in win.status_labels["engines"].text()
-        assert face.why_label.text().startswith("The geometric solver is the default face path: ")  # "why?"
         win.docks["engines"].raise_()
         qtbot.wait(200)
         save_shot(win.docks["engines"], "engines_panel_face_solver")
 
-        pipe = win.session.pipeline
         face.select_face_path("engine")
         _switched(qtbot, win, "engine")
         assert isinstance(pipe.processor.reconstructor, EngineReconstructor)
         assert pipe.processor.reconstructor.slot is win.session.engines.slot("face_recon")
         assert face.face_path.currentData() == "engine"
-        qtbot.waitUntil(lambda: face.serving.text().startswith("learned engine (ONNX Runtime"), timeout=5000)
-        assert face.serving.isVisible() and face.verification.isVisible()  # the engine's verification
+        qtbot.waitUntil(lambda: face.serving.text().startswith("ONNX Runtime"), timeout=5000)  # the path says "engine"
+        assert face.serving.isVisible() and not face.verification.isVisible()  # FP32: its own reference
         assert "Face: learned engine (" in win.status_labels["engines"].text()
         stored = json.loads(settings.value("studio/EngineChoice", "", type=str))
         assert stored["face"] == "engine"  # persisted at once
@@ -93,6 +97,7 @@ def test_the_face_row_is_offered_and_switching_keeps_frames_flowing(qtbot, testd
                         timeout=120000)
         _switched(qtbot, win, "engine")
         assert pipe.processor.reconstructor.slot.active.precision.value == "fp16"
+        qtbot.waitUntil(lambda: face.verification.isVisible(), timeout=5000)  # FP16: verified against FP32
         qtbot.waitUntil(lambda: "Face: learned engine (ONNX Runtime CPU FP16)" in win.status_labels["engines"].text(),
                         timeout=5000)
 

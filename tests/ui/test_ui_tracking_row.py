@@ -171,7 +171,7 @@ def test_the_row_shows_the_build_progress_and_hides_it_when_done(qtbot, file_win
         n = win.session.pipeline.frames_processed
         qtbot.waitUntil(lambda: win.session.pipeline.frames_processed >= n + 10, timeout=20000)  # meanwhile
         assert _kind(win) == "mediapipe"
-        _building_shot(qtbot, win, box, "engines_panel_tracking_building", "the current tracker keeps running.")
+        _building_shot(qtbot, win, box, "engines_panel_tracking_building", "the current one keeps running.")
     finally:
         gate.set()
     qtbot.waitUntil(lambda: not win.session.trackers.building, timeout=60000)
@@ -207,9 +207,8 @@ def _inside(widget, area) -> bool:
 def test_all_three_rows_fit_the_dock_at_the_default_window_size(qtbot, settings, testdata, monkeypatch,
                                                                    tmp_path, tiny_models):
     """Issue 20 item 2: face reconstruction, speech and tracking in view without scrolling at 1440x900
-    (the default engines: the geometric solver drives the face, why the learned engine is not the default
-    under "why?"; the face row offers its face path and engine), also while the tracker builds."""
-    from avatar_app.pipeline.stages import FACE_ENGINE_OFF_REASON
+    (the default engines: the learned engine drives the face, no "why?" beside it; the face row offers
+    its face path and engine), also while the tracker builds."""
     from avatar_app.ui.main_window import MainWindow
 
     monkeypatch.setenv("AVATAR_APP_SCREENSHOT", "1")
@@ -231,24 +230,18 @@ def test_all_three_rows_fit_the_dock_at_the_default_window_size(qtbot, settings,
         assert area.verticalScrollBar().value() == 0
         assert all(r.isVisible() and _inside(r, area) for r in rows), [(r.title(), r.geometry()) for r in rows]
 
-        face = panel.boxes["face_recon"]  # the long reason is kept: the tooltip, and under "why?"
-        assert face.why_label.text().startswith("The geometric solver is the default face path: ")  # "why?"
-        assert face.face_path.currentData() == "solver" and face.choosers.isVisible() and face.backend.isEnabled()
-        assert "why?" in face.model_label.text() and not face.why_label.isVisible()
-        assert FACE_ENGINE_OFF_REASON[1:] in face.model_label.toolTip()
-        face.model_label.linkActivated.emit("#why")
-        qtbot.wait(100)
-        assert face.why_label.isVisible() and FACE_ENGINE_OFF_REASON[1:] in face.why_label.text()
+        face = panel.boxes["face_recon"]  # the engine is the default face path: nothing to explain
+        assert face.face_path.currentData() == "engine", face.face_path.currentData()
+        assert "(default)" in face.face_path.currentText()
+        assert face.choosers.isVisible() and face.backend.isEnabled()
+        assert not face.model_label.isVisible() and not face.why_label.isVisible()
         save_shot(win.docks["engines"], "engines_panel_default_why")
         assert all(_inside(r, area) for r in rows), (area.viewport().height(), [r.geometry() for r in rows])
         win.docks["sources"].raise_()  # a refresh while the dock is behind another keeps it unfolded
         panel.refresh()
         win.docks["engines"].raise_()
         qtbot.wait(100)
-        assert face.why_label.isVisible()
-        face.model_label.linkActivated.emit("#why")
-        qtbot.wait(100)
-        assert not face.why_label.isVisible()
+        assert not face.why_label.isVisible() and not face.model_label.isVisible()
 
         gate = threading.Event()
         tiny_landmark_build(monkeypatch, tiny_models, gate=gate)

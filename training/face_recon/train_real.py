@@ -56,7 +56,13 @@ Each optimiser step sees three batches:
    ``--bank-real`` asks it of the real batch too (video frames and photos); ``--bank-scale``
    scales the residuals (``--bank-scale-random``: per sample uniform in [0, scale]).
 
+7. **Ensemble distillation** (``--teacher``, ``--w-teach``): the mean blendshapes of several trained
+   state dicts (training/face_recon/ensemble.py) on the synthetic batch, the real batch and the
+   re-tracked copies are the target of a squared-difference term (Hinton et al. 2015), so one network
+   of the shipped size learns what the average of independently seeded candidates does.
+
 ``--init`` starts from a state dict (its input statistics kept): fine-tuning a candidate.
+``--checkpoint`` writes ``--out`` at every logged epoch (a run stopped at a time limit keeps it).
 
 Written: a state dict (.pt) and a metrics JSON beside it (curve, synthetic held-out figures,
 label-free figures on the real clips: avatar_app/evaluation's pooled r of the face model's
@@ -244,6 +250,12 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
     cons = consistency_pairs(real, aug, holdout=tuple(args.cons_holdout)) if aug is not None else None
     if cons is not None:
         log.info("consistency: %d inputs (held out: %s)", len(cons["x"]), ", ".join(args.cons_holdout))
+    teachers = [load_state(p_, rig, args.hidden).to(device).eval() for p_ in (args.teacher or [])]
+
+    def teach(xt_: torch.Tensor, nt_: torch.Tensor) -> torch.Tensor:
+        """The teachers' mean blendshapes on subset inputs (no gradient)."""
+        with torch.no_grad():
+            return sum(m.forward_subset(xt_, nt_)[0] for m in teachers) / len(teachers)
     # the fidelity features of the face model under the output vs under the solver's output
     from avatar_app.evaluation import geometry as G
     neutral_pts = torch.from_numpy(np.asarray(rig.neutral, np.float32)).to(device)
@@ -350,7 +362,18 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
                 vi = both[:2 * k]
                 s_pred = 1.0 + (tr[:2 * k] * t_al[vi]).sum(1) / d0[vi]
                 l_depth = ((s_pred - s_tgt[vi]) ** 2).mean()
-            loss = (l_syn + args.w_cons * l_cons + args.w_bank * l_bank + args.w_depth * l_depth
+            l_teach = torch.zeros((), device=device)
+            if teachers and args.w_teach > 0:
+                # distillation of an ensemble (Hinton et al. 2015): the student follows the teachers'
+                # mean on the synthetic batch, the real batch and the re-tracked copies
+                dts = [(bs - teach(x, n)).index_select(1, est)]
+                if "real" in args.teach_on:
+                    dts.append((wr - teach(xr, nr)).index_select(1, est))
+                if "copies" in args.teach_on and cons is not None and args.w_cons > 0:
+                    dts.append((wc - teach(C["x"][ci], C["n"][ci])).index_select(1, est))
+                l_teach = sum((dt ** 2).mean() for dt in dts) / len(dts)
+            loss = (l_syn + args.w_teach * l_teach + args.w_cons * l_cons + args.w_bank * l_bank
+                    + args.w_depth * l_depth
                     + args.w_lmk * l_lmk + args.w_distill * l_dist + args.w_sparse * l_sparse
                     + args.w_geo * l_geo + args.w_feat * l_feat + args.w_sym * l_sym
                     + args.w_temporal * l_temp + args.w_weak * l_weak)
@@ -360,7 +383,7 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
             sched.step()
             for name, v in (("loss", loss), ("syn", l_syn), ("lmk", l_lmk), ("distill", l_dist), ("geo", l_geo),
                             ("feat", l_feat), ("temporal", l_temp), ("weak", l_weak), ("cons", l_cons),
-                            ("bank", l_bank),
+                            ("bank", l_bank), ("teach", l_teach),
                             ("depth", l_depth)):
                 sums[name] = sums.get(name, 0.0) + float(v.detach())
         if (epoch + 1) % args.log_every == 0 or epoch + 1 == args.epochs:
@@ -378,6 +401,8 @@ def fit_real(syn: dict, real: dict, evals: dict, args, device: str,
             model.to(device)
             curve.append(row)
             log.info("epoch %d: %s", epoch + 1, json.dumps(row, default=lambda v: round(v, 4)))
+            if args.checkpoint:  # a run stopped at a time limit keeps its last logged state
+                torch.save(model.state_dict(), args.out)
     model.cpu().eval()
     return model, curve
 
@@ -442,6 +467,13 @@ def feature_points() -> np.ndarray:
     return np.array(sorted(idx), np.int64)
 
 
+def load_state(path: Path, rig, hidden) -> FaceReconNet:
+    """A state dict of this script as a FaceReconNet in eval mode (the trunk reads the whole neutral)."""
+    model = FaceReconNet(rig.mirror, rig.num_identity, hidden=tuple(hidden), trunk_reads_neutral=True)
+    model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
+    return model.eval()
+
+
 def still_version(prep: dict) -> dict:
     """A prepared synthetic set given as stills (``x`` = 0, ``n`` = face - template)."""
     out = dict(prep)
@@ -466,6 +498,13 @@ def export_onnx(state: Path, real_path: Path, out: Path, args) -> None:
                          trunk_reads_neutral=cfg["trunk_reads_neutral"])
     model.load_state_dict(sd, strict=False)
     export(model, out, {})
+    write_sets(real_path, out, rig)
+
+
+def write_sets(real_path: Path, out: Path, rig=None) -> None:
+    """The val/calib sets beside the ONNX ``out`` (``<stem>.val.npz``, ``<stem>.calib.npz``; see
+    :func:`export_onnx`)."""
+    rig = rig if rig is not None else load_face_model()
     syn = synthetic_set(SYN_HELDOUT_SEED, 1024, rig)
     real = load_real(real_path)
     rng = np.random.default_rng(5)
@@ -541,6 +580,13 @@ def main(argv: list[str] | None = None) -> int:
                          "under the solver's output, each over the solver's sd on the video frames")
     ap.add_argument("--feat", nargs="+", default=list(FEAT_DEFAULT), help="features of --w-feat")
     ap.add_argument("--init", type=Path, default=None, help="start from this state dict (fine-tuning)")
+    ap.add_argument("--teacher", type=Path, nargs="*", default=None,
+                    help="state dicts whose mean blendshapes the network must follow (ensemble distillation)")
+    ap.add_argument("--w-teach", type=float, default=0.0, help="weight of the --teacher term")
+    ap.add_argument("--teach-on", nargs="+", choices=("real", "copies"), default=["real", "copies"],
+                    help="batches besides the synthetic one the --teacher term covers (real: the video "
+                         "frames and photos, whose other target is the solver's; copies: the re-tracked stills)")
+    ap.add_argument("--checkpoint", action="store_true", help="write --out at every logged epoch too")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log-every", type=int, default=5)
@@ -563,7 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     model, curve = fit_real(syn, real, {"syn": ho, "syn_still": still_version(ho)}, args, args.device, aug)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), args.out)
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    cfg = {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if isinstance(v, list) and v
+               and isinstance(v[0], Path) else v) for k, v in vars(args).items()}
     res = {"config": cfg, "train_seconds": time.time() - t, "curve": curve,
            "heldout_synthetic": {k: v for k, v in evaluate(model, ho, syn["weights"].mean(0)).items()
                                  if k != "per_shape"},

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS
+from avatar_app.pipeline.engines import BACKEND_LABELS, PRECISIONS, REFERENCE_ENGINE_NOTE
 from avatar_app.pipeline.stages import FACE_ENGINE_OFF_REASON, resolve_face_path
 from avatar_app.ui.panels import SHORT_ITEMS, Panel, ProgressBar, hint, item_enabled, set_item_enabled
 
@@ -251,8 +251,11 @@ class _EngineBox(QGroupBox):
             self.progress.show_value(int(round(100 * e.build_fraction)))
             stage = e.build_stage or "starting"
             self.build_label.setText(f"{stage[:1].upper()}{stage[1:]}; the current engine keeps running.")
-        self.serving.setText(self.panel.session.describe_face() if self.face_path is not None
-                             else ctl.describe(self.name))
+        engine_serves = self.face_path is not None and self.panel.session.face_serving() == "engine"
+        # the face row: "Face path: Learned engine" above already names the path; the engine line says
+        # which engine, as the speech row's does (the status bar keeps "learned engine (...)")
+        self.serving.setText(ctl.describe(self.name) if self.face_path is None or engine_serves
+                             else self.panel.session.describe_face())
         if self.face_path is not None:
             # "Serving: geometric solver" under "Face path: Geometric solver" says nothing more: shown only
             # when the engine serves or the solver stands in for it (the status bar always says it)
@@ -262,7 +265,10 @@ class _EngineBox(QGroupBox):
         # the face row: the engine's verification only while it drives the face (or an error), so the
         # three rows fit the dock at the default window size
         idle = self.face_path is not None and self.panel.session.face_serving() != "engine" and not e.error
-        self.verification.setText(ctl.verification_text(self.name) if installed and not idle else "")
+        text = ctl.verification_text(self.name) if installed and not idle else ""
+        if self.face_path is not None and text.endswith(REFERENCE_ENGINE_NOTE) and "\n" not in text:
+            text = ""  # FP32, its own reference: nothing verified to report, and the three rows must fit
+        self.verification.setText(text)
         self.verification.setVisible(bool(self.verification.text()))
         err = bool(e.error)
         self.verification.setStyleSheet("color: #c0392b;" if err else "")
@@ -362,11 +368,12 @@ class _TrackerBox(QGroupBox):
         self.build_label.setVisible(building)
         if building:
             self.progress.show_value(int(round(100 * ctl.build_fraction)))
-            first = (" (an FP16 or INT8 engine is built and verified the first time: up to a minute here)"
+            # short: the three rows must fit the dock at the default window size while it builds
+            first = (" (up to a minute the first time)"
                      if onnx and c.get("precision") in ("fp16", "int8") and not ctl.build_stage else "")
             doing = f", {ctl.build_stage}" if ctl.build_stage else first
             then = ("; the source starts once it is ready." if ctl.for_source
-                    else "; the current tracker keeps running.")
+                    else "; the current one keeps running.")
             self.build_label.setText("Loading the " + ("ONNX tracker" if onnx else "MediaPipe tracker") + doing
                                      + then)
         self.serving.setText(ctl.serving() or "no source")
