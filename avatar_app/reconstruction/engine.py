@@ -279,6 +279,7 @@ class EngineReconstructor:
         """Forget the user: neutral (explicit or automatic), identity, last time."""
         self._explicit: np.ndarray | None = None
         self._explicit_rot: np.ndarray | None = None
+        self._level_rot: np.ndarray | None = None
         self._auto.reset()
         self._last_t: float | None = None
         self._t_first: float | None = None
@@ -364,6 +365,8 @@ class EngineReconstructor:
         rot, trans = N.compose_pose(r0, t0, out["rotation_6d"], out["translation"])
         if self._explicit_rot is not None:
             rot = rot @ self._explicit_rot.T
+        else:
+            rot = rot @ self._first_pitch(rot).T
         self.last_pose0 = (r0, t0)
         self._update_identity(np.asarray(out["identity"], np.float32), t)
         self._update_depth_scale(depth_scale(t0, trans), t)
@@ -377,6 +380,22 @@ class EngineReconstructor:
                           gaze=np.asarray(gaze, np.float32), identity=self.identity)
 
     # -- internals -----------------------------------------------------------
+    def _first_pitch(self, rot: np.ndarray) -> np.ndarray:
+        """The pitch of the first frame without calibration, as a rotation (3, 3) float64, that the head
+        pose is read relative to, as the geometric solver's automatic neutral does (the first frame,
+        levelled in yaw and roll: ``make_neutral_face(level_yaw_roll=True)``).
+
+        The engine's pitch is relative to the rig template's frontal frame, and a face whose shape
+        differs from the template's reads tilted by a fixed amount (new-user trial: lp_d18 +12.4
+        degrees, openmpf -15.8, grid_s1 +7.8 against the solver, every frame; yaw and roll agree within
+        1.5 degrees), so the avatar looked down at the camera for the whole clip."""
+        if self._level_rot is None:
+            from avatar_app.core.rotations import euler_from_rotation, rotation_from_euler
+
+            _, pitch, _ = euler_from_rotation(rot)
+            self._level_rot = rotation_from_euler(0.0, pitch, 0.0)
+        return self._level_rot
+
     def _infer(self, head: np.ndarray, neutral: np.ndarray) -> dict[str, np.ndarray]:
         feeds = N.network_inputs(head[None], neutral[None])
         out = self.slot.infer(feeds)
