@@ -229,6 +229,13 @@ def _list(args, out) -> int:
 
     names = ", ".join(q.stem for q in _shipped_models()) or "none"
     print(f"\nModels: {resource_path('models')} ({names})", file=out)
+    from avatar_app.inference.modelinfo import ModelInfo
+
+    for q in _shipped_models():  # a damaged model file is said here, not only when the app opens it
+        try:
+            ModelInfo.from_onnx(q)
+        except AvatarError as exc:
+            print(f"  {q.stem}: cannot be read, the app falls back without it ({exc})", file=out)
     cache = EngineCache()
     entries = cache.entries()
     print(f"Engine cache: {cache.engines_dir} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})", file=out)

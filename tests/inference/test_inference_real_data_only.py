@@ -79,3 +79,18 @@ def test_engines_build_exits_2_when_the_precision_cannot_be_verified_here(tmp_pa
                               calibration_method="percentile", force=False, inline=True)
     assert icli.run_engines(args) == 2
     assert "real face crops" in capsys.readouterr().err
+
+
+def test_engines_list_names_a_model_file_that_cannot_be_read(tmp_path, tiny_models, monkeypatch, capsys):
+    """Second trial: with a corrupt face_recon.onnx, `engines list` exited 0 and said nothing of it."""
+    import argparse
+
+    from avatar_app.inference import cli as icli
+
+    bad = tmp_path / "face_recon.onnx"
+    bad.write_bytes(b"not an onnx file" * 10)
+    good = _copy(tiny_models, tmp_path, with_val=False)
+    monkeypatch.setattr(icli, "_shipped_models", lambda: [bad, good])
+    assert icli.run_engines(argparse.Namespace(engines_command="list", model=[])) == 0
+    out = capsys.readouterr().out
+    assert "face_recon: cannot be read" in out and "realonly: cannot" not in out
