@@ -342,7 +342,8 @@ class EngineController:
                     lines.append(f"{BACKEND_LABELS.get(backend, backend)} {mine[0].precision.upper()} "
                                  f"not used: {mine[0].reason}")
         if e.error:
-            lines.append(f"Last request failed: {e.error}")
+            # no slot: the engine never opened (a damaged model file at start); else a switch the user asked for
+            lines.append(f"Last request failed: {e.error}" if e.slot is not None else f"Could not be opened: {e.error}")
         return "\n".join(lines) if lines else "opening…"
 
     def pending(self, name: str) -> bool:
