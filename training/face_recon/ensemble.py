@@ -67,16 +67,9 @@ class EnsembleNet(nn.Module):
         return bs, rot, t, ident
 
 
-def load_member(path: Path, rig, hidden: tuple[int, ...]) -> FaceReconNet:
-    """A train_real state dict as a FaceReconNet (the trunk reads the whole neutral)."""
-    model = FaceReconNet(rig.mirror, rig.num_identity, hidden=hidden, trunk_reads_neutral=True)
-    model.load_state_dict(torch.load(path, map_location="cpu"), strict=False)
-    return model.eval()
-
-
 def main(argv: list[str] | None = None) -> int:
     from training.face_recon.train import export
-    from training.face_recon.train_real import write_sets
+    from training.face_recon.train_real import load_state, write_sets
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", type=Path, nargs="+", required=True, help="train_real state dicts")
@@ -86,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     rig = load_face_model()
-    net = EnsembleNet([load_member(p, rig, tuple(args.hidden)) for p in args.members])
+    net = EnsembleNet([load_state(p, rig, args.hidden) for p in args.members])
     export(net, args.out, {"ensemble_members": len(args.members)})
     write_sets(args.real, args.out, rig)
     _log.info("wrote %s: the mean of %d members", args.out, len(args.members))
