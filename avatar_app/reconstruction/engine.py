@@ -30,6 +30,7 @@ pipeline's fusion smooths).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from avatar_app.core.landmarks import DEFAULT_HFOV_DEG
 from avatar_app.core.types import FaceParams, Landmarks
 from avatar_app.reconstruction import normalise as N
 from avatar_app.reconstruction.auto_neutral import NeutralEstimator
-from avatar_app.reconstruction.head_pose import check_landmarks
+from avatar_app.reconstruction.head_pose import HeadPoseFitter, NeutralFace
 
 _log = logging.getLogger(__name__)
 
@@ -171,8 +172,20 @@ def head_frame(landmarks: Landmarks, hfov_deg: float = DEFAULT_HFOV_DEG):
     Raises:
         InputError: invalid landmarks.
     """
-    head, r0, t0 = N.align(check_landmarks(landmarks), landmarks.image_size, hfov_deg)
-    return head[0], r0[0], t0[0]
+    points, r0, t0, _ = _template_fitter(float(hfov_deg)).fit_arrays(landmarks)
+    return points.astype(np.float32), r0, t0
+
+
+@functools.lru_cache(maxsize=4)
+def _template_fitter(hfov_deg: float) -> HeadPoseFitter:
+    """:func:`~avatar_app.reconstruction.normalise.align` for one face, precomputed: the rig's
+    template as the neutral of a :class:`~avatar_app.reconstruction.head_pose.HeadPoseFitter`.
+
+    ``align`` is that fitter's two similarity fits batched (the same template points, weights and
+    un-projection; tests/reconstruction/test_face_recon_engine.py holds them equal to 1e-6 m), and
+    batched numpy costs ~0.4 ms a face where the fitter's unbatched 3x3 algebra costs ~0.1
+    (benchmarks/peers.py: the engine path's largest part). Read-only, so shared across threads."""
+    return HeadPoseFitter(NeutralFace(points_m=N.template()), hfov_deg)
 
 
 def engine_feeds(landmarks: Landmarks, neutral: Landmarks,

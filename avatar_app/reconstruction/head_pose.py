@@ -277,7 +277,7 @@ def estimate_head_pose(
     f = focal_length_px(landmarks.image_size[0], hfov_deg)
     ref_s = neutral.points_m[_STABLE].astype(np.float64)
     rot, t, c = rigid_fit(ref_s, p[_STABLE], _STABLE_WEIGHTS, with_scale=True)
-    if not c > 0:
+    if not c > _MIN_PX_PER_M:
         raise InputError("face landmarks are degenerate (zero size)")
     if perspective:
         cam = _unproject(p, c, float(t[2]), f)
@@ -301,6 +301,9 @@ def estimate_head_pose(
     )
 
 
+#: Image scales at or below this (pixels per metre) are a degenerate face: all points in one spot give
+#: a scale of rounding noise (~1e-27), not exactly 0; a real face is 10^3-10^4 px/m.
+_MIN_PX_PER_M = 1e-9
 _NO_REFLECT = np.ones(3)
 _REFLECT = np.array([1.0, 1.0, -1.0])
 def _det3(m: np.ndarray) -> float:
@@ -370,13 +373,34 @@ class HeadPoseFitter:
         Raises:
             InputError: invalid landmarks or degenerate (zero-size) faces.
         """
+        points_m, rot, trans, c = self.fit_arrays(landmarks)
+        resid_m = points_m[_STABLE] - self._ref_s
+        rms_px = math.sqrt(float(np.einsum("ij,ij->i", resid_m, resid_m).sum()) / len(resid_m)) * c
+        return HeadPose(rotation=rot.astype(np.float32), translation=trans.astype(np.float32),
+                        points_m=points_m.astype(np.float32), px_per_m=float(c), rms_px=rms_px)
+
+    def fit_arrays(self, landmarks: Landmarks) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """:meth:`fit` in float64 and without the residual: what a caller that needs only the pose
+        and the head-frame points pays for (the face_recon engine's alignment,
+        :func:`avatar_app.reconstruction.engine.head_frame`).
+
+        Args:
+            landmarks: one face (478 points) of the current frame.
+
+        Returns:
+            ``(points_m (478, 3), rotation (3, 3), translation (3,), px_per_m)``: float64 arrays
+            and a float, the values :meth:`fit` rounds to float32.
+
+        Raises:
+            InputError: invalid landmarks or degenerate (zero-size) faces.
+        """
         p = landmarks_to_pixel_space(landmarks)
         width = landmarks.image_size[0]
         if self._f_cache[0] != width:
             self._f_cache = (width, focal_length_px(width, self.hfov_deg))
         f = self._f_cache[1]
         _, t, c = self._similarity(p[_STABLE])
-        if not c > 0:
+        if not c > _MIN_PX_PER_M:
             raise InputError("face landmarks are degenerate (zero size)")
         # _unproject(p, c, t[2], f), its roundings in fewer calls: columns 0, 1 are (p depth) / f
         # (flat, against depth repeated per coordinate: one inner loop instead of one per point)
@@ -391,8 +415,4 @@ class HeadPoseFitter:
         flat = cam.reshape(-1)  # (cam / scale - trans) @ rot, in place, flat
         flat /= scale
         flat -= trans[_XYZ]
-        points_m = cam @ rot
-        resid_m = points_m[_STABLE] - self._ref_s
-        rms_px = math.sqrt(float(np.einsum("ij,ij->i", resid_m, resid_m).sum()) / len(resid_m)) * c
-        return HeadPose(rotation=rot.astype(np.float32), translation=trans.astype(np.float32),
-                        points_m=points_m.astype(np.float32), px_per_m=float(c), rms_px=rms_px)
+        return cam @ rot, rot, trans, float(c)

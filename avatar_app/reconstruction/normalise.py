@@ -44,6 +44,7 @@ the tracker's errors put into the stable points.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -155,12 +156,26 @@ def rotation_from_6d(v: np.ndarray) -> np.ndarray:
         (..., 3, 3) float64 proper rotations.
     """
     v = np.asarray(v, np.float64)
+    if v.shape == (6,):  # one face (the runtime's case): the same formulas on floats, ~10x cheaper
+        return _rotation_from_6d_one(*v.tolist())
     a, b = v[..., :3], v[..., 3:]
     c1 = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
     b = b - (c1 * b).sum(-1, keepdims=True) * c1
     c2 = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-12)
     c3 = np.cross(c1, c2)
     return np.stack([c1, c2, c3], axis=-1)
+
+
+def _rotation_from_6d_one(a0: float, a1: float, a2: float, b0: float, b1: float, b2: float) -> np.ndarray:
+    """:func:`rotation_from_6d` of one (6,) vector as Python floats: (3, 3) float64."""
+    n = max(math.sqrt(a0 * a0 + a1 * a1 + a2 * a2), 1e-12)
+    c10, c11, c12 = a0 / n, a1 / n, a2 / n
+    d = c10 * b0 + c11 * b1 + c12 * b2
+    b0, b1, b2 = b0 - d * c10, b1 - d * c11, b2 - d * c12
+    n = max(math.sqrt(b0 * b0 + b1 * b1 + b2 * b2), 1e-12)
+    c20, c21, c22 = b0 / n, b1 / n, b2 / n
+    c30, c31, c32 = c11 * c22 - c12 * c21, c12 * c20 - c10 * c22, c10 * c21 - c11 * c20
+    return np.array([[c10, c20, c30], [c11, c21, c31], [c12, c22, c32]], np.float64)
 
 
 def rotation_to_6d(r: np.ndarray) -> np.ndarray:
@@ -182,7 +197,7 @@ def compose_pose(r0: np.ndarray, t0: np.ndarray, rot6d: np.ndarray, dt: np.ndarr
     Returns:
         ``(rotation (..., 3, 3), translation (..., 3))`` float64.
     """
-    return np.einsum("...ij,...jk->...ik", r0, rotation_from_6d(rot6d)), np.asarray(t0) + np.asarray(dt)
+    return np.matmul(r0, rotation_from_6d(rot6d)), np.asarray(t0) + np.asarray(dt)
 
 
 def mirror_points(points: np.ndarray) -> np.ndarray:

@@ -270,3 +270,34 @@ def test_calibration_samples_are_the_engines_own_inputs(manager):
         np.testing.assert_array_equal(sample[k], fed[-1][k])
     assert face_recon_sample(None, neutral, None) is None and face_recon_sample(frame, None, None) is None
     rec.close()
+
+
+@pytest.mark.parametrize("ypr", [(0.0, 0.0, 0.0), (0.5, -0.3, 0.2), (-0.7, 0.4, -0.3)])
+def test_single_face_alignment_is_the_batched_one(ypr):
+    """head_frame's precomputed fitter gives normalise.align's points and pose (what training fed the engine)."""
+    from avatar_app.reconstruction import normalise as N
+    from avatar_app.reconstruction.engine import head_frame
+
+    w = np.zeros(52, np.float32)
+    w[B.jawOpen], w[B.mouthSmileLeft], w[B.eyeBlinkRight] = 0.6, 0.8, 1.0
+    lm = _lm(w, ypr=ypr, t=(0.05, -0.03, -0.5))
+    for size in (SIZE, (1280, 720)):
+        lm = Landmarks(lm.points, size)
+        head, r0, t0 = head_frame(lm)
+        ref_head, ref_r, ref_t = N.align(lm.points, size)
+        assert head.dtype == np.float32 and head.shape == (478, 3)
+        np.testing.assert_allclose(head, ref_head[0], atol=1e-6)
+        np.testing.assert_allclose(r0, ref_r[0], atol=1e-9)
+        np.testing.assert_allclose(t0, ref_t[0], atol=1e-9)
+    with pytest.raises(InputError):
+        head_frame(Landmarks(np.zeros((478, 3), np.float32), SIZE))
+
+
+def test_single_rotation_from_6d_is_the_batched_one():
+    from avatar_app.reconstruction import normalise as N
+
+    v = np.random.default_rng(3).standard_normal((50, 6))
+    batched = N.rotation_from_6d(v)
+    for x, r in zip(v, batched):
+        np.testing.assert_allclose(N.rotation_from_6d(x), r, atol=1e-12)
+        np.testing.assert_allclose(N.rotation_from_6d(x) @ N.rotation_from_6d(x).T, np.eye(3), atol=1e-12)
